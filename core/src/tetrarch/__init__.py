@@ -1,0 +1,65 @@
+"""tetrarch: actors on meshes of processes, for PyTorch.
+
+The public names follow Monarch's ``monarch.actor`` so programs port by changing
+imports. Names load lazily: ``import tetrarch`` stays cheap (the CLI and plugin
+listing never start the runtime).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Actor": "tetrarch._runtime._actor",
+    "endpoint": "tetrarch._runtime._actor",
+    "Endpoint": "tetrarch._runtime._endpoint",
+    "Future": "tetrarch._runtime._future",
+    "ValueMesh": "tetrarch._runtime._valuemesh",
+    "Extent": "tetrarch._runtime._shape",
+    "Point": "tetrarch._runtime._shape",
+    "Shape": "tetrarch._runtime._shape",
+    "ActorMesh": "tetrarch._runtime._mesh",
+    "ProcMesh": "tetrarch._runtime._procmesh",
+    "HostMesh": "tetrarch._runtime._procmesh",
+    "this_host": "tetrarch._runtime._procmesh",
+    "this_proc": "tetrarch._runtime._procmesh",
+    "shutdown_context": "tetrarch._runtime._procmesh",
+    "context": "tetrarch._runtime._context",
+    "Context": "tetrarch._runtime._context",
+    "current_rank": "tetrarch._runtime._context",
+    "current_size": "tetrarch._runtime._context",
+    "current_actor_name": "tetrarch._runtime._context",
+    "ActorError": "tetrarch._errors",
+    "SupervisionError": "tetrarch._errors",
+    "ProcessStartError": "tetrarch._errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tetrarch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._errors import ActorError, ProcessStartError, SupervisionError
+    from ._runtime._actor import Actor, endpoint
+    from ._runtime._context import Context, context, current_actor_name, current_rank, current_size
+    from ._runtime._endpoint import Endpoint
+    from ._runtime._future import Future
+    from ._runtime._mesh import ActorMesh
+    from ._runtime._procmesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
+    from ._runtime._shape import Extent, Point, Shape
+    from ._runtime._valuemesh import ValueMesh

@@ -1,0 +1,78 @@
+"""Frozen records that plugins return from their hooks and the registry reports."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable
+
+__all__ = ["BackendKind", "BackendSpec", "BackendStatus", "ProbeResult", "Status"]
+
+
+class BackendKind(str, enum.Enum):
+    """What a backend provides."""
+
+    TRANSPORT = "transport"
+    RDMA = "rdma"
+    ALLOCATOR = "allocator"
+
+
+class Status(str, enum.Enum):
+    """Health of one backend as seen by this process."""
+
+    AVAILABLE = "available"
+    UNAVAILABLE = "unavailable"  # installed, but its probe says it cannot run here
+    BROKEN = "broken"  # its plugin raised while loading
+    NOT_INSTALLED = "not installed"  # a first-party backend whose distribution is absent
+    CONFLICT = "conflict"  # two distributions register the same kind and name
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """What a probe found. Probes are fast, side-effect free and never raise."""
+
+    ok: bool
+    reason: str = ""
+    remedy: str = ""
+
+    @classmethod
+    def yes(cls, reason: str = "") -> ProbeResult:
+        return cls(True, reason)
+
+    @classmethod
+    def no(cls, reason: str, remedy: str = "") -> ProbeResult:
+        return cls(False, reason, remedy)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """A backend a plugin offers.
+
+    ``factory`` is an import string ``"package.module:Name"``, resolved only when the
+    backend is used, so listing plugins never imports pyzmq, pynng, pyverbs or torch.
+    ``probe`` is called (never raising) to learn whether the backend can run here.
+    """
+
+    kind: BackendKind
+    name: str
+    factory: str
+    probe: Callable[[], ProbeResult] | None = None
+    priority: int = 0
+    extra: str = ""  # the `tetrarch[extra]` that installs it
+    summary: str = ""
+    schemes: tuple[str, ...] = ()  # transports: address schemes served
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStatus:
+    """One row of ``tetrarch plugins``: a backend and how it stands here."""
+
+    kind: BackendKind
+    name: str
+    status: Status
+    distribution: str
+    version: str
+    reason: str = ""
+    hint: str = ""
+    spec: BackendSpec | None = None

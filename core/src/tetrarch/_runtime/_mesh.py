@@ -1,0 +1,136 @@
+"""``ActorMesh``: one actor per proc of a proc mesh, addressed as a whole or sliced."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from typing import Any
+
+from . import _wire
+from ._actor import endpoints_of
+from ._endpoint import Endpoint, _Collector
+from ._future import Future
+from ._proc import PeerUnreachable, ProcRuntime
+from ._root import get_root
+from ._shape import MeshTrait, Shape
+
+__all__ = ["ActorMesh"]
+
+_RESERVED = {"stop", "slice", "initialized", "extent", "sizes", "size", "split", "rename", "flatten"}
+
+
+class _MeshState:
+    """State shared by a mesh and all its slices."""
+
+    __slots__ = ("stopped", "lock")
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.lock = threading.Lock()
+
+
+class ActorMesh(MeshTrait):
+    """Actors of one class spawned on every proc of a proc mesh.
+
+    Each ``@endpoint`` of the class is an attribute with the adverbs ``call``,
+    ``call_one``, ``choose``, ``stream`` and ``broadcast``.
+    """
+
+    def __init__(self, name: str, cls: type, shape: Shape, ids: list[tuple[str, str]], *,
+                 initialized: Future[None] | None = None, owned: bool = True, state: _MeshState | None = None,
+                 proc_mesh: Any = None) -> None:
+        self._name = name
+        self._cls = cls
+        self._shape = shape
+        self._ids = ids
+        self._owned = owned
+        self._state = state or _MeshState()
+        self._initialized = initialized
+        self._proc_mesh = proc_mesh
+        self._endpoints = endpoints_of(cls)
+        clash = _RESERVED.intersection(self._endpoints)
+        if clash:
+            raise ValueError(f"{cls.__qualname__} has endpoints named {sorted(clash)}, which clash with ActorMesh "
+                             f"attributes; rename them")
+
+    # -- mesh trait -----------------------------------------------------------
+    def _new_with_shape(self, shape: Shape) -> ActorMesh:
+        return ActorMesh(self._name, self._cls, shape, self._ids, initialized=self._initialized, owned=False,
+                         state=self._state, proc_mesh=self._proc_mesh)
+
+    @staticmethod
+    def _runtime() -> ProcRuntime:
+        return get_root().runtime
+
+    def _check_usable(self) -> None:
+        if self._state.stopped:
+            from .._errors import SupervisionError
+
+            raise SupervisionError(f"actor mesh {self._name!r} was stopped; spawn a new one to keep calling")
+
+    # -- endpoints ------------------------------------------------------------
+    def __getattr__(self, name: str) -> Endpoint[Any]:
+        if name.startswith("__") or name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._endpoints:
+            return Endpoint(self, name)
+        if hasattr(self._cls, name):
+            raise AttributeError(
+                f"{self._cls.__qualname__}.{name} is not an endpoint: decorate it with @endpoint to call it on a "
+                f"mesh (endpoints: {sorted(self._endpoints) or 'none'})"
+            )
+        raise AttributeError(f"{self._cls.__qualname__} has no endpoint {name!r} (endpoints: "
+                             f"{sorted(self._endpoints) or 'none'})")
+
+    @property
+    def initialized(self) -> Future[None]:
+        """Completes once every actor's ``__init__`` ran (raises ActorError if one raised)."""
+        return self._initialized if self._initialized is not None else Future._completed(None)
+
+    # -- stop -----------------------------------------------------------------
+    def stop(self) -> Future[None]:
+        """Stop the actors: pending messages are handled first, then ``__cleanup__`` runs.
+
+        Calls made afterwards raise SupervisionError saying the mesh was stopped.
+        Stopping twice is a no-op.
+
+        Raises:
+            ValueError: this is a slice or a reference (only the owner may stop).
+        """
+        if not self._owned:
+            raise ValueError(f"actor mesh {self._name!r} is a slice or reference; only its owner (the full mesh "
+                             f"returned by spawn) can stop it")
+        with self._state.lock:
+            if self._state.stopped:
+                return Future._completed(None)
+            self._state.stopped = True
+        rt = self._runtime()
+        coll = _Collector(rt, len(self._ids), self._shape, f"{self._name}.stop", False, False)
+        for i, (addr, key) in enumerate(self._ids):
+            coll.watch(addr, [i])
+            try:
+                rt.send(addr, [_wire.header(_wire.SYS, "proc", "stop_actor", rt.address, coll.port),
+                               pickle.dumps(key)])
+            except PeerUnreachable:
+                coll.fail(i, "proc unreachable")
+        fut: Future[None] = Future._new()
+
+        def done(f: Future[Any]) -> None:
+            try:
+                f.get()
+            except Exception:  # noqa: BLE001 - a dead proc counts as stopped
+                pass
+            fut._set_result(None)
+
+        coll.futures[0].add_done_callback(done)
+        return fut
+
+    def __repr__(self) -> str:
+        return f"<ActorMesh {self._name} of {self._cls.__qualname__} {self.extent!r}>"
+
+    def __reduce__(self):
+        return (_rebuild, (self._name, self._cls, self._shape, self._ids))
+
+
+def _rebuild(name: str, cls: type, shape: Shape, ids: list[tuple[str, str]]) -> ActorMesh:
+    return ActorMesh(name, cls, shape, ids, owned=False)

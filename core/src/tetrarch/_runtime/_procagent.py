@@ -1,0 +1,106 @@
+"""The ``proc`` service: spawns and stops actors in this process.
+
+Ops (``SYS`` messages): ``spawn`` (payload ``[meta, *pickled (cls, args, kwargs)]``),
+``stop_actor`` (drain, ``__cleanup__``, then gone) and ``stop`` (every actor, then the
+process exits so interpreter finalizers run).
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from . import _serial, _wire
+from ._context import Instance
+from ._instance import ActorInstance, error_record
+from ._proc import ProcRuntime
+from ._shape import Extent, Point
+
+__all__ = ["ProcAgent"]
+
+
+class ProcAgent:
+    def __init__(self, runtime: ProcRuntime, on_exit: Callable[[], None] | None) -> None:
+        self.runtime = runtime
+        self._on_exit = on_exit
+        self._lock = threading.Lock()
+        self.stopping = False
+
+    def service(self, hdr: tuple, payload: list, _conn: Any) -> None:
+        op, raddr, rport = hdr[2], hdr[3], hdr[4]
+        if op == "spawn":
+            self._spawn(payload, raddr, rport)
+        elif op == "stop_actor":
+            self._stop_actor(pickle.loads(payload[0]), raddr, rport)
+        elif op == "stop":
+            self._stop_all(raddr, rport)
+
+    def _spawn(self, payload: list, raddr: str | None, rport: int | None) -> None:
+        key, name, rank, labels, sizes, mesh_ref = pickle.loads(payload[0])
+        rt = self.runtime
+        point = Point(rank, Extent(labels, sizes))
+        display = f"{name}{point}" if labels else name
+        if self.stopping:
+            rt.reply(raddr, rport, rank, _wire.DEAD, f"cannot spawn {display}: its proc is stopping")
+            return
+        try:
+            cls, args, kwargs = _serial.loads(payload[1:])
+        except Exception as exc:  # noqa: BLE001 - e.g. the class's module is missing here
+            rt._reply_later(raddr, rport, rank, _wire.ERR, error_record(exc, display, "__init__", skip=0))
+            return
+        instance = Instance(name, f"{rt.name}.{display}", cls.__qualname__, point, rt.name, mesh_ref)
+
+        def on_init(exc: BaseException | None) -> None:
+            if exc is None:
+                rt.reply(raddr, rport, rank, _wire.OK, None)
+            else:
+                rt.reply(raddr, rport, rank, _wire.ERR, error_record(exc, display, "__init__"))
+
+        rt.actors[key] = ActorInstance(rt, key, instance, cls, args, kwargs, on_init)
+
+    def _stop_actor(self, key: str, raddr: str | None, rport: int | None, why: str = "stopped") -> None:
+        rt = self.runtime
+        actor = rt.actors.get(key)
+        if actor is None:
+            rt._reply_later(raddr, rport, 0, _wire.OK, None)
+            return
+
+        def done() -> None:
+            rt.stopped_actors[key] = f"{actor.display} was {why}"
+            rt.actors.pop(key, None)
+            rt.reply(raddr, rport, actor.instance.rank.rank, _wire.OK, None)
+
+        actor.stop(done)
+
+    def _stop_all(self, raddr: str | None, rport: int | None) -> None:
+        rt = self.runtime
+        self.stopping = True
+        actors = list(rt.actors.items())
+        remaining = [len(actors)]
+        lock = threading.Lock()
+
+        def finish() -> None:
+            rt.reply(raddr, rport, 0, _wire.OK, None)
+            if self._on_exit is not None:
+                self._on_exit()
+
+        if not actors:
+            threading.Thread(target=finish, daemon=True).start()
+            return
+
+        def one_done(key: str, actor: ActorInstance) -> Callable[[], None]:
+            def done() -> None:
+                rt.stopped_actors[key] = f"{actor.display} was stopped (its proc mesh was stopped)"
+                rt.actors.pop(key, None)
+                with lock:
+                    remaining[0] -= 1
+                    last = remaining[0] == 0
+                if last:
+                    finish()
+
+            return done
+
+        for key, actor in actors:
+            actor.stop(one_done(key, actor))

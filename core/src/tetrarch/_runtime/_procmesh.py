@@ -1,0 +1,372 @@
+"""``HostMesh`` and ``ProcMesh``: hosts (host agents) and the OS processes on them."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+import pickle
+import secrets
+import sys
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .._config import HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT
+from .._plugins import get_registry
+from .._plugins._specs import BackendKind
+from . import _serial, _wire
+from ._actor import Actor
+from ._alloc import AgentCommand, Allocation, AllocRequest
+from ._endpoint import _Collector
+from ._future import Future
+from ._mesh import ActorMesh, _MeshState
+from ._owner import ProcRecord
+from ._proc import PeerUnreachable
+from ._root import Root, child_env, get_root
+from ._shape import Extent, MeshTrait, Shape
+
+__all__ = ["HostMesh", "ProcMesh", "shutdown_context", "this_host", "this_proc"]
+
+A = TypeVar("A", bound=Actor)
+_ids = itertools.count()
+_live_proc_meshes: weakref.WeakSet[ProcMesh] = weakref.WeakSet()
+_live_host_meshes: weakref.WeakSet[HostMesh] = weakref.WeakSet()
+
+
+@dataclass(frozen=True, slots=True)
+class _Host:
+    address: str
+    hostname: str
+    pid: int
+
+
+def _uid(name: str) -> str:
+    return f"{name}-{os.getpid()}-{next(_ids)}-{secrets.token_hex(2)}"
+
+
+class HostMesh(MeshTrait):
+    """Hosts, each served by a host agent that starts and watches procs."""
+
+    def __init__(self, shape: Shape, hosts: list[_Host] | None, *, allocator: str = "local",
+                 owned: bool = True) -> None:
+        self._shape = shape
+        self._hosts = hosts  # None: not started yet (this_host() starts on first use)
+        self._allocator = allocator
+        self._allocation: Allocation | None = None
+        self._owned = owned
+        self._lock = threading.Lock()
+        self._shut = False
+        if owned:
+            _live_host_meshes.add(self)
+
+    def _new_with_shape(self, shape: Shape) -> HostMesh:
+        self._ensure_started()
+        return HostMesh(shape, self._hosts, allocator=self._allocator, owned=False)
+
+    def _ensure_started(self) -> list[_Host]:
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("HostMesh has already been shut down")
+            if self._hosts is None:
+                self._hosts = _start_hosts(get_root(), self._allocator, len(self._shape) or 1, self)
+            return self._hosts
+
+    def spawn_procs(self, per_host: dict[str, int] | None = None, *, name: str | None = None,
+                    bootstrap: Any = None) -> ProcMesh:
+        """Start ``per_host`` procs on every host, e.g. ``per_host={"gpus": 4}``.
+
+        Blocks until every proc is ready. A ``gpus`` dimension sets each proc's
+        ``CUDA_VISIBLE_DEVICES``; every proc gets rank variables (``RANK``,
+        ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``TETRARCH_RANK_<DIM>``).
+
+        Raises:
+            ValueError: bad ``per_host`` (non-positive sizes, labels that clash with hosts').
+            ProcessStartError: a proc exited before it was ready (exit code, stderr tail).
+        """
+        if bootstrap is not None:
+            raise NotImplementedError("spawn_procs(bootstrap=...) is not supported yet; run setup in an actor")
+        per_host = dict(per_host or {})
+        clash = set(per_host) & set(self._shape.labels)
+        if clash:
+            raise ValueError(f"per_host labels {sorted(clash)} clash with the host mesh's own dimensions")
+        local = Extent(list(per_host), list(per_host.values()))  # validates labels and sizes
+        hosts = self._ensure_started()
+        root = get_root()
+        mesh_name = name or "procs"
+        uid = _uid(mesh_name)
+        extent = Extent(list(self._shape.labels) + list(local.labels), list(self._shape.sizes) + list(local.sizes))
+        host_ranks = self._shape.ranks()
+        per = local.nelements
+        world = len(host_ranks) * per
+        records: list[ProcRecord] = []
+        requests: list[tuple[_Host, list[tuple[str, dict[str, str], int | None]]]] = []
+        for h, host_rank in enumerate(host_ranks):
+            specs = []
+            for lp in local.points():
+                rank = h * per + lp.rank
+                point = extent.point(rank)
+                ident = f"{uid}[{rank}]"
+                env = {
+                    "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lp.rank),
+                    "LOCAL_WORLD_SIZE": str(per), "GROUP_RANK": str(h), "TETRARCH_PROC_MESH": mesh_name,
+                }
+                for label, size in zip(extent.labels, extent.sizes):
+                    env[f"TETRARCH_RANK_{label.upper()}"] = str(point[label])
+                    env[f"TETRARCH_SIZE_{label.upper()}"] = str(size)
+                gpu = lp["gpus"] if "gpus" in local.labels else None
+                specs.append((ident, env, gpu))
+                records.append(ProcRecord(ident, f"proc {mesh_name}{point}"))
+            requests.append((hosts[host_rank], specs))
+        waiter = root.owner.expect(records)
+        for host, specs in requests:
+            frames = [_wire.header(_wire.SYS, "host", "spawn_procs", None, None),
+                      *_serial.dumps((root.runtime.address, specs))]
+            try:
+                root.runtime.send(host.address, frames)
+            except PeerUnreachable as exc:
+                raise RuntimeError(f"host agent at {host.address} is unreachable: {exc}") from exc
+        try:
+            waiter.wait(PROC_START_TIMEOUT())
+        except BaseException:
+            _kill_records(root, records, requests)
+            raise
+        pm = ProcMesh(self, Shape(extent), records, owned=True, name=mesh_name)
+        return pm
+
+    def shutdown(self) -> Future[None]:
+        """Stop every proc started here and end the host agents (owned meshes only).
+
+        Raises:
+            RuntimeError: this mesh is a slice or a reference.
+        """
+        if not self._owned:
+            raise RuntimeError("cannot shut down a HostMesh that is a reference or slice instead of owned")
+        with self._lock:
+            if self._shut:
+                return Future._completed(None)
+            self._shut = True
+            allocation, self._allocation = self._allocation, None
+        for pm in list(_live_proc_meshes):
+            if pm._host_mesh is self:
+                try:
+                    pm.stop().get(STOP_TIMEOUT() + 5)
+                except Exception:  # noqa: BLE001
+                    pass
+        if allocation is not None:
+            allocation.stop(grace=STOP_TIMEOUT())
+        return Future._completed(None)
+
+    def __repr__(self) -> str:
+        return f"<HostMesh {self.extent!r}>"
+
+
+def _start_hosts(root: Root, allocator: str, n: int, mesh: HostMesh) -> list[_Host]:
+    alloc_obj: Any = get_registry().create(BackendKind.ALLOCATOR, allocator)
+    alloc_id = _uid("hosts")
+    records = [ProcRecord(f"{alloc_id}/{i}", f"host agent {i}") for i in range(n)]
+    waiter = root.owner.expect(records)
+    env = child_env(root, {"TETRARCH_CLIENT_ADDR": root.runtime.address, "TETRARCH_ALLOC_ID": alloc_id})
+    command = AgentCommand((sys.executable, "-m", "tetrarch._runtime._host_agent"), env)
+
+    def on_exit(index: int, info: Any) -> None:
+        root.owner.exited(f"{alloc_id}/{index}", info.returncode, info.stderr_tail)
+
+    mesh._allocation = alloc_obj.allocate(AllocRequest(n, command), on_exit)
+    try:
+        waiter.wait(HOST_START_TIMEOUT())
+    except BaseException:
+        mesh._allocation.stop(grace=1.0)
+        raise
+    return [_Host(r.address, r.hostname, r.pid) for r in records]
+
+
+def _kill_records(root: Root, records: list[ProcRecord], requests: list) -> None:
+    ids = [r.ident for r in records]
+    for host, _specs in requests:
+        try:
+            root.runtime.send(host.address, [_wire.header(_wire.SYS, "host", "kill_procs", None, None),
+                                             *_serial.dumps((ids, 9))])
+        except PeerUnreachable:
+            pass
+
+
+class ProcMesh(MeshTrait):
+    """OS processes (procs) on a host mesh; spawn actors on them."""
+
+    def __init__(self, host_mesh: HostMesh | None, shape: Shape, procs: list[ProcRecord], *, owned: bool,
+                 name: str, state: _MeshState | None = None) -> None:
+        self._host_mesh = host_mesh
+        self._shape = shape
+        self._procs = procs
+        self._owned = owned
+        self._name = name
+        self._state = state or _MeshState()
+        self._stop_future: Future[None] | None = None
+        if owned:
+            _live_proc_meshes.add(self)
+
+    def _new_with_shape(self, shape: Shape) -> ProcMesh:
+        return ProcMesh(self._host_mesh, shape, self._procs, owned=False, name=self._name, state=self._state)
+
+    @property
+    def host_mesh(self) -> HostMesh | None:
+        return self._host_mesh
+
+    @property
+    def initialized(self) -> Future[bool]:
+        """Already complete: ``spawn_procs`` returns once every proc is ready."""
+        return Future._completed(True)
+
+    def spawn(self, name: str, cls: type[A], *args: Any, **kwargs: Any) -> A:
+        """Spawn one ``cls(*args, **kwargs)`` per proc; returns the ActorMesh at once.
+
+        ``__init__`` runs remotely before any message to the actor; ``mesh.initialized``
+        waits for it.
+
+        Raises:
+            TypeError: ``cls`` is not an Actor subclass, the arguments do not fit its
+                ``__init__``, or an argument cannot be pickled.
+            RuntimeError: this proc mesh was stopped.
+        """
+        if not (isinstance(cls, type) and issubclass(cls, Actor)):
+            raise TypeError(f"spawn() needs a subclass of tetrarch.Actor, got {cls!r} "
+                            f"({type(cls).__name__}); define it as 'class {getattr(cls, '__name__', 'X')}(Actor)'")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"spawn() needs a non-empty name string first, got {name!r}")
+        if self._state.stopped:
+            raise RuntimeError(f"ProcMesh {self._name!r} has already been stopped; spawn a new one")
+        try:
+            inspect.signature(cls).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"arguments do not match {cls.__qualname__}.__init__: {exc}") from None
+        except ValueError:
+            pass  # no introspectable signature
+        parts = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
+        body = _serial.dumps_checked((cls, args, kwargs), f"spawn of {cls.__qualname__}", parts)
+        root = get_root()
+        rt = root.runtime
+        key = _uid(name)
+        ranks = self._shape.ranks()
+        coll = _Collector(rt, len(ranks), self._shape, f"{name}.__init__", False, False)
+        ids: list[tuple[str, str]] = []
+        labels, sizes = self._shape.labels, self._shape.sizes
+        for i, r in enumerate(ranks):
+            addr = self._procs[r].address
+            ids.append((addr, key))
+        by_addr: dict[str, list[int]] = {}
+        for i, (addr, _) in enumerate(ids):
+            by_addr.setdefault(addr, []).append(i)
+        for addr, tags in by_addr.items():
+            coll.watch(addr, tags)
+        for i, (addr, _) in enumerate(ids):
+            meta = pickle.dumps((key, name, i, labels, sizes, None), 5)
+            try:
+                rt.send(addr, [_wire.header(_wire.SYS, "proc", "spawn", rt.address, coll.port), meta, *body])
+            except PeerUnreachable as exc:
+                coll.fail(i, str(exc))
+        initialized: Future[None] = Future._new()
+
+        def on_init(f: Future[Any]) -> None:
+            try:
+                f.get()
+            except BaseException as exc:  # noqa: BLE001
+                initialized._set_exception(exc)
+            else:
+                initialized._set_result(None)
+
+        coll.futures[0].add_done_callback(on_init)
+        return ActorMesh(name, cls, Shape(self._shape.extent), ids, initialized=initialized,
+                         proc_mesh=self)  # type: ignore[return-value]
+
+    def stop(self) -> Future[None]:
+        """Stop every actor (pending messages first), then let the procs exit.
+
+        Procs that do not exit within ``TETRARCH_STOP_TIMEOUT`` seconds are killed.
+        Stopping twice returns the first stop's future.
+
+        Raises:
+            ValueError: this is a slice or a reference (only the owner may stop).
+        """
+        if not self._owned:
+            raise ValueError(f"ProcMesh {self._name!r} is not owned (a slice or reference); it must be stopped by "
+                             f"its owner")
+        with self._state.lock:
+            if self._stop_future is not None:
+                return self._stop_future
+            self._state.stopped = True
+            fut: Future[None] = Future._new()
+            self._stop_future = fut
+        threading.Thread(target=self._stop_blocking, args=(fut,), name="tetrarch-stop", daemon=True).start()
+        return fut
+
+    def _stop_blocking(self, fut: Future[None]) -> None:
+        root = get_root()
+        rt = root.runtime
+        alive = [p for p in self._procs if p.returncode is None]
+        waiter = root.owner.expect_exits(alive)
+        for p in alive:
+            try:
+                rt.send(p.address, [_wire.header(_wire.SYS, "proc", "stop", None, None)])
+            except PeerUnreachable:
+                pass
+        if not waiter.wait(STOP_TIMEOUT()):
+            hosts = self._host_mesh._hosts if self._host_mesh is not None else []
+            _kill_records(root, [p for p in alive if p.returncode is None], [(h, None) for h in hosts or []])
+            waiter.wait(5.0)
+        for p in self._procs:
+            root.owner.forget(p.ident)
+        _live_proc_meshes.discard(self)
+        fut._set_result(None)
+
+    def __repr__(self) -> str:
+        return f"<ProcMesh {self._name} {self.extent!r}>"
+
+
+def this_host() -> HostMesh:
+    """The host this code runs on (a mesh without dimensions); spawn procs on it."""
+    root = get_root()
+    if root.this_host_mesh is None:
+        if root.role == "proc" and root.host_agent_address:
+            root.this_host_mesh = HostMesh(Shape(Extent([], [])), [_Host(root.host_agent_address, "", 0)],
+                                           owned=False)
+        else:
+            root.this_host_mesh = HostMesh(Shape(Extent([], [])), None, allocator="local", owned=True)
+    return root.this_host_mesh
+
+
+def this_proc() -> ProcMesh:
+    """This process as a one-proc mesh: actors spawned on it run in this process."""
+    root = get_root()
+    if root.this_proc_mesh is None:
+        rec = ProcRecord("self", "this proc", address=root.runtime.address, pid=os.getpid(), ready=True)
+        root.this_proc_mesh = ProcMesh(None, Shape(Extent([], [])), [rec], owned=False, name="this_proc")
+    return root.this_proc_mesh
+
+
+def _shutdown_all() -> None:
+    """Stop every live proc mesh and host agent (atexit)."""
+    meshes = [pm for pm in list(_live_proc_meshes) if pm._owned]
+    futures = []
+    for pm in meshes:
+        try:
+            futures.append(pm.stop())
+        except Exception:  # noqa: BLE001
+            pass
+    for f in futures:
+        try:
+            f.get(STOP_TIMEOUT() + 6)
+        except Exception:  # noqa: BLE001
+            pass
+    for hm in list(_live_host_meshes):
+        try:
+            hm.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def shutdown_context() -> Future[None]:
+    """Stop everything this client started (also runs at interpreter exit)."""
+    _shutdown_all()
+    return Future._completed(None)

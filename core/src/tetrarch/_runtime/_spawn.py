@@ -1,0 +1,185 @@
+"""Start child processes that die with their parent and report how they ended.
+
+Shared by the host agent (which starts procs) and allocator plugins (which start host
+agents), so every launcher gets the same guarantees: the child gets a parent-death
+signal, its stderr is forwarded to ours while the last lines are kept for error
+reports, and exactly one :class:`ExitInfo` is delivered when it ends.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["ExitInfo", "WatchedProcess", "spawn_watched"]
+
+_PR_SET_PDEATHSIG = 1
+_TAIL_LINES = 40
+
+
+@dataclass(frozen=True, slots=True)
+class ExitInfo:
+    """How a watched process ended."""
+
+    pid: int
+    returncode: int  # negative: killed by signal -returncode
+    stderr_tail: str
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode < 0 else None
+
+    def describe(self) -> str:
+        """``exit code 3`` or ``killed by SIGKILL``."""
+        if self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"killed by {name}"
+        return f"exit code {self.returncode}"
+
+
+def _pdeathsig_preexec() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort; heartbeats cover the rest
+        pass
+    os.setpgrp()  # own process group: a Ctrl-C at the terminal reaches the client only
+
+
+class WatchedProcess:
+    """A child process whose end is reported once through ``on_exit``."""
+
+    def __init__(self, popen: subprocess.Popen, on_exit: Callable[[ExitInfo], None] | None) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self._on_exit = on_exit
+        self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self.exit_info: ExitInfo | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"tetrarch-watch-{self.pid}", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        out = getattr(sys.stderr, "buffer", None)
+        assert self.popen.stderr is not None
+        for line in iter(self.popen.stderr.readline, b""):
+            self._tail.append(line.decode("utf-8", "replace"))
+            if out is not None:
+                try:
+                    out.write(line)
+                    out.flush()
+                except (OSError, ValueError):
+                    out = None
+        self.popen.stderr.close()
+        rc = self.popen.wait()
+        self.exit_info = ExitInfo(self.pid, rc, "".join(self._tail))
+        self._done.set()
+        if self._on_exit is not None:
+            self._on_exit(self.exit_info)
+
+    def stderr_tail(self) -> str:
+        return "".join(self._tail)
+
+    def wait(self, timeout: float | None = None) -> ExitInfo | None:
+        """The exit info once the process ended and its stderr drained, else None."""
+        self._done.wait(timeout)
+        return self.exit_info
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` unless the process is already gone."""
+        if self.popen.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self, grace: float = 5.0) -> ExitInfo | None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds; returns the exit info."""
+        self.signal(signal.SIGTERM)
+        info = self.wait(grace)
+        if info is None:
+            self.signal(signal.SIGKILL)
+            info = self.wait(grace)
+        return info
+
+
+class _Spawner:
+    """The one thread that forks children.
+
+    Linux delivers PR_SET_PDEATHSIG when the *thread* that forked the child exits, so
+    forking from a short-lived thread would kill the child with it. Every child is
+    therefore forked from this thread, which lives as long as the process.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: list = []
+        self._cond = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def run(self, fn: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        if threading.current_thread() is self._thread:
+            return fn()
+        box: list = []
+        done = threading.Event()
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="tetrarch-spawner", daemon=True)
+                self._thread.start()
+            self._queue.append((fn, box, done))
+            self._cond.notify()
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                fn, box, done = self._queue.pop(0)
+            try:
+                box.append(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box.append(exc)
+            done.set()
+
+
+_spawner = _Spawner()
+
+
+def spawn_watched(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    on_exit: Callable[[ExitInfo], None] | None = None,
+    *,
+    cwd: str | None = None,
+) -> WatchedProcess:
+    """Start ``argv`` with exactly ``env``; it is SIGKILLed if this process dies.
+
+    Raises:
+        OSError: the program cannot be executed.
+    """
+    popen = _spawner.run(
+        lambda: subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=_pdeathsig_preexec,
+            close_fds=True,
+        )
+    )
+    return WatchedProcess(popen, on_exit)

@@ -1,0 +1,138 @@
+"""The transport interface every byte-moving backend implements.
+
+A transport moves *messages*: ordered lists of byte buffers ("frames") between two
+endpoints of a connection. It knows nothing about pickling, actors or security: the
+kernel authenticates every connection itself (see ``tetrarch._transport._auth``)
+before it decodes a single frame, so a transport plugin cannot forget to.
+
+Threading contract (the kernel relies on it):
+
+* ``Connection.send`` may be called from any thread; frames of one ``send`` call are
+  delivered together, and the messages of one connection arrive in send order.
+* Handler callbacks run on the transport's own I/O thread and must not block; the one
+  exception is ``on_open`` of a dialed connection, which runs in the thread calling
+  ``connect`` before any ``on_message`` of that connection.
+* ``Connection.max_message_size`` is honoured by the receiving side: a peer that
+  announces a larger message is disconnected without the message being buffered.
+  The kernel keeps it small until the peer is authenticated.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Protocol, Union
+
+__all__ = [
+    "Buffer",
+    "Connection",
+    "ConnectionClosed",
+    "ConnectionHandler",
+    "Listener",
+    "Transport",
+    "TransportError",
+]
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+class TransportError(OSError):
+    """A transport could not listen, connect or send."""
+
+
+class ConnectionClosed(TransportError):
+    """The connection is closed (by either side); the message was not sent."""
+
+
+class ConnectionHandler(Protocol):
+    """Callbacks a transport invokes on its I/O thread."""
+
+    def on_open(self, conn: Connection) -> None:
+        """A connection was accepted by a listener or established by ``connect``."""
+
+    def on_message(self, conn: Connection, frames: list[memoryview]) -> None:
+        """One whole message arrived. The frames stay valid after the call returns."""
+
+    def on_close(self, conn: Connection, error: BaseException | None) -> None:
+        """The connection closed; ``error`` is None for an orderly close."""
+
+
+class Connection(abc.ABC):
+    """One bidirectional, ordered, message-oriented connection."""
+
+    #: The largest message (sum of frame sizes) the receiving side accepts.
+    max_message_size: int = 1 << 62
+
+    #: Free slot for the kernel (authentication state, peer identity).
+    context: object = None
+
+    @property
+    @abc.abstractmethod
+    def peer(self) -> str:
+        """A human readable description of the remote end (for errors and logs)."""
+
+    @abc.abstractmethod
+    def send(self, frames: Sequence[Buffer]) -> None:
+        """Send one message made of ``frames``, without concatenating them.
+
+        Thread safe. Blocks while the kernel socket buffer is full (backpressure).
+
+        Raises:
+            ConnectionClosed: the connection is closed.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the connection. Idempotent; ``on_close`` runs once."""
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool:
+        """Whether the connection is closed."""
+
+
+class Listener(abc.ABC):
+    """A bound, listening endpoint that accepts connections."""
+
+    @property
+    @abc.abstractmethod
+    def address(self) -> str:
+        """The address peers connect to (with the real port if 0 was asked for)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop accepting. Existing connections stay open. Idempotent."""
+
+
+class Transport(abc.ABC):
+    """A family of addresses (``schemes``) and how to listen on and dial them."""
+
+    #: Backend name as registered with the plugin registry, e.g. ``"tcp"``.
+    name: str = ""
+    #: URL schemes this transport serves, e.g. ``("tcp", "ipc")``.
+    schemes: tuple[str, ...] = ()
+
+    @abc.abstractmethod
+    def listen(self, address: str, handler: ConnectionHandler) -> Listener:
+        """Bind and listen on ``address`` (port 0 / a fresh path allowed).
+
+        Raises:
+            TransportError: the address cannot be bound.
+            ValueError: the address is malformed or of a scheme this transport lacks.
+        """
+
+    @abc.abstractmethod
+    def connect(self, address: str, handler: ConnectionHandler, timeout: float = 10.0) -> Connection:
+        """Dial ``address`` and return the open connection (``on_open`` has run).
+
+        Raises:
+            TransportError: nobody listens there, or the dial timed out.
+            ValueError: the address is malformed or of a scheme this transport lacks.
+        """
+
+    @abc.abstractmethod
+    def default_address(self, *, spans_hosts: bool) -> str:
+        """An address to listen on: loopback/local unless ``spans_hosts``."""
+
+    def close(self) -> None:
+        """Release the transport's I/O resources (threads, contexts). Idempotent."""

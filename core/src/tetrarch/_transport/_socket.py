@@ -1,0 +1,482 @@
+"""Builtin transport: ``tcp://host:port`` and ``ipc://path`` (Unix sockets).
+
+Wire format of one message: ``!I`` frame count, ``!Q`` per frame length, then the
+frames back to back. Writers hand the header and the frames to ``sendmsg`` as a list
+(vectored I/O), so a large tensor is never concatenated into a bigger buffer. One
+I/O thread per transport owns an epoll selector and does all reads; any thread may
+write (non-blocking socket, waiting for writability when the kernel buffer is full).
+
+``ipc://@name`` uses Linux's abstract socket namespace (no file to clean up), and is
+what :meth:`IpcTransport.default_address` hands out on Linux.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import selectors
+import socket
+import struct
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from ._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, Listener, Transport, TransportError
+
+__all__ = ["IpcTransport", "SocketTransport", "TcpTransport", "parse_address"]
+
+_COUNT = struct.Struct("!I")
+_MAX_FRAMES = 1 << 16
+_IOV_MAX = 1000
+_RECV_CHUNK = 1 << 18
+_DIRECT_MIN = 1 << 20  # a message at least this big is received straight into its own buffer
+
+
+def parse_address(address: str) -> tuple[str, object]:
+    """Split ``tcp://h:p`` / ``ipc://path`` into ``(scheme, sockaddr)``.
+
+    Raises:
+        ValueError: malformed address or unknown scheme.
+    """
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        raise ValueError(f"address {address!r} has no scheme; expected tcp://host:port or ipc://path")
+    if scheme == "tcp":
+        host, colon, port = rest.rpartition(":")
+        if not colon or not port.isdigit():
+            raise ValueError(f"tcp address {address!r} must look like tcp://host:port")
+        return scheme, (host.strip("[]") or "127.0.0.1", int(port))
+    if scheme == "ipc":
+        if not rest:
+            raise ValueError(f"ipc address {address!r} needs a path, e.g. ipc:///tmp/x.sock or ipc://@name")
+        return scheme, ("\0" + rest[1:]) if rest.startswith("@") else rest
+    raise ValueError(f"address {address!r}: scheme {scheme!r} is not served by the builtin transport (tcp, ipc)")
+
+
+def _nbytes(b: Buffer) -> int:
+    return b.nbytes if type(b) is memoryview else len(b)
+
+
+class _SocketConnection(Connection):
+    def __init__(self, io: _IoLoop, sock: socket.socket, handler: ConnectionHandler, peer: str) -> None:
+        self._io = io
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._handler = handler
+        self._peer = peer
+        self._wlock = threading.Lock()
+        self._closed = False
+        self._close_reported = False
+        self.max_message_size = 1 << 62
+        self.context = None
+        # receive state (I/O thread only)
+        self._rbuf = bytearray()
+        self._direct: tuple[list[int], bytearray, int] | None = None  # (sizes, target, filled)
+
+    # -- Connection API -------------------------------------------------
+    @property
+    def peer(self) -> str:
+        return self._peer
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(self, frames: Sequence[Buffer]) -> None:
+        sizes = [_nbytes(f) for f in frames]
+        bufs: list[Buffer] = [struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes)]
+        bufs.extend(f for f, n in zip(frames, sizes) if n)
+        sock = self._sock
+        with self._wlock:
+            if self._closed:
+                raise ConnectionClosed(f"connection to {self._peer} is closed")
+            while bufs:
+                try:
+                    sent = sock.sendmsg(bufs[:_IOV_MAX])
+                except BlockingIOError:
+                    self._wait_writable()
+                    continue
+                except OSError as exc:
+                    self.close()
+                    raise ConnectionClosed(f"connection to {self._peer} broke: {exc}") from exc
+                # drop what went out
+                i = 0
+                while i < len(bufs) and sent >= _nbytes(bufs[i]):
+                    sent -= _nbytes(bufs[i])
+                    i += 1
+                del bufs[:i]
+                if sent:
+                    bufs[0] = memoryview(bufs[0]).cast("B")[sent:]
+
+    def _wait_writable(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLOUT)
+        while not self._closed:
+            if poller.poll(200):
+                return
+        raise ConnectionClosed(f"connection to {self._peer} is closed")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._io.call(lambda: self._io.drop(self, None))
+
+    # -- receive side (I/O thread) ----------------------------------------
+    def _on_readable(self) -> None:
+        if self._direct is not None:
+            self._fill_direct()
+            return
+        try:
+            data = self._sock.recv(_RECV_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._io.drop(self, exc)
+            return
+        if not data:
+            self._io.drop(self, None)
+            return
+        buf = self._rbuf
+        buf += data
+        self._parse()
+
+    def _fill_direct(self) -> None:
+        sizes, target, filled = self._direct  # type: ignore[misc]
+        try:
+            n = self._sock.recv_into(memoryview(target)[filled:])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._io.drop(self, exc)
+            return
+        if n == 0:
+            self._io.drop(self, None)
+            return
+        filled += n
+        if filled < len(target):
+            self._direct = (sizes, target, filled)
+            return
+        self._direct = None
+        self._deliver(sizes, memoryview(target))
+
+    def _deliver(self, sizes: list[int], body: memoryview) -> None:
+        frames = []
+        pos = 0
+        for n in sizes:
+            frames.append(body[pos : pos + n])
+            pos += n
+        self._handler.on_message(self, frames)
+
+    def _parse(self) -> None:
+        buf = self._rbuf
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4 and not self._closed:
+            (count,) = _COUNT.unpack_from(buf, pos)
+            if count > _MAX_FRAMES:
+                self._io.drop(self, TransportError(f"peer {self._peer} announced {count} frames"))
+                return
+            hlen = 4 + 8 * count
+            if end - pos < hlen:
+                break
+            sizes = list(struct.unpack_from(f"!{count}Q", buf, pos + 4))
+            total = sum(sizes)
+            if total > self.max_message_size:
+                self._io.drop(
+                    self,
+                    TransportError(f"peer {self._peer} sent a {total}-byte message (limit {self.max_message_size})"),
+                )
+                return
+            start = pos + hlen
+            if end - start >= total:
+                body = memoryview(bytes(buf[start : start + total])) if total else memoryview(b"")
+                pos = start + total
+                self._deliver(sizes, body)
+                continue
+            if total >= _DIRECT_MIN:
+                target = bytearray(total)
+                have = end - start
+                target[:have] = buf[start:end]
+                self._direct = (sizes, target, have)
+                pos = end
+            break
+        if pos:
+            del buf[:pos]
+
+
+class _SocketListener(Listener):
+    def __init__(self, io: _IoLoop, sock: socket.socket, address: str, handler: ConnectionHandler, path: str | None):
+        self._io = io
+        self._sock = sock
+        self._address = address
+        self._handler = handler
+        self._path = path
+        self._closed = False
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def _on_readable(self) -> None:
+        while True:
+            try:
+                sock, peer = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            sock.setblocking(False)
+            if sock.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            desc = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else f"{self._address} (accepted)"
+            conn = _SocketConnection(self._io, sock, self._handler, desc)
+            try:
+                self._handler.on_open(conn)
+            except Exception:  # noqa: BLE001 - a faulty handler must not kill the I/O thread
+                sock.close()
+                continue
+            self._io.register(conn)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._io.call(self._close_now)
+
+    def _close_now(self) -> None:
+        self._io.unregister(self._sock)
+        self._sock.close()
+        if self._path:
+            try:
+                os.unlink(self._path)
+            except OSError:
+                pass
+
+
+class _IoLoop:
+    """One epoll thread reading every socket of a transport."""
+
+    def __init__(self, name: str) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._calls: deque[Callable[[], None]] = deque()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._conns: set[_SocketConnection] = set()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
+        self._thread.start()
+
+    def in_loop(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the I/O thread (now, if already there)."""
+        if self.in_loop():
+            fn()
+            return
+        self._calls.append(fn)
+        try:
+            self._wake_w.send(b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def register(self, obj) -> None:
+        def do() -> None:
+            if isinstance(obj, _SocketConnection):
+                if obj.closed:
+                    self._report_close(obj, None)
+                    obj._sock.close()
+                    return
+                self._conns.add(obj)
+                self._sel.register(obj._sock, selectors.EVENT_READ, obj)
+            else:
+                self._sel.register(obj._sock, selectors.EVENT_READ, obj)
+
+        self.call(do)
+
+    def unregister(self, sock: socket.socket) -> None:
+        try:
+            self._sel.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+
+    def drop(self, conn: _SocketConnection, error: BaseException | None) -> None:
+        """Close ``conn`` for good (I/O thread) and report it once."""
+        conn._closed = True
+        if conn in self._conns:
+            self._conns.discard(conn)
+            self.unregister(conn._sock)
+            try:
+                conn._sock.close()
+            except OSError:
+                pass
+        self._report_close(conn, error)
+
+    @staticmethod
+    def _report_close(conn: _SocketConnection, error: BaseException | None) -> None:
+        if conn._close_reported:
+            return
+        conn._close_reported = True
+        try:
+            conn._handler.on_close(conn, error)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _run(self) -> None:
+        sel = self._sel
+        while not self._stopped:
+            for key, _ in sel.select():
+                obj = key.data
+                if obj is None:
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except (BlockingIOError, OSError):
+                        pass
+                    continue
+                try:
+                    obj._on_readable()
+                except Exception as exc:  # noqa: BLE001 - a handler bug closes one connection only
+                    if isinstance(obj, _SocketConnection):
+                        print(f"tetrarch: closing {obj.peer} after a handler error: {exc!r}", file=sys.stderr)
+                        self.drop(obj, exc)
+            while self._calls:
+                self._calls.popleft()()
+
+    def stop(self) -> None:
+        def do() -> None:
+            for conn in list(self._conns):
+                self.drop(conn, None)
+            self._stopped = True
+
+        self.call(do)
+
+
+class SocketTransport(Transport):
+    """Shared implementation of the builtin tcp and ipc transports."""
+
+    def __init__(self) -> None:
+        self._io: _IoLoop | None = None
+        self._lock = threading.Lock()
+
+    def _loop(self) -> _IoLoop:
+        with self._lock:
+            if self._io is None:
+                self._io = _IoLoop(self.name)
+            return self._io
+
+    def _check(self, address: str) -> tuple[str, object]:
+        scheme, sockaddr = parse_address(address)
+        if scheme not in self.schemes:
+            raise ValueError(f"the {self.name} transport serves {', '.join(self.schemes)} addresses, not {address!r}")
+        return scheme, sockaddr
+
+    def listen(self, address: str, handler: ConnectionHandler) -> Listener:
+        scheme, sockaddr = self._check(address)
+        io = self._loop()
+        path = None
+        if scheme == "tcp":
+            host, _port = sockaddr  # type: ignore[misc]
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            if not str(sockaddr).startswith("\0"):
+                path = str(sockaddr)
+        try:
+            sock.bind(sockaddr)  # type: ignore[arg-type]
+            sock.listen(512)
+        except OSError as exc:
+            sock.close()
+            raise TransportError(f"cannot listen on {address}: {exc}") from exc
+        sock.setblocking(False)
+        if scheme == "tcp":
+            host, port = sock.getsockname()[:2]
+            if host in ("0.0.0.0", "::"):
+                host = _routable_ip()
+            real = f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+        else:
+            real = address
+        listener = _SocketListener(io, sock, real, handler, path)
+        io.register(listener)
+        return listener
+
+    def connect(self, address: str, handler: ConnectionHandler, timeout: float = 10.0) -> Connection:
+        scheme, sockaddr = self._check(address)
+        io = self._loop()
+        if scheme == "tcp":
+            try:
+                sock = socket.create_connection(sockaddr, timeout=timeout)  # type: ignore[arg-type]
+            except OSError as exc:
+                raise TransportError(f"cannot connect to {address}: {exc}") from exc
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            try:
+                sock.connect(sockaddr)  # type: ignore[arg-type]
+            except OSError as exc:
+                sock.close()
+                raise TransportError(f"cannot connect to {address}: {exc}") from exc
+        sock.setblocking(False)
+        conn = _SocketConnection(io, sock, handler, address)
+        handler.on_open(conn)
+        io.register(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._io is not None:
+                self._io.stop()
+                self._io = None
+
+
+def _routable_ip() -> str:
+    """A non-loopback IPv4 address of this host (never 127.x, see Monarch #4394)."""
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+    except OSError:
+        infos = []
+    for info in infos:
+        ip = info[4][0]
+        if not ip.startswith("127."):
+            return ip
+    return "127.0.0.1"
+
+
+class TcpTransport(SocketTransport):
+    """TCP sockets with TCP_NODELAY; loopback unless the allocation spans hosts."""
+
+    name = "tcp"
+    schemes = ("tcp",)
+
+    def default_address(self, *, spans_hosts: bool) -> str:
+        return "tcp://0.0.0.0:0" if spans_hosts else "tcp://127.0.0.1:0"
+
+
+class IpcTransport(SocketTransport):
+    """Unix domain sockets (abstract namespace on Linux: nothing left on disk)."""
+
+    name = "ipc"
+    schemes = ("ipc",)
+
+    def default_address(self, *, spans_hosts: bool) -> str:
+        if spans_hosts:
+            raise TransportError("the ipc transport cannot span hosts; use tcp (TETRARCH_TRANSPORT=tcp)")
+        name = f"tetrarch-{os.getpid()}-{secrets.token_hex(6)}"
+        if sys.platform.startswith("linux"):
+            return f"ipc://@{name}"
+        base = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tetrarch-{os.getuid()}")
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        return f"ipc://{os.path.join(base, name)}.sock"
+
