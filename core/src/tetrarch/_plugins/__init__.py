@@ -1,0 +1,52 @@
+"""tetrarch's plugin layer: hookspecs, spec records and the registry.
+
+Public names for plugin authors live in :mod:`tetrarch.plugins`; the kernel uses
+:func:`get_registry` from here.
+"""
+
+from __future__ import annotations
+
+from ._errors import BackendNotFound, BackendUnavailable, PluginLoadError
+from ._hookspecs import PROJECT, hookimpl, hookspec
+from ._known import KNOWN_BACKENDS, KnownBackend, known_backend
+from ._loader import ENTRY_POINT_GROUP, PluginRecord, PluginSource, PluginState
+from ._registry import (
+    DISABLE_ENV,
+    ENV_BY_KIND,
+    FALLBACK_ENV,
+    STRICT_ENV,
+    Registry,
+    get_registry,
+    reset_registry,
+    split_address,
+)
+from ._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
+
+__all__ = [
+    "DISABLE_ENV",
+    "ENTRY_POINT_GROUP",
+    "ENV_BY_KIND",
+    "FALLBACK_ENV",
+    "KNOWN_BACKENDS",
+    "PROJECT",
+    "STRICT_ENV",
+    "BackendKind",
+    "BackendNotFound",
+    "BackendSpec",
+    "BackendStatus",
+    "BackendUnavailable",
+    "KnownBackend",
+    "PluginLoadError",
+    "PluginRecord",
+    "PluginSource",
+    "PluginState",
+    "ProbeResult",
+    "Registry",
+    "Status",
+    "get_registry",
+    "hookimpl",
+    "hookspec",
+    "known_backend",
+    "reset_registry",
+    "split_address",
+]

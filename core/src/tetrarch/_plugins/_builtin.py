@@ -1,0 +1,139 @@
+"""Core's own backends and default selection policy.
+
+Registered directly by the registry (not through an entry point), under the
+distribution ``tetrarch``. Two plugin objects, so a test registry can keep the policy
+while leaving the builtin backends out.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Collection, Mapping, Sequence
+
+from ._helpers import module_present
+from ._hookspecs import hookimpl
+from ._specs import BackendKind, BackendSpec, ProbeResult
+
+__all__ = ["BuiltinBackends", "DefaultPolicy", "default_policy", "required_capabilities"]
+
+_T, _R = BackendKind.TRANSPORT, BackendKind.RDMA
+
+
+def _module_of(factory: str) -> str:
+    return factory.partition(":")[0]
+
+
+def _implemented(factory: str, what: str) -> ProbeResult | None:
+    """None when the factory's module exists, else an honest "not implemented yet"."""
+    module = _module_of(factory)
+    if module_present(module):
+        return None
+    return ProbeResult.no(
+        f"the {what} is not implemented yet ({module} is missing)",
+        "use another backend of this kind, or a newer tetrarch",
+    )
+
+
+_IPC = "tetrarch._transport._socket:IpcTransport"
+_TCP = "tetrarch._transport._socket:TcpTransport"
+_RDMA_TCP = "tetrarch._rdma._tcp:TcpRdmaBackend"
+_RDMA_SHM = "tetrarch._rdma._shm:ShmRdmaBackend"
+
+
+def _probe_ipc() -> ProbeResult:
+    missing = _implemented(_IPC, "ipc transport")
+    if missing is not None:
+        return missing
+    if not hasattr(socket, "AF_UNIX"):
+        return ProbeResult.no("this platform has no AF_UNIX sockets", "use the 'tcp' transport")
+    return ProbeResult.yes("unix domain sockets")
+
+
+def _probe_tcp() -> ProbeResult:
+    return _implemented(_TCP, "tcp transport") or ProbeResult.yes("TCP sockets")
+
+
+def _probe_rdma_tcp() -> ProbeResult:
+    return _implemented(_RDMA_TCP, "RDMA TCP fallback") or ProbeResult.yes("copies over the actor transport")
+
+
+def _probe_rdma_shm() -> ProbeResult:
+    missing = _implemented(_RDMA_SHM, "shared-memory RDMA backend")
+    if missing is not None:
+        return missing
+    if not os.path.isdir("/dev/shm"):
+        return ProbeResult.no("/dev/shm does not exist", "use the 'tcp' RDMA backend")
+    return ProbeResult.yes("same-host copies through /dev/shm")
+
+
+class BuiltinBackends:
+    """The transports and RDMA backends that ship inside core."""
+
+    @hookimpl
+    def tetrarch_transports(self) -> Sequence[BackendSpec]:
+        return [
+            BackendSpec(
+                _T, "ipc", _IPC, probe=_probe_ipc, priority=20, schemes=("ipc",),
+                summary="unix domain sockets (same host)", capabilities=frozenset({"local"}),
+            ),
+            BackendSpec(
+                _T, "tcp", _TCP, probe=_probe_tcp, priority=10, schemes=("tcp",),
+                summary="TCP sockets", capabilities=frozenset({"local", "multi-host"}),
+            ),
+        ]
+
+    @hookimpl
+    def tetrarch_rdma_backends(self) -> Sequence[BackendSpec]:
+        return [
+            BackendSpec(
+                _R, "tcp", _RDMA_TCP, probe=_probe_rdma_tcp, priority=0,
+                summary="RDMA TCP fallback", capabilities=frozenset({"same-host", "multi-host"}),
+            ),
+            BackendSpec(
+                _R, "shm", _RDMA_SHM, probe=_probe_rdma_shm, priority=5,
+                summary="shared memory (same host)", capabilities=frozenset({"same-host"}),
+            ),
+        ]
+
+
+def required_capabilities(request: Mapping[str, object]) -> frozenset[str]:
+    """The capability names in ``request["require"]`` (a string or a collection).
+
+    Raises:
+        TypeError: it is neither.
+    """
+    require = request.get("require")
+    if not require:
+        return frozenset()
+    if isinstance(require, str):
+        return frozenset({require})
+    if isinstance(require, Collection):
+        return frozenset(str(item) for item in require)
+    raise TypeError(f"request['require'] must be a set of capability names, got {require!r}")
+
+
+def default_policy(
+    candidates: Sequence[BackendSpec], request: Mapping[str, object]
+) -> BackendSpec | None:
+    """Highest priority among the candidates that have every ``request["require"]``
+    capability; ties go to the alphabetically first name. None when none qualifies.
+
+    Raises:
+        TypeError: ``request["require"]`` is not a string or collection of strings.
+    """
+    require = required_capabilities(request)
+    fit = [c for c in candidates if require <= c.capabilities]
+    if not fit:
+        return None
+    return min(fit, key=lambda c: (-c.priority, c.name))
+
+
+class DefaultPolicy:
+    """Core's selection policy; runs last so any plugin's policy goes first."""
+
+    @hookimpl(trylast=True)
+    def tetrarch_select_backend(
+        self, kind: BackendKind, candidates: Sequence[BackendSpec], request: Mapping[str, object]
+    ) -> BackendSpec | None:
+        return default_policy(candidates, request)

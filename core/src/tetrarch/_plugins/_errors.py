@@ -1,0 +1,37 @@
+"""Errors of the plugin layer. Each message carries the fix (extra, switch, choices)."""
+
+from __future__ import annotations
+
+__all__ = ["BackendNotFound", "BackendUnavailable", "PluginLoadError"]
+
+
+class BackendNotFound(LookupError):
+    """No installed plugin provides a backend of that kind and name.
+
+    The message lists the installed backends of the kind and, for a first-party
+    backend, the ``pip install "tetrarch[X]"`` command that installs it.
+    """
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend is installed but cannot be used here.
+
+    Its probe failed, its plugin is broken or disabled, two distributions register
+    it, or its factory cannot be imported. The message gives the reason and remedy.
+    """
+
+
+class PluginLoadError(RuntimeError):
+    """A plugin failed to load while ``TETRARCH_PLUGINS_STRICT=1`` was set.
+
+    Attributes:
+        plugin: the entry point (or injected plugin) name.
+        distribution: the distribution that declares it.
+        traceback: the formatted traceback of the original error.
+    """
+
+    def __init__(self, message: str, *, plugin: str, distribution: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.distribution = distribution
+        self.traceback = traceback

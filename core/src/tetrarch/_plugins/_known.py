@@ -1,0 +1,61 @@
+"""First-party backends and the extra that installs each (fsspec's ``known_implementations``).
+
+Core never imports a plugin; this table only lets ``tetrarch plugins`` and the errors of
+:meth:`Registry.select` say *what to install* for a backend that is absent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ._specs import BackendKind
+
+__all__ = ["KNOWN_BACKENDS", "KnownBackend", "known_backend", "known_for_distribution", "normalize_dist"]
+
+
+@dataclass(frozen=True, slots=True)
+class KnownBackend:
+    """A backend shipped by one of tetrarch's own plugin distributions."""
+
+    kind: BackendKind
+    name: str
+    distribution: str
+    extra: str
+
+    @property
+    def hint(self) -> str:
+        """The command that installs it, e.g. ``pip install "tetrarch[zmq]"``."""
+        return f'pip install "tetrarch[{self.extra}]"'
+
+
+_T, _R, _A = BackendKind.TRANSPORT, BackendKind.RDMA, BackendKind.ALLOCATOR
+
+KNOWN_BACKENDS: Mapping[tuple[BackendKind, str], KnownBackend] = {
+    (k.kind, k.name): k
+    for k in (
+        KnownBackend(_T, "zmq", "tetrarch-transport-zmq", "zmq"),
+        KnownBackend(_T, "nng", "tetrarch-transport-nng", "nng"),
+        KnownBackend(_R, "verbs", "tetrarch-rdma-verbs", "verbs"),
+        KnownBackend(_R, "efa", "tetrarch-rdma-efa", "efa"),
+        KnownBackend(_A, "local", "tetrarch-alloc-local", "local"),
+        KnownBackend(_A, "slurm", "tetrarch-alloc-slurm", "slurm"),
+    )
+}
+
+
+def normalize_dist(name: str) -> str:
+    """PEP 503 normalisation: ``Tetrarch_Transport.ZMQ`` -> ``tetrarch-transport-zmq``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def known_backend(kind: BackendKind, name: str) -> KnownBackend | None:
+    """The first-party backend of that kind and name, or None."""
+    return KNOWN_BACKENDS.get((kind, name))
+
+
+def known_for_distribution(distribution: str) -> list[KnownBackend]:
+    """The first-party backends a distribution ships (empty for third-party ones)."""
+    dist = normalize_dist(distribution)
+    return [k for k in KNOWN_BACKENDS.values() if k.distribution == dist]

@@ -1,0 +1,225 @@
+"""Load plugins one by one, so one broken plugin never hides the others.
+
+pluggy's ``load_setuptools_entrypoints`` stops at the first entry point that raises;
+here each entry point is imported, registered and asked for its backends on its own,
+and whatever goes wrong is kept on a :class:`PluginRecord` (reason and traceback).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.metadata
+import re
+import traceback as _traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import pluggy
+
+from ._errors import PluginLoadError
+from ._hookspecs import PROJECT
+from ._known import normalize_dist
+from ._specs import BackendKind, BackendSpec
+
+__all__ = [
+    "DISABLED_REASON",
+    "ENTRY_POINT_GROUP",
+    "PluginRecord",
+    "PluginSource",
+    "PluginState",
+    "load_entry_points",
+    "register_plugin",
+]
+
+ENTRY_POINT_GROUP = PROJECT
+DISABLED_REASON = "disabled by TETRARCH_DISABLE_PLUGINS"
+
+#: The hooks that return backends, and the kind each must return.
+BACKEND_HOOKS: tuple[tuple[str, BackendKind], ...] = (
+    ("tetrarch_transports", BackendKind.TRANSPORT),
+    ("tetrarch_rdma_backends", BackendKind.RDMA),
+    ("tetrarch_allocators", BackendKind.ALLOCATOR),
+)
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_FACTORY_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+class PluginState(str, enum.Enum):
+    """How loading one plugin went."""
+
+    LOADED = "loaded"
+    BROKEN = "broken"  # import, registration or a backend hook raised / returned garbage
+    DISABLED = "disabled"  # skipped because of TETRARCH_DISABLE_PLUGINS
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSource:
+    """A plugin object given to :class:`Registry` directly instead of by entry point.
+
+    Used for core's builtins and by tests, which can pose as any distribution.
+    """
+
+    plugin: object
+    name: str
+    distribution: str
+    version: str = "0"
+
+
+@dataclass(frozen=True, slots=True)
+class PluginRecord:
+    """One plugin (entry point or injected object) and what loading it gave."""
+
+    name: str
+    distribution: str
+    version: str
+    state: PluginState
+    target: str = ""  # the entry point's value, e.g. "tetrarch_transport_zmq._plugin"
+    reason: str = ""  # one line
+    hint: str = ""
+    traceback: str = ""
+    specs: tuple[BackendSpec, ...] = field(default=())
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _validate(obj: object, kind: BackendKind, hook: str) -> BackendSpec:
+    if not isinstance(obj, BackendSpec):
+        raise TypeError(f"{hook}() returned {obj!r}, not a tetrarch BackendSpec")
+    if obj.kind is not kind:
+        raise ValueError(f"{hook}() returned a {obj.kind.value} backend {obj.name!r}; expected kind {kind.value}")
+    if not isinstance(obj.name, str) or not _NAME_RE.fullmatch(obj.name):
+        raise ValueError(f"{hook}() returned an invalid backend name {obj.name!r} (letters, digits, _ . -)")
+    if not isinstance(obj.factory, str) or not _FACTORY_RE.fullmatch(obj.factory):
+        raise ValueError(f"backend {obj.name!r}: factory {obj.factory!r} is not a 'package.module:Name' string")
+    if obj.probe is not None and not callable(obj.probe):
+        raise TypeError(f"backend {obj.name!r}: probe {obj.probe!r} is not callable")
+    return obj
+
+
+def _collect_specs(pm: pluggy.PluginManager, plugin: object) -> tuple[BackendSpec, ...]:
+    """Ask only ``plugin``'s implementations of the backend hooks for their specs."""
+    for caller in pm.get_hookcallers(plugin) or ():
+        if caller.spec is None:
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and not impl.optionalhook:
+                    raise AttributeError(f"unknown hook {caller.name!r} (misspelt? see tetrarch.plugins)")
+    specs: list[BackendSpec] = []
+    for hook, kind in BACKEND_HOOKS:
+        for impl in getattr(pm.hook, hook).get_hookimpls():
+            if impl.plugin is not plugin or impl.hookwrapper or impl.wrapper:
+                continue
+            result = impl.function()
+            specs.extend(_validate(obj, kind, hook) for obj in (result or ()))
+    return tuple(specs)
+
+
+def _broken(
+    name: str, dist: str, version: str, target: str, stage: str, exc: BaseException, strict: bool
+) -> PluginRecord:
+    reason = f"{stage}: {_one_line(exc)}"
+    tb = "".join(_traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if strict:
+        raise PluginLoadError(
+            f"tetrarch plugin {name!r} from {dist} {version} failed to load ({reason}); "
+            "unset TETRARCH_PLUGINS_STRICT to skip it, or add it to TETRARCH_DISABLE_PLUGINS",
+            plugin=name,
+            distribution=dist,
+            traceback=tb,
+        ) from exc
+    return PluginRecord(
+        name, dist, version, PluginState.BROKEN, target, reason,
+        f"see `tetrarch plugins --verbose` for the traceback; reinstall {dist} or "
+        f"add it to TETRARCH_DISABLE_PLUGINS",
+        tb,
+    )
+
+
+def register_plugin(
+    pm: pluggy.PluginManager, source: PluginSource, *, strict: bool, target: str = ""
+) -> PluginRecord:
+    """Register ``source.plugin`` and collect its backends; a failure unregisters it.
+
+    Raises:
+        PluginLoadError: ``strict`` is set and the plugin failed.
+    """
+    pname = f"{source.distribution}:{source.name}"
+    try:
+        pm.register(source.plugin, name=pname)
+    except Exception as exc:  # noqa: BLE001 - recorded
+        return _broken(source.name, source.distribution, source.version, target, "cannot register", exc, strict)
+    try:
+        specs = _collect_specs(pm, source.plugin)
+    except Exception as exc:  # noqa: BLE001 - recorded
+        pm.unregister(source.plugin)
+        return _broken(source.name, source.distribution, source.version, target, "its hooks failed", exc, strict)
+    return PluginRecord(source.name, source.distribution, source.version, PluginState.LOADED, target, specs=specs)
+
+
+def disabled_match(disabled: frozenset[str], name: str, distribution: str) -> str | None:
+    """The TETRARCH_DISABLE_PLUGINS entry that matches this plugin, if any."""
+    for token in (name, normalize_dist(distribution)):
+        if token in disabled:
+            return token
+    return None
+
+
+def _disabled(name: str, dist: str, version: str, target: str, token: str) -> PluginRecord:
+    return PluginRecord(
+        name, dist, version, PluginState.DISABLED, target, DISABLED_REASON,
+        f"remove {token!r} from TETRARCH_DISABLE_PLUGINS to use it",
+    )
+
+
+def load_entry_points(
+    pm: pluggy.PluginManager,
+    *,
+    disabled: frozenset[str],
+    strict: bool,
+    entry_points: Callable[[], Iterable[importlib.metadata.EntryPoint]] | None = None,
+) -> list[PluginRecord]:
+    """Import and register every entry point of group ``tetrarch``, one at a time.
+
+    ``disabled`` holds normalised distribution names and entry point names to skip.
+
+    Raises:
+        PluginLoadError: ``strict`` is set and a plugin failed.
+    """
+    if entry_points is None:
+        eps: Iterable[importlib.metadata.EntryPoint] = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    else:
+        eps = entry_points()
+    records: list[PluginRecord] = []
+    for ep in sorted(eps, key=lambda e: ((e.dist.name if e.dist else ""), e.name)):
+        dist = ep.dist.name if ep.dist is not None else "(unknown distribution)"
+        version = (ep.dist.version if ep.dist is not None else "") or "unknown"
+        token = disabled_match(disabled, ep.name, dist)
+        if token is not None:
+            records.append(_disabled(ep.name, dist, version, ep.value, token))
+            continue
+        try:
+            plugin = ep.load()
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - recorded, others still load
+            records.append(_broken(ep.name, dist, version, ep.value, f"cannot import {ep.value}", exc, strict))
+            continue
+        records.append(register_plugin(pm, PluginSource(plugin, ep.name, dist, version), strict=strict, target=ep.value))
+    return records
+
+
+def load_sources(
+    pm: pluggy.PluginManager, sources: Iterable[PluginSource], *, disabled: frozenset[str], strict: bool
+) -> list[PluginRecord]:
+    """Register plugin objects handed over directly (builtins, tests)."""
+    records: list[PluginRecord] = []
+    for source in sources:
+        token = None if source.distribution == "tetrarch" else disabled_match(disabled, source.name, source.distribution)
+        if token is not None:
+            records.append(_disabled(source.name, source.distribution, source.version, "", token))
+        else:
+            records.append(register_plugin(pm, source, strict=strict))
+    return records

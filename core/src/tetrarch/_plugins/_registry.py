@@ -1,0 +1,473 @@
+"""The plugin registry: a typed facade over a pluggy ``PluginManager``.
+
+Like conda's plugin manager: plugins are found through entry points (group
+``tetrarch``), each backend gets a :class:`BackendStatus`, and the kernel asks for a
+backend by kind with :meth:`Registry.select` / :meth:`Registry.create`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pluggy
+
+from . import _hookspecs
+from ._builtin import BuiltinBackends, DefaultPolicy, required_capabilities
+from ._errors import BackendNotFound, BackendUnavailable
+from ._hookspecs import PROJECT
+from ._known import KNOWN_BACKENDS, known_backend, known_for_distribution, normalize_dist
+from ._loader import DISABLED_REASON, PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
+from ._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
+
+__all__ = [
+    "DISABLE_ENV",
+    "ENV_BY_KIND",
+    "FALLBACK_ENV",
+    "STRICT_ENV",
+    "Registry",
+    "get_registry",
+    "reset_registry",
+    "split_address",
+]
+
+DISABLE_ENV = "TETRARCH_DISABLE_PLUGINS"
+STRICT_ENV = "TETRARCH_PLUGINS_STRICT"
+FALLBACK_ENV = "TETRARCH_RDMA_FALLBACK"
+ENV_BY_KIND: Mapping[BackendKind, str] = {
+    BackendKind.TRANSPORT: "TETRARCH_TRANSPORT",
+    BackendKind.RDMA: "TETRARCH_RDMA_BACKEND",
+    BackendKind.ALLOCATOR: "TETRARCH_ALLOCATOR",
+}
+_CORE = "tetrarch"
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _core_version() -> str:
+    from tetrarch import __version__
+
+    return __version__
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in _FALSE | {""}
+
+
+def _disabled_from_env() -> frozenset[str]:
+    raw = os.environ.get(DISABLE_ENV, "")
+    tokens = {t.strip() for t in raw.split(",") if t.strip()}
+    return frozenset(tokens | {normalize_dist(t) for t in tokens})
+
+
+def split_address(address: str) -> tuple[str | None, str, str]:
+    """``"zmq+tcp://h:1"`` -> ``("zmq", "tcp", "h:1")``; ``"tcp://h:1"`` -> ``(None, "tcp", "h:1")``.
+
+    Raises:
+        ValueError: the address has no ``scheme://`` prefix.
+    """
+    scheme, sep, rest = address.partition("://")
+    if not sep or not scheme:
+        raise ValueError(f"address {address!r} has no scheme; expected e.g. 'tcp://127.0.0.1:0' or 'zmq+tcp://...'")
+    backend, plus, base = scheme.partition("+")
+    if plus:
+        if not backend or not base:
+            raise ValueError(f"address {address!r}: a qualified scheme reads 'backend+scheme://'")
+        return backend, base, rest
+    return None, scheme, rest
+
+
+def _probe(spec: BackendSpec) -> ProbeResult:
+    if spec.probe is None:
+        return ProbeResult.yes()
+    try:
+        result = spec.probe()
+    except Exception as exc:  # noqa: BLE001 - a probe never takes the registry down
+        return ProbeResult.no(f"its probe raised {type(exc).__name__}: {exc}", "a bug in the plugin; report it")
+    if not isinstance(result, ProbeResult):
+        return ProbeResult.no(f"its probe returned {result!r}, not a ProbeResult", "a bug in the plugin; report it")
+    return result
+
+
+def _describe(row: BackendStatus) -> str:
+    text = f"{row.name} ({row.distribution}"
+    text += f" {row.version}): " if row.version else "): "
+    text += row.status.value + (f", {row.reason}" if row.reason else "")
+    return text
+
+
+class Registry:
+    """Every backend this process can see, its status, and how to pick one.
+
+    Args:
+        plugins: extra plugin objects to register as if a distribution provided them
+            (tests use this to fake distributions).
+        entry_points: load the ``tetrarch`` entry points of installed distributions.
+        builtins: register core's builtin backends (the default policy always is).
+        strict: raise on any plugin load error; defaults to ``TETRARCH_PLUGINS_STRICT``.
+
+    Raises:
+        PluginLoadError: ``strict`` and a plugin failed to load.
+    """
+
+    def __init__(
+        self,
+        *,
+        plugins: Iterable[PluginSource] = (),
+        entry_points: bool = True,
+        builtins: bool = True,
+        strict: bool | None = None,
+    ) -> None:
+        self._strict = _env_flag(STRICT_ENV) if strict is None else strict
+        self._pm = pluggy.PluginManager(PROJECT)
+        self._pm.add_hookspecs(_hookspecs)
+        self._lock = threading.RLock()
+        self._rows: list[BackendStatus] | None = None
+        self._instances: dict[tuple[BackendKind, str], object] = {}
+        disabled = _disabled_from_env()
+        version = _core_version()
+        core: list[PluginSource] = [PluginSource(DefaultPolicy(), "policy", _CORE, version)]
+        if builtins:
+            core.insert(0, PluginSource(BuiltinBackends(), "builtin", _CORE, version))
+        records = load_sources(self._pm, core, disabled=frozenset(), strict=True)
+        if entry_points:
+            records += load_entry_points(self._pm, disabled=disabled, strict=self._strict)
+        records += load_sources(self._pm, plugins, disabled=disabled, strict=self._strict)
+        self._records: tuple[PluginRecord, ...] = tuple(records)
+
+    # ---------------------------------------------------------------- inspection
+
+    @property
+    def plugin_manager(self) -> pluggy.PluginManager:
+        """The underlying pluggy manager (broken plugins are not registered in it)."""
+        return self._pm
+
+    def plugins(self) -> list[PluginRecord]:
+        """Every plugin seen (builtins, entry points, injected) and how loading went."""
+        return list(self._records)
+
+    def statuses(self, kind: BackendKind | None = None) -> list[BackendStatus]:
+        """One row per backend (of ``kind``, or all), sorted by kind then name.
+
+        Probes run once, on the first call, and their answers are kept; build a new
+        registry (:func:`reset_registry`) to probe again. Never raises for a plugin's
+        fault: broken plugins and raising probes become rows.
+        """
+        with self._lock:
+            if self._rows is None:
+                self._rows = self._compute_rows()
+            rows = self._rows
+        return [r for r in rows if kind is None or r.kind is kind]
+
+    def status(self, kind: BackendKind, name: str) -> BackendStatus:
+        """The row of one backend (the first one of a conflict).
+
+        Raises:
+            BackendNotFound: no plugin provides it and it is no known first-party one.
+        """
+        rows = self._rows_named(BackendKind(kind), name)
+        if not rows:
+            raise BackendNotFound(self._not_found(BackendKind(kind), name, "status()"))
+        return rows[0]
+
+    def _rows_named(self, kind: BackendKind, name: str) -> list[BackendStatus]:
+        return [r for r in self.statuses(kind) if r.name == name]
+
+    def _compute_rows(self) -> list[BackendStatus]:
+        providers: dict[tuple[BackendKind, str], list[tuple[BackendSpec, PluginRecord]]] = {}
+        for rec in self._records:
+            for spec in rec.specs:
+                providers.setdefault((spec.kind, spec.name), []).append((spec, rec))
+        rows: list[BackendStatus] = []
+        for (kind, name), provs in providers.items():
+            if len(provs) > 1:
+                rows.extend(self._conflict_rows(kind, name, provs))
+                continue
+            spec, rec = provs[0]
+            probe = _probe(spec)
+            status = Status.AVAILABLE if probe.ok else Status.UNAVAILABLE
+            rows.append(BackendStatus(kind, name, status, rec.distribution, rec.version, probe.reason, probe.remedy, spec))
+        seen = set(providers)
+        for rec in self._records:  # first-party distributions that did not load
+            if rec.state is PluginState.LOADED:
+                continue
+            for known in known_for_distribution(rec.distribution):
+                if (known.kind, known.name) in seen:
+                    continue
+                seen.add((known.kind, known.name))
+                status = Status.BROKEN if rec.state is PluginState.BROKEN else Status.UNAVAILABLE
+                rows.append(BackendStatus(known.kind, known.name, status, rec.distribution, rec.version, rec.reason, rec.hint))
+        for (kind, name), known in KNOWN_BACKENDS.items():
+            if (kind, name) not in seen:
+                rows.append(
+                    BackendStatus(kind, name, Status.NOT_INSTALLED, known.distribution, "",
+                                  f"{known.distribution} is not installed", known.hint)
+                )
+        rows.sort(key=lambda r: (r.kind.value, r.name, r.distribution))
+        return rows
+
+    @staticmethod
+    def _conflict_rows(
+        kind: BackendKind, name: str, provs: list[tuple[BackendSpec, PluginRecord]]
+    ) -> list[BackendStatus]:
+        who = " and ".join(f"{rec.distribution} {rec.version}" for _, rec in provs)
+        reason = f"{kind.value} backend {name!r} is registered by both {who}"
+        blockable = sorted({normalize_dist(rec.distribution) for _, rec in provs} - {_CORE})
+        if len({rec.distribution for _, rec in provs}) == 1:
+            hint = f"{provs[0][1].distribution} registers it twice; report the bug, or uninstall it"
+        elif blockable:
+            hint = "block one with " + " or ".join(f"{DISABLE_ENV}={d}" for d in blockable) + ", or uninstall it"
+        else:
+            hint = "uninstall one of them"
+        return [BackendStatus(kind, name, Status.CONFLICT, rec.distribution, rec.version, reason, hint, spec)
+                for spec, rec in provs]
+
+    # ---------------------------------------------------------------- selection
+
+    @staticmethod
+    def strip_scheme(address: str) -> str:
+        """``"zmq+tcp://h:1"`` -> ``"tcp://h:1"``; plain addresses come back unchanged.
+
+        Raises:
+            ValueError: the address has no ``scheme://`` prefix.
+        """
+        _, scheme, rest = split_address(address)
+        return f"{scheme}://{rest}"
+
+    def select(
+        self,
+        kind: BackendKind,
+        name: str | None = None,
+        *,
+        address: str | None = None,
+        request: Mapping[str, object] | None = None,
+    ) -> BackendSpec:
+        """Choose the backend of ``kind`` to use.
+
+        Order: ``name`` > environment variable (``TETRARCH_TRANSPORT``,
+        ``TETRARCH_RDMA_BACKEND``, ``TETRARCH_ALLOCATOR``) > the backend named by a
+        qualified ``address`` (``zmq+tcp://...``) > the ``tetrarch_select_backend``
+        hook over the available backends (for a plain ``tcp://`` / ``ipc://`` address,
+        only those serving its scheme). Core's policy picks the highest priority with
+        every capability in ``request["require"]``. An explicit choice is never
+        replaced by another backend. An RDMA choice that falls back to a core backend
+        while a hardware backend is installed warns once per process (or raises when
+        ``request["allow_fallback"]`` is False or ``TETRARCH_RDMA_FALLBACK=0``).
+
+        Raises:
+            BackendNotFound: the chosen name is not installed (the message lists the
+                installed backends and the ``pip install "tetrarch[X]"`` hint), or no
+                installed transport serves the address's scheme.
+            BackendUnavailable: the chosen backend is unavailable, broken, disabled
+                or in conflict, or no backend of the kind is available.
+            ValueError: a malformed address, an address for a non-transport kind, or
+                an address contradicting the explicit choice.
+        """
+        kind = BackendKind(kind)
+        req: Mapping[str, object] = request or {}
+        addr_backend: str | None = None
+        scheme: str | None = None
+        if address is not None:
+            if kind is not BackendKind.TRANSPORT:
+                raise ValueError(f"an address only selects a transport, not a {kind.value} backend")
+            addr_backend, scheme, _ = split_address(address)
+        chosen, source = None, ""
+        env_name = ENV_BY_KIND[kind]
+        if name:
+            chosen, source = name, f"name={name!r}"
+        elif os.environ.get(env_name, "").strip():
+            chosen = os.environ[env_name].strip()
+            source = f"{env_name}={chosen}"
+        if addr_backend is not None:
+            if chosen is None:
+                chosen, source = addr_backend, f"address {address!r}"
+            elif chosen != addr_backend:
+                raise ValueError(f"address {address!r} names transport {addr_backend!r} but {source} chose {chosen!r}")
+        if chosen is None:
+            return self._auto(kind, scheme, req)
+        spec = self._named(kind, chosen, source)
+        if scheme is not None and scheme not in spec.schemes:
+            served = ", ".join(f"{s}://" for s in spec.schemes) or "nothing"
+            raise ValueError(f"transport {chosen!r} ({source}) cannot serve {address!r}; it serves {served}")
+        return spec
+
+    def _named(self, kind: BackendKind, name: str, source: str) -> BackendSpec:
+        rows = self._rows_named(kind, name)
+        if not rows or rows[0].status is Status.NOT_INSTALLED:
+            raise BackendNotFound(self._not_found(kind, name, source))
+        row = rows[0]
+        if row.status is Status.AVAILABLE and row.spec is not None:
+            return row.spec
+        where = f"{row.distribution} {row.version}".strip()
+        message = f"{kind.value} backend {name!r} ({where}), chosen by {source}, is {row.status.value}"
+        message += f": {row.reason}" if row.reason else ""
+        message += f"; {row.hint}" if row.hint else ""
+        others = [r.name for r in self.statuses(kind) if r.status is Status.AVAILABLE]
+        message += ". An explicit choice is never replaced; available instead: " + (", ".join(others) or "none")
+        raise BackendUnavailable(message)
+
+    def _not_found(self, kind: BackendKind, name: str, source: str) -> str:
+        installed = [r for r in self.statuses(kind) if r.status is not Status.NOT_INSTALLED]
+        listing = ", ".join(f"{r.name} ({r.status.value})" for r in installed) or "none"
+        message = f"no {kind.value} backend named {name!r} (chosen by {source}); installed {kind.value} backends: {listing}"
+        known = known_backend(kind, name)
+        if known is not None:
+            message += f". {name!r} comes with {known.distribution}: {known.hint}"
+        broken = [p for p in self._records if p.state is PluginState.BROKEN and not known_for_distribution(p.distribution)]
+        if broken:
+            message += ". Plugins that failed to load (one may provide it): " + "; ".join(
+                f"{p.name} ({p.distribution} {p.version}): {p.reason}" for p in broken
+            )
+        return message
+
+    def _auto(self, kind: BackendKind, scheme: str | None, request: Mapping[str, object]) -> BackendSpec:
+        rows = [r for r in self.statuses(kind) if r.status is not Status.NOT_INSTALLED]
+        what = f"{kind.value} backend"
+        if scheme is not None:
+            rows = [r for r in rows if r.spec is not None and scheme in r.spec.schemes]
+            what = f"transport for {scheme}:// addresses"
+            if not rows:
+                raise BackendNotFound(f"no installed transport serves {scheme}:// addresses; " + self._installed(kind))
+        candidates = [r.spec for r in rows if r.status is Status.AVAILABLE and r.spec is not None]
+        chosen = None
+        if candidates:
+            chosen = self._pm.hook.tetrarch_select_backend(kind=kind, candidates=candidates, request=request)
+        if chosen is None:
+            message = f"no {what} is available"
+            require = required_capabilities(request)
+            if candidates and require:
+                message += f" with capabilities {sorted(require)}"
+            message += ": " + ("; ".join(_describe(r) for r in rows) or "none is installed")
+            hints = [r.hint for r in self.statuses(kind) if r.status is Status.NOT_INSTALLED]
+            if hints:
+                message += ". Install one: " + " or ".join(hints)
+            raise BackendUnavailable(message)
+        if not any(chosen is c for c in candidates):
+            raise BackendUnavailable(f"a tetrarch_select_backend hook returned {chosen!r}, which is not an available candidate")
+        if kind is BackendKind.RDMA:
+            self._check_fallback(chosen, rows, request)
+        return chosen
+
+    def _installed(self, kind: BackendKind) -> str:
+        rows = [r for r in self.statuses(kind) if r.spec is not None]
+        return f"installed {kind.value} backends: " + (
+            ", ".join(f"{r.name} ({', '.join(r.spec.schemes)})" for r in rows if r.spec) or "none"
+        )
+
+    def _check_fallback(self, chosen: BackendSpec, rows: list[BackendStatus], request: Mapping[str, object]) -> None:
+        row = next(r for r in rows if r.spec is chosen)
+        if row.distribution != _CORE:
+            return
+        skipped = [r for r in rows if r.status is not Status.AVAILABLE and r.distribution != _CORE
+                   and r.reason != DISABLED_REASON]
+        if not skipped:
+            return
+        detail = "; ".join(_describe(r) for r in skipped)
+        if request.get("allow_fallback") is False or os.environ.get(FALLBACK_ENV, "").strip().lower() in _FALSE:
+            raise BackendUnavailable(
+                f"no RDMA hardware backend is usable ({detail}) and the fallback to {chosen.name!r} is "
+                f"disabled ({FALLBACK_ENV}=0 or allow_fallback=False)"
+            )
+        _warn_fallback_once(f"tetrarch RDMA falls back to {chosen.name!r}; skipped: {detail}")
+
+    # ---------------------------------------------------------------- creation
+
+    def create(
+        self,
+        kind: BackendKind,
+        name: str | None = None,
+        *,
+        address: str | None = None,
+        request: Mapping[str, object] | None = None,
+    ) -> object:
+        """Select a backend (see :meth:`select`) and return its instance.
+
+        The factory is imported and called with no arguments once per (kind, name);
+        later calls return the same object (one transport per process).
+
+        Raises:
+            BackendNotFound, BackendUnavailable, ValueError: as :meth:`select`;
+                BackendUnavailable also when the factory cannot be imported.
+            Exception: whatever the factory raises when called (e.g. NotImplementedError).
+        """
+        spec = self.select(kind, name, address=address, request=request)
+        key = (spec.kind, spec.name)
+        with self._lock:
+            instance = self._instances.get(key)
+            if instance is None:
+                instance = self._import_factory(spec)()
+                self._instances[key] = instance
+        return instance
+
+    def _import_factory(self, spec: BackendSpec) -> Any:
+        row = next((r for r in self.statuses(spec.kind) if r.spec is spec), None)
+        origin = f"{row.distribution} {row.version}" if row else "unknown distribution"
+        module_name, _, attr = spec.factory.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:
+            raise BackendUnavailable(
+                f"cannot import the factory {spec.factory!r} of {spec.kind.value} backend {spec.name!r} "
+                f"(plugin from {origin}): {type(exc).__name__}: {exc}"
+            ) from exc
+        return obj
+
+    def close(self) -> None:
+        """Close every instance :meth:`create` made (those with a ``close`` method)."""
+        with self._lock:
+            instances, self._instances = list(self._instances.values()), {}
+        for instance in instances:
+            closer = getattr(instance, "close", None)
+            if callable(closer):
+                closer()
+
+
+_fallback_lock = threading.Lock()
+_fallback_warned = False
+
+
+def _warn_fallback_once(message: str) -> None:
+    global _fallback_warned
+    with _fallback_lock:
+        if _fallback_warned:
+            return
+        _fallback_warned = True
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+_registry: Registry | None = None
+_registry_lock = threading.Lock()
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, loaded on first use (thread safe).
+
+    Raises:
+        PluginLoadError: ``TETRARCH_PLUGINS_STRICT=1`` and a plugin failed to load
+            (the next call tries again).
+    """
+    global _registry
+    registry = _registry
+    if registry is None:
+        with _registry_lock:
+            if _registry is None:
+                _registry = Registry()
+            registry = _registry
+    return registry
+
+
+def reset_registry(*, close: bool = False) -> None:
+    """Forget the process-wide registry (tests; after changing plugin env vars).
+
+    With ``close``, instances it created are closed first.
+    """
+    global _registry
+    with _registry_lock:
+        old, _registry = _registry, None
+    if close and old is not None:
+        old.close()

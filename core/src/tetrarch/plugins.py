@@ -1,0 +1,118 @@
+"""Everything a tetrarch plugin author needs.
+
+A plugin is its own distribution. It declares one entry point in the group
+``tetrarch`` naming a *featherweight* module: no import of pyzmq, pynng, pyverbs or
+torch at module level, so ``tetrarch plugins`` and backend selection stay fast.
+
+``pyproject.toml``::
+
+    [project]
+    name = "tetrarch-transport-foo"
+    dependencies = ["tetrarch>=0.1", "foo-bindings"]
+
+    [project.entry-points.tetrarch]
+    foo = "tetrarch_transport_foo._plugin"
+
+``tetrarch_transport_foo/_plugin.py``::
+
+    from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, python_library_found
+
+    def _probe() -> ProbeResult:            # fast, side-effect free, never raises
+        found = python_library_found("foo", "foo-bindings")
+        if found is None:
+            return ProbeResult.no("foo-bindings is not installed", "pip install foo-bindings")
+        return ProbeResult.yes(found)
+
+    @hookimpl
+    def tetrarch_transports():
+        return [BackendSpec(BackendKind.TRANSPORT, "foo", "tetrarch_transport_foo._foo:FooTransport",
+                            probe=_probe, priority=5, schemes=("tcp",),
+                            capabilities=frozenset({"local", "multi-host"}))]
+
+``tetrarch_transport_foo/_foo.py`` then implements :class:`Transport` (imported
+only when the backend is used). Users pick it with ``TETRARCH_TRANSPORT=foo``, an
+address such as ``foo+tcp://host:port``, or by priority; ``tetrarch plugins`` shows
+its status. A ``tetrarch_select_backend`` hookimpl may replace the default policy.
+
+The runtime interfaces (:class:`Transport`, :class:`Allocator`, ...) load lazily so
+importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._plugins._errors import BackendNotFound, BackendUnavailable, PluginLoadError
+from ._plugins._helpers import (
+    module_present,
+    not_implemented_factory,
+    not_implemented_yet,
+    python_library_found,
+)
+from ._plugins._hookspecs import hookimpl, hookspec
+from ._plugins._registry import get_registry
+from ._plugins._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
+
+_LAZY = {
+    "Transport": "tetrarch._transport._base",
+    "Connection": "tetrarch._transport._base",
+    "Listener": "tetrarch._transport._base",
+    "ConnectionHandler": "tetrarch._transport._base",
+    "ConnectionClosed": "tetrarch._transport._base",
+    "TransportError": "tetrarch._transport._base",
+    "Allocator": "tetrarch._runtime._alloc",
+    "Allocation": "tetrarch._runtime._alloc",
+    "AllocRequest": "tetrarch._runtime._alloc",
+    "AgentCommand": "tetrarch._runtime._alloc",
+    "AllocatorError": "tetrarch._runtime._alloc",
+    "spawn_watched": "tetrarch._runtime._spawn",
+    "ExitInfo": "tetrarch._runtime._spawn",
+}
+
+__all__ = sorted(
+    [
+        "BackendKind",
+        "BackendNotFound",
+        "BackendSpec",
+        "BackendStatus",
+        "BackendUnavailable",
+        "PluginLoadError",
+        "ProbeResult",
+        "Status",
+        "get_registry",
+        "hookimpl",
+        "hookspec",
+        "module_present",
+        "not_implemented_factory",
+        "not_implemented_yet",
+        "python_library_found",
+        *_LAZY,
+    ]
+)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tetrarch.plugins' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
+    from ._runtime._spawn import ExitInfo, spawn_watched
+    from ._transport._base import (
+        Connection,
+        ConnectionClosed,
+        ConnectionHandler,
+        Listener,
+        Transport,
+        TransportError,
+    )

@@ -1,0 +1,97 @@
+"""Host agents as child processes of this process."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from tetrarch.plugins import AllocRequest, Allocation, Allocator, AllocatorError, ExitInfo, spawn_watched
+
+if TYPE_CHECKING:
+    from tetrarch._runtime._spawn import WatchedProcess
+
+__all__ = ["LocalAllocation", "LocalAllocator"]
+
+
+class LocalAllocation(Allocation):
+    """The host agent processes of one local allocation."""
+
+    def __init__(self, processes: Sequence[WatchedProcess]) -> None:
+        self._processes = tuple(processes)
+        self._stop_lock = threading.Lock()
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """Process ids of the host agents, by host index."""
+        return tuple(p.pid for p in self._processes)
+
+    @property
+    def processes(self) -> tuple[WatchedProcess, ...]:
+        """The watched host agent processes, by host index."""
+        return self._processes
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM every agent at once, SIGKILL those still alive ``grace`` seconds later.
+
+        Returns once every agent has ended (about ``grace`` seconds at most, however
+        many agents there are). Idempotent.
+        """
+        with self._stop_lock:
+            for proc in self._processes:
+                proc.signal(signal.SIGTERM)
+            deadline = time.monotonic() + max(grace, 0.0)
+            for proc in self._processes:
+                proc.wait(max(deadline - time.monotonic(), 0.0))
+            late = [p for p in self._processes if p.exit_info is None]
+            for proc in late:
+                proc.signal(signal.SIGKILL)
+            for proc in late:
+                proc.wait()
+
+
+class LocalAllocator(Allocator):
+    """Starts ``request.hosts`` host agents as processes on this machine.
+
+    Each agent gets ``request.agent.env_for(index)`` as its whole environment and is
+    killed if this process dies.
+    """
+
+    name = "local"
+    spans_hosts = False
+
+    def _allocate(self, request: AllocRequest, on_exit: Callable[[int, ExitInfo], None]) -> LocalAllocation:
+        """Start the agents.
+
+        Raises:
+            AllocatorError: the command is empty, or an agent could not be started; the ones already started
+                are stopped and their exits are not reported.
+        """
+        if not request.agent.argv:
+            raise AllocatorError("the host agent command is empty")
+        reporting = threading.Event()
+        reporting.set()
+
+        def report(index: int, info: ExitInfo) -> None:
+            if reporting.is_set():
+                on_exit(index, info)
+
+        started: list[WatchedProcess] = []
+        try:
+            for index in range(request.hosts):
+                started.append(
+                    spawn_watched(
+                        request.agent.argv,
+                        request.agent.env_for(index),
+                        on_exit=lambda info, index=index: report(index, info),
+                    )
+                )
+        except OSError as exc:
+            reporting.clear()
+            LocalAllocation(started).stop(grace=1.0)
+            raise AllocatorError(
+                f"cannot start host agent {len(started)} of {request.hosts} ({request.agent.argv[0]!r}): {exc}"
+            ) from exc
+        return LocalAllocation(started)

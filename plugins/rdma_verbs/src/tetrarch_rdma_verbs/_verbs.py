@@ -1,0 +1,13 @@
+"""The verbs RDMA backend (placeholder until it is written: construction raises)."""
+
+from __future__ import annotations
+
+from tetrarch.plugins import not_implemented_factory
+
+from ._plugin import ALTERNATIVE
+
+__all__ = ["VerbsRdmaBackend"]
+
+VerbsRdmaBackend = not_implemented_factory(
+    "verbs RDMA backend", "rdma", alternative=ALTERNATIVE, name="VerbsRdmaBackend"
+)

@@ -1,0 +1,88 @@
+"""Fixtures for the plugin-layer tests: a clean environment and fake plugins.
+
+Test modules do not import each other (``--import-mode=importlib``), so the helpers
+that build fake plugins come as the ``fakes`` fixture.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tetrarch._plugins import PluginSource, Registry, reset_registry
+from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
+
+_ENV = (
+    "TETRARCH_TRANSPORT",
+    "TETRARCH_RDMA_BACKEND",
+    "TETRARCH_ALLOCATOR",
+    "TETRARCH_DISABLE_PLUGINS",
+    "TETRARCH_PLUGINS_STRICT",
+    "TETRARCH_RDMA_FALLBACK",
+)
+_HOOK_BY_KIND = {
+    BackendKind.TRANSPORT: "tetrarch_transports",
+    BackendKind.RDMA: "tetrarch_rdma_backends",
+    BackendKind.ALLOCATOR: "tetrarch_allocators",
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_plugin_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No plugin switches from the outer environment; a fresh process registry."""
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+    reset_registry()
+    yield
+    reset_registry()
+
+
+def _fake_plugin(*specs: BackendSpec) -> object:
+    """A plugin object whose hooks return ``specs`` (grouped by kind)."""
+    plugin = types.SimpleNamespace()
+    for kind, hook in _HOOK_BY_KIND.items():
+        mine = [s for s in specs if s.kind is kind]
+        if mine:
+            setattr(plugin, hook, hookimpl(lambda mine=mine: list(mine)))
+    return plugin
+
+
+def _spec(
+    kind: BackendKind,
+    name: str,
+    *,
+    ok: bool = True,
+    priority: int = 0,
+    schemes: tuple[str, ...] = (),
+    capabilities: frozenset[str] | set[str] = frozenset(),
+    factory: str = "types:SimpleNamespace",
+) -> BackendSpec:
+    """A backend spec whose probe answers ``ok`` and whose factory is importable."""
+    result = ProbeResult.yes("fake ok") if ok else ProbeResult.no(f"fake {name} cannot run", f"fix {name}")
+    return BackendSpec(
+        kind, name, factory, probe=lambda: result, priority=priority, schemes=schemes,
+        capabilities=frozenset(capabilities),
+    )
+
+
+def _source(distribution: str, *specs: BackendSpec, name: str = "fake", version: str = "1.0") -> PluginSource:
+    """``specs`` as if the distribution ``distribution`` declared them."""
+    return PluginSource(_fake_plugin(*specs), name, distribution, version)
+
+
+@pytest.fixture
+def fakes() -> types.SimpleNamespace:
+    """``fakes.plugin(*specs)``, ``fakes.spec(kind, name, ...)``, ``fakes.source(dist, *specs)``."""
+    return types.SimpleNamespace(plugin=_fake_plugin, spec=_spec, source=_source)
+
+
+@pytest.fixture
+def make_registry() -> Callable[..., Registry]:
+    """A registry of the given fake plugins; no builtins or entry points unless asked."""
+
+    def make(*sources: PluginSource, builtins: bool = False, entry_points: bool = False) -> Registry:
+        return Registry(plugins=sources, builtins=builtins, entry_points=entry_points)
+
+    return make

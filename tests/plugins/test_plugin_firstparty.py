@@ -1,0 +1,179 @@
+"""The six first-party plugin distributions report the truth about this machine."""
+
+from __future__ import annotations
+
+import ctypes.util
+import importlib.metadata
+import importlib.machinery
+import importlib.util
+import shutil
+import sys
+import types
+
+import pytest
+
+from tetrarch._plugins import PluginState, Registry
+from tetrarch.plugins import BackendKind, BackendUnavailable, ProbeResult, Status, Transport
+
+pytestmark = pytest.mark.timeout(60)
+
+T, R, A = BackendKind.TRANSPORT, BackendKind.RDMA, BackendKind.ALLOCATOR
+FIRST_PARTY = {
+    (T, "zmq"): "tetrarch-transport-zmq",
+    (T, "nng"): "tetrarch-transport-nng",
+    (R, "verbs"): "tetrarch-rdma-verbs",
+    (R, "efa"): "tetrarch-rdma-efa",
+    (A, "local"): "tetrarch-alloc-local",
+    (A, "slurm"): "tetrarch-alloc-slurm",
+}
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[tuple[BackendKind, str], object]:
+    registry = Registry()
+    assert all(p.state is PluginState.LOADED for p in registry.plugins() if p.distribution in FIRST_PARTY.values())
+    return {(r.kind, r.name): r for r in registry.statuses()}
+
+
+def test_every_first_party_distribution_is_installed_and_loaded(rows) -> None:
+    for key, dist in FIRST_PARTY.items():
+        row = rows[key]
+        assert row.distribution == dist
+        assert row.version == importlib.metadata.version(dist)
+        assert row.status in (Status.AVAILABLE, Status.UNAVAILABLE), row
+        assert row.spec is not None and row.spec.extra == key[1]
+
+
+@pytest.mark.parametrize("name, module, dist", [("zmq", "zmq", "pyzmq"), ("nng", "pynng", "pynng")])
+def test_transport_plugins(rows, name: str, module: str, dist: str) -> None:
+    row = rows[(T, name)]
+    assert row.status is Status.UNAVAILABLE
+    assert row.spec.schemes == ("tcp", "ipc")
+    if importlib.util.find_spec(module) is not None:
+        version = importlib.metadata.version(dist)
+        assert row.reason == f"{dist} {version} found; the {name} transport is not implemented yet"
+        assert row.hint == "use the builtin 'ipc' or 'tcp' transport"
+    else:
+        assert row.reason == f"{dist} is not installed"
+
+
+def test_verbs_plugin(rows) -> None:
+    row = rows[(R, "verbs")]
+    assert row.spec.priority == 100
+    assert row.status is Status.UNAVAILABLE
+    if importlib.util.find_spec("pyverbs") is None:
+        assert row.reason.startswith("pyverbs not importable")
+        assert "python3-pyverbs" in row.hint
+    else:
+        assert "no RDMA device" in row.reason or "not implemented yet" in row.reason
+
+
+def test_efa_plugin(rows) -> None:
+    row = rows[(R, "efa")]
+    assert row.spec.priority == 90 and row.status is Status.UNAVAILABLE
+    library = ctypes.util.find_library("fabric")
+    if library is None:
+        assert "libfabric shared library not found" in row.reason
+        assert row.hint == "apt-get install libfabric1 libfabric-dev"
+    else:
+        assert row.reason == f"libfabric ({library}) found; the efa RDMA backend is not implemented yet"
+
+
+def test_allocator_plugins(rows) -> None:
+    assert rows[(A, "local")].status is Status.AVAILABLE
+    slurm = rows[(A, "slurm")]
+    assert slurm.status is Status.UNAVAILABLE
+    if shutil.which("sbatch") and shutil.which("srun"):
+        assert "the slurm allocator is not implemented yet" in slurm.reason
+    else:
+        assert "not on PATH" in slurm.reason
+
+
+def _fake_pyverbs(monkeypatch: pytest.MonkeyPatch, get_device_list) -> None:
+    pkg = types.ModuleType("pyverbs")
+    pkg.__spec__ = importlib.machinery.ModuleSpec("pyverbs", None, is_package=True)
+    device = types.ModuleType("pyverbs.device")
+    device.get_device_list = get_device_list
+    pkg.device = device
+    monkeypatch.setitem(sys.modules, "pyverbs", pkg)
+    monkeypatch.setitem(sys.modules, "pyverbs.device", device)
+
+
+def test_verbs_probe_without_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tetrarch_rdma_verbs._plugin import probe
+
+    def failing() -> list:
+        raise RuntimeError("Failed to get devices list")
+
+    _fake_pyverbs(monkeypatch, failing)
+    result = probe()
+    assert not result.ok
+    assert result.reason == "pyverbs found but no RDMA device (get_device_list failed: Failed to get devices list)"
+    assert "ibv_devices" in result.remedy
+    _fake_pyverbs(monkeypatch, lambda: [])
+    assert probe().reason == "pyverbs found but no RDMA device (get_device_list returned [])"
+    _fake_pyverbs(monkeypatch, lambda: [types.SimpleNamespace(name=b"mlx5_0")])
+    assert probe() == ProbeResult.no(
+        "pyverbs and RDMA device(s) mlx5_0 found; the verbs RDMA backend is not implemented yet",
+        "use the builtin 'shm' or 'tcp' RDMA backend",
+    )
+
+
+def test_efa_and_slurm_probes_when_their_tools_exist(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tetrarch_alloc_slurm._plugin import probe as slurm_probe
+    from tetrarch_rdma_efa._plugin import probe as efa_probe
+
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libfabric.so.1")
+    assert efa_probe().reason == "libfabric (libfabric.so.1) found; the efa RDMA backend is not implemented yet"
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/opt/slurm/bin/{tool}")
+    assert slurm_probe().reason == (
+        "sbatch (/opt/slurm/bin/sbatch) and srun found; the slurm allocator is not implemented yet"
+    )
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "srun" else "/x/sbatch")
+    assert slurm_probe().reason == "srun not on PATH"
+
+
+@pytest.mark.parametrize(
+    "factory, message",
+    [
+        ("tetrarch_transport_zmq._zmq:ZmqTransport",
+         "the zmq transport is not implemented yet (tetrarch issue: transports); use the builtin 'ipc' or 'tcp' transport"),
+        ("tetrarch_transport_nng._nng:NngTransport", "the nng transport is not implemented yet"),
+        ("tetrarch_rdma_verbs._verbs:VerbsRdmaBackend", "the verbs RDMA backend is not implemented yet"),
+        ("tetrarch_rdma_efa._efa:EfaRdmaBackend", "the efa RDMA backend is not implemented yet"),
+        ("tetrarch_alloc_slurm._slurm:SlurmAllocator", "the slurm allocator is not implemented yet"),
+    ],
+)
+def test_placeholder_factories_refuse_to_construct(factory: str, message: str) -> None:
+    module, _, name = factory.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    assert cls.__module__ == module and cls.__name__ == name
+    with pytest.raises(NotImplementedError) as info:
+        cls()
+    assert str(info.value).startswith(message)
+
+
+def test_placeholder_keeps_its_interface() -> None:
+    from tetrarch_transport_zmq._zmq import ZmqTransport
+
+    assert issubclass(ZmqTransport, Transport)
+
+
+def test_unimplemented_backend_is_refused_by_the_registry() -> None:
+    with pytest.raises(BackendUnavailable, match="the zmq transport is not implemented yet"):
+        Registry().create(T, "zmq")
+
+
+def test_listing_imports_no_heavy_library(run_isolated) -> None:
+    result = run_isolated(
+        """
+        import sys
+        from tetrarch._cli import main
+        assert main(["plugins", "--json"]) == 0
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("zmq", "pynng", "pyverbs", "torch", "numpy"))
+        print("HEAVY", heavy)
+        """,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stdout
