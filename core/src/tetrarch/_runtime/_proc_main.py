@@ -9,7 +9,7 @@ import threading
 
 from . import _serial, _wire
 from ._proc import PeerUnreachable
-from ._root import ENV_SECRET, ENV_TRANSPORT, Root, install_root
+from ._root import ENV_SECRET, ENV_TRANSPORT, Root, adopt_client_sys_path, install_root
 
 __all__ = ["main"]
 
@@ -18,6 +18,7 @@ def main() -> int:
     secret = bytes.fromhex(os.environ.pop(ENV_SECRET))  # not visible to user code and its children
     owner = os.environ["TETRARCH_OWNER_ADDR"]
     ident = os.environ["TETRARCH_PROC_ID"]
+    adopt_client_sys_path()
     done = threading.Event()
     orphaned = []
     root = Root("proc", secret, os.environ.get(ENV_TRANSPORT) or None, name=ident, on_proc_exit=done.set)

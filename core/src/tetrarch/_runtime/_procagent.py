@@ -48,11 +48,19 @@ class ProcAgent:
         try:
             cls, args, kwargs = _serial.loads(payload[1:])
         except Exception as exc:  # noqa: BLE001 - e.g. the class's module is missing here
-            rt._reply_later(raddr, rport, rank, _wire.ERR, error_record(exc, display, "__init__", skip=0))
+            hint = ""
+            if isinstance(exc, ImportError):
+                hint = (f" (the actor class's module must be importable in the proc: install it or put it on "
+                        f"PYTHONPATH; the client's sys.path is appended to the proc's)")
+            why = f"spawning {display} failed: {type(exc).__name__}: {exc}{hint}"
+            rt.stopped_actors[key] = why
+            rt._reply_later(raddr, rport, rank, _wire.DEAD, why)
             return
         instance = Instance(name, f"{rt.name}.{display}", cls.__qualname__, point, rt.name, mesh_ref)
 
         def on_init(exc: BaseException | None) -> None:
+            if exc is not None:
+                rt.stopped_actors[key] = f"{display} failed in __init__: {type(exc).__name__}: {exc}"
             if exc is None:
                 rt.reply(raddr, rport, rank, _wire.OK, None)
             else:

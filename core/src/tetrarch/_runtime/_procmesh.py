@@ -58,6 +58,7 @@ class HostMesh(MeshTrait):
         self._owned = owned
         self._lock = threading.Lock()
         self._shut = False
+        self._host_records: list[ProcRecord] = []
         if owned:
             _live_host_meshes.add(self)
 
@@ -155,7 +156,21 @@ class HostMesh(MeshTrait):
                 except Exception:  # noqa: BLE001
                     pass
         if allocation is not None:
-            allocation.stop(grace=STOP_TIMEOUT())
+            root = get_root()
+            agents = [r for r in self._host_records if r.returncode is None]
+            waiter = root.owner.expect_exits(agents)
+            for rec in agents:
+                try:
+                    root.runtime.send(rec.address, [_wire.header(_wire.SYS, "host", "shutdown", None, None)])
+                except PeerUnreachable:
+                    pass
+            if not waiter.wait(STOP_TIMEOUT()):
+                allocation.stop(grace=2.0)
+            else:
+                allocation.stop(grace=2.0)  # reaps the exited agents
+            for rec in self._host_records:
+                root.owner.forget(rec.ident)
+        _live_host_meshes.discard(self)
         return Future._completed(None)
 
     def __repr__(self) -> str:
@@ -179,6 +194,7 @@ def _start_hosts(root: Root, allocator: str, n: int, mesh: HostMesh) -> list[_Ho
     except BaseException:
         mesh._allocation.stop(grace=1.0)
         raise
+    mesh._host_records = records
     return [_Host(r.address, r.hostname, r.pid) for r in records]
 
 
@@ -367,6 +383,12 @@ def _shutdown_all() -> None:
 
 
 def shutdown_context() -> Future[None]:
-    """Stop everything this client started (also runs at interpreter exit)."""
+    """Stop every proc mesh and host agent this process started (also runs at exit).
+
+    Afterwards ``this_host()`` starts a fresh host agent on its next use.
+    """
     _shutdown_all()
+    root = get_root()
+    if root.this_host_mesh is not None and root.this_host_mesh._owned:
+        root.this_host_mesh = None
     return Future._completed(None)

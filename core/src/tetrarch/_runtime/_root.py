@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import os
 import secrets
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -60,8 +61,16 @@ def child_env(root: Root, extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     env[ENV_SECRET] = root.secret.hex()
     env[ENV_TRANSPORT] = root.transport_name
+    env.setdefault("TETRARCH_SYS_PATH", os.pathsep.join(p for p in sys.path if p))
     env.update(extra)
     return env
+
+
+def adopt_client_sys_path() -> None:
+    """Append the spawning client's ``sys.path`` entries we lack (same-host procs)."""
+    for entry in os.environ.get("TETRARCH_SYS_PATH", "").split(os.pathsep):
+        if entry and entry not in sys.path and os.path.isdir(entry):
+            sys.path.append(entry)
 
 
 def install_root(root: Root) -> None:

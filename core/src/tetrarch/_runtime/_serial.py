@@ -10,6 +10,7 @@ without a copy into the pickle stream.
 
 from __future__ import annotations
 
+import ctypes
 import io
 import pickle
 import sys
@@ -26,18 +27,30 @@ _PROTOCOL = 5
 _OOB_MIN = 1 << 14  # buffers smaller than this are cheaper inline
 
 
-def _rebuild_tensor(buf: memoryview, dtype: str, shape: tuple[int, ...]) -> Any:
+def _rebuild_tensor(buf: Any, dtype: str, shape: tuple[int, ...]) -> Any:
     import torch
 
-    flat = torch.frombuffer(buf, dtype=torch.uint8) if len(buf) else torch.empty(0, dtype=torch.uint8)
+    view = memoryview(buf).cast("B")
+    if view.readonly:  # torch wants writable memory; small messages arrive as bytes
+        view = memoryview(bytearray(view))
+    flat = torch.frombuffer(view, dtype=torch.uint8) if len(view) else torch.empty(0, dtype=torch.uint8)
     return flat.view(getattr(torch, dtype)).reshape(shape)
 
 
+def _tensor_bytes(t: Any) -> memoryview:
+    """A zero-copy byte view of a contiguous CPU tensor that keeps the tensor alive."""
+    arr = (ctypes.c_char * t.nbytes).from_address(t.data_ptr())
+    arr._tetrarch_owner = t  # type: ignore[attr-defined]
+    return memoryview(arr).cast("B")
+
+
 def _reduce_tensor(t: Any) -> Any:
-    if t.device.type != "cpu" or t.requires_grad or t.is_sparse or t.is_quantized or t.nbytes < _OOB_MIN:
+    if (t.device.type != "cpu" or t.requires_grad or t.is_sparse or t.is_quantized or t.is_nested
+            or t.nbytes < _OOB_MIN):
         return NotImplemented
-    data = t.detach().contiguous().reshape(-1).view(__import__("torch").uint8).numpy()
-    return (_rebuild_tensor, (pickle.PickleBuffer(data), str(t.dtype).removeprefix("torch."), tuple(t.shape)))
+    t = t.detach().contiguous()
+    return (_rebuild_tensor, (pickle.PickleBuffer(_tensor_bytes(t)), str(t.dtype).removeprefix("torch."),
+                              tuple(t.shape)))
 
 
 class _Pickler(pickle.Pickler):

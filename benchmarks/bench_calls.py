@@ -1,0 +1,134 @@
+"""Call latency and pipelined throughput, next to a raw socket baseline from the same run.
+
+    python benchmarks/bench_calls.py [--transport ipc|tcp] [--calls 2000] [--pipelined 10000]
+
+Baseline: a child process echoes length-prefixed messages over a plain socket of the
+same kind (Unix or TCP loopback), with the same 2000 sequential round trips and the
+same pipelined burst. The ratios say what tetrarch's actor layer costs on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+from tetrarch import Actor, endpoint, this_host
+
+_ECHO = r"""
+import socket, struct, sys
+kind, addr = sys.argv[1], sys.argv[2]
+if kind == "ipc":
+    s = socket.socket(socket.AF_UNIX); s.bind("\0" + addr)
+else:
+    s = socket.socket(); s.bind(("127.0.0.1", 0))
+s.listen(1); print(s.getsockname()[1] if kind == "tcp" else "ok", flush=True)
+c, _ = s.accept()
+if kind == "tcp":
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+buf = b""
+while True:
+    d = c.recv(1 << 16)
+    if not d:
+        break
+    buf += d
+    out = []
+    while len(buf) >= 4:
+        (n,) = struct.unpack_from("!I", buf)
+        if len(buf) < 4 + n:
+            break
+        out.append(buf[:4 + n]); buf = buf[4 + n:]
+    if out:
+        c.sendall(b"".join(out))
+"""
+
+
+class Noop(Actor):
+    @endpoint
+    def noop(self) -> None:
+        return None
+
+
+def _pcts(samples: list[float]) -> tuple[float, float]:
+    samples = sorted(samples)
+    return samples[len(samples) // 2], samples[int(len(samples) * 0.99) - 1]
+
+
+def raw_baseline(kind: str, calls: int, pipelined: int) -> tuple[float, float, float]:
+    name = f"tetrarch-bench-{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-c", _ECHO, kind, name], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    if kind == "ipc":
+        s = socket.socket(socket.AF_UNIX)
+        s.connect("\0" + name)
+    else:
+        s = socket.create_connection(("127.0.0.1", int(line)))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg = struct.pack("!I", 8) + b"x" * 8
+
+    def recv_n(n: int) -> None:
+        got = 0
+        while got < n:
+            got += len(s.recv(min(1 << 16, n - got)))
+
+    lat = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        s.sendall(msg)
+        recv_n(len(msg))
+        lat.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    for _ in range(pipelined):
+        s.sendall(msg)
+    recv_n(len(msg) * pipelined)
+    rate = pipelined / (time.perf_counter() - t)
+    s.close()
+    proc.wait(10)
+    p50, p99 = _pcts(lat)
+    return p50, p99, rate
+
+
+def tetrarch_calls(calls: int, pipelined: int) -> tuple[float, float, float]:
+    procs = this_host().spawn_procs(per_host={"procs": 1})
+    noop = procs.spawn("noop", Noop).noop
+    for _ in range(200):  # warm up connections and code paths
+        noop.call_one().get()
+    lat = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        noop.call_one().get()
+        lat.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    futs = [noop.call_one() for _ in range(pipelined)]
+    for f in futs:
+        f.get()
+    rate = pipelined / (time.perf_counter() - t)
+    procs.stop().get()
+    p50, p99 = _pcts(lat)
+    return p50, p99, rate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--transport", default=os.environ.get("TETRARCH_TRANSPORT", "ipc"), choices=["ipc", "tcp"])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--pipelined", type=int, default=10000)
+    args = ap.parse_args()
+    os.environ["TETRARCH_TRANSPORT"] = args.transport
+    r50, r99, rrate = raw_baseline(args.transport, args.calls, args.pipelined)
+    t50, t99, trate = tetrarch_calls(args.calls, args.pipelined)
+    us = 1e6
+    print(f"transport: {args.transport}   cores: {os.cpu_count()}   python: {sys.version.split()[0]}")
+    print(f"{'':28}{'raw socket':>14}{'tetrarch':>14}{'ratio':>10}")
+    print(f"{'call_one p50 (us)':28}{r50 * us:14.1f}{t50 * us:14.1f}{t50 / r50:10.2f}")
+    print(f"{'call_one p99 (us)':28}{r99 * us:14.1f}{t99 * us:14.1f}{t99 / r99:10.2f}")
+    print(f"{'pipelined (calls/s)':28}{rrate:14.0f}{trate:14.0f}{trate / rrate:10.3f}")
+
+
+if __name__ == "__main__":
+    main()

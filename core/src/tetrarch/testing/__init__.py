@@ -1,0 +1,59 @@
+"""Test kits for people who write tetrarch plugins.
+
+A kit is a class of pytest tests written against one of tetrarch's plugin interfaces.
+A plugin's own test suite subclasses it and provides fixtures that build the plugin's
+implementation; pytest then runs every contract test against it (in the spirit of
+fsspec's ``fsspec.tests.abstract`` suites).
+
+Transports (:class:`tetrarch.testing.transport.TransportConformance`)::
+
+    # plugins/transport_foo/tests/test_conformance.py
+    import pytest
+    from tetrarch.testing.transport import TransportConformance
+    from tetrarch_transport_foo._transport import FooTransport
+
+    class TestFooTransport(TransportConformance):
+        @pytest.fixture
+        def transport(self):
+            t = FooTransport()
+            yield t
+            t.close()
+
+That is all: the subclass inherits about a dozen tests (connect, multi-frame messages
+including empty and 16 MiB frames, ordering, concurrent senders, close semantics,
+``max_message_size``, abrupt and garbage clients, dialing nobody). Optional fixtures a
+subclass may override:
+
+``address``
+    Where to listen; defaults to ``transport.default_address(spans_hosts=False)``.
+``client_transport``
+    The transport that dials; defaults to ``transport`` itself. Return a second
+    instance to check that the two sides share nothing but the wire.
+``unused_address``
+    An address nobody listens on; by default derived from ``address`` (a reserved,
+    non-listening port for ``...:0`` addresses, else the fresh address itself).
+
+The ``transport`` fixture must be function scoped (one fresh transport per test): a
+test may close it. Every test is bounded (``pytest.mark.timeout(30)`` when
+pytest-timeout is installed, which ``tetrarch[test]`` brings) and waits on events with
+timeouts, never on sleeps.
+
+Importing :mod:`tetrarch.testing` itself imports nothing heavy; the kits import pytest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["TransportConformance"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .transport import TransportConformance
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TransportConformance":
+        from .transport import TransportConformance
+
+        return TransportConformance
+    raise AttributeError(f"module 'tetrarch.testing' has no attribute {name!r}")

@@ -1,0 +1,91 @@
+"""Actor classes the kernel tests spawn (an importable module, as users' code would be)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+from tetrarch import Actor, context, current_rank, current_size, endpoint
+
+
+class Counter(Actor):
+    def __init__(self, start: int = 0) -> None:
+        self.n = start
+
+    @endpoint
+    def incr(self, by: int = 1) -> None:
+        self.n += by
+
+    @endpoint
+    def value(self) -> int:
+        return self.n
+
+    def helper(self) -> int:  # not an endpoint
+        return 0
+
+
+class Info(Actor):
+    @endpoint
+    def env(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def rank(self) -> tuple[dict[str, int], dict[str, int], int]:
+        return dict(current_rank()), current_size(), context().actor_instance.rank.rank
+
+    @endpoint
+    def echo(self, value: object) -> object:
+        return value
+
+    @endpoint
+    def thread_name(self) -> str:
+        return threading.current_thread().name
+
+
+class AsyncGreeter(Actor):
+    def __init__(self, greeting: str) -> None:
+        self.greeting = greeting
+
+    @endpoint
+    async def greet(self, name: str) -> str:
+        await asyncio.sleep(0.001)
+        return f"{self.greeting}, {name}"
+
+    @endpoint
+    async def loop_is_visible(self) -> bool:
+        return asyncio.get_running_loop() is not None
+
+
+class Failing(Actor):
+    @endpoint
+    def boom(self, message: str) -> None:
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            raise ValueError(message) from inner
+
+    @endpoint
+    async def aboom(self) -> None:
+        raise RuntimeError("async boom")
+
+    @endpoint
+    def ok(self) -> str:
+        return "still alive"
+
+
+class InitFails(Actor):
+    def __init__(self) -> None:
+        raise RuntimeError("cannot construct")
+
+    @endpoint
+    def ok(self) -> str:
+        return "never"
+
+
+class NotAnActor:
+    pass

@@ -1,0 +1,105 @@
+"""Nothing from the network is unpickled before the peer proved it holds the secret."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+import threading
+
+import pytest
+
+from tetrarch._runtime._proc import PeerUnreachable, ProcRuntime
+from tetrarch._runtime._wire import SYS, header
+from tetrarch._transport._socket import IpcTransport, TcpTransport
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class _Bomb:
+    """Unpickling this creates a file: proof that a frame was deserialized."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _frame(*frames: bytes) -> bytes:
+    return struct.pack(f"!I{len(frames)}Q", len(frames), *map(len, frames)) + b"".join(frames)
+
+
+@pytest.fixture(params=[IpcTransport, TcpTransport], ids=["ipc", "tcp"])
+def server(request):
+    transport = request.param()
+    calls: list[tuple] = []
+    got = threading.Event()
+    rt = ProcRuntime(transport, b"s" * 32, name="server")
+    rt.add_service("probe", lambda hdr, payload, conn: (calls.append(hdr), got.set()))
+    yield rt, calls, got
+    rt.close()
+    transport.close()
+
+
+def _raw_connect(address: str) -> socket.socket:
+    if address.startswith("ipc://@"):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect("\0" + address[len("ipc://@"):])
+    else:
+        host, port = address[len("tcp://"):].rsplit(":", 1)
+        s = socket.create_connection((host, int(port)))
+    s.settimeout(5)
+    return s
+
+
+def test_wrong_secret_is_rejected_and_the_listener_keeps_serving(server):
+    rt, calls, got = server
+    transport = type(rt.transport)()
+    intruder = ProcRuntime(transport, b"x" * 32, name="intruder")
+    try:
+        with pytest.raises(PeerUnreachable, match="authentication"):
+            intruder.send(rt.address, [header(SYS, "probe", "hi", None, None)])
+    finally:
+        intruder.close()
+        transport.close()
+    assert not calls
+    friend_transport = type(rt.transport)()
+    friend = ProcRuntime(friend_transport, b"s" * 32, name="friend")
+    try:
+        friend.send(rt.address, [header(SYS, "probe", "hi", None, None)])
+        assert got.wait(5) and calls[0][2] == "hi"
+    finally:
+        friend.close()
+        friend_transport.close()
+
+
+def test_frames_before_the_handshake_are_never_unpickled(server, tmp_path):
+    rt, calls, _ = server
+    marker = tmp_path / "pwned"
+    bomb = pickle.dumps((SYS, "probe", _Bomb(str(marker)), None, None))
+    s = _raw_connect(rt.address)
+    s.recv(4096)  # the listener's challenge
+    s.sendall(_frame(bomb) + _frame(bomb, bomb, bomb, bomb))
+    # the server closes the connection on the garbage instead of deserializing it
+    assert s.recv(4096) == b""
+    s.close()
+    assert not marker.exists() and not calls
+
+
+def test_oversized_pre_auth_message_is_cut_off(server):
+    rt, calls, _ = server
+    s = _raw_connect(rt.address)
+    s.recv(4096)
+    s.sendall(struct.pack("!IQ", 1, 1 << 30))  # announces 1 GiB before authenticating
+    assert s.recv(4096) == b""
+    s.close()
+
+
+def test_secret_is_not_on_any_command_line(procs):
+    secret_hex = __import__("tetrarch._runtime._root", fromlist=["get_root"]).get_root().secret.hex()
+    import psutil
+
+    for proc in psutil.Process(os.getpid()).children(recursive=True):
+        assert secret_hex not in " ".join(proc.cmdline())

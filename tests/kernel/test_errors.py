@@ -1,0 +1,85 @@
+"""Endpoint errors reach the caller as ActorError; bad input fails loudly and early."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from kernel_actors import Counter, Failing, InitFails, NotAnActor
+
+from tetrarch import ActorError, SupervisionError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_endpoint_exception_becomes_actor_error_and_actor_survives(procs):
+    failing = procs.spawn("failing", Failing)
+    with pytest.raises(ActorError) as info:
+        failing.slice(gpus=0).boom.call_one("bad value").get()
+    err = info.value
+    assert isinstance(err.exception, ValueError) and str(err.exception) == "bad value"
+    text = str(err)
+    assert "Actor call failing" in text and ".boom failed" in text
+    assert "raise ValueError(message) from inner" in text  # the remote traceback
+    assert "KeyError" in text and "direct cause" in text  # chained causes are kept
+    assert failing.slice(gpus=0).ok.call_one().get() == "still alive"
+
+
+def test_call_raises_first_error_for_whole_mesh(procs):
+    failing = procs.spawn("failing_all", Failing)
+    with pytest.raises(ActorError, match="async boom"):
+        failing.aboom.call().get()
+    assert failing.ok.call().get().values() == ["still alive"] * 4
+
+
+def test_init_failure_reported_by_initialized_and_calls(procs):
+    broken = procs.spawn("broken", InitFails)
+    with pytest.raises(ActorError, match="cannot construct"):
+        broken.initialized.get()
+    with pytest.raises(SupervisionError, match="failed in __init__"):
+        broken.slice(gpus=0).ok.call_one().get()
+
+
+def test_spawning_a_non_actor_is_a_type_error(procs):
+    with pytest.raises(TypeError, match="NotAnActor"):
+        procs.spawn("nope", NotAnActor)
+
+
+def test_spawn_arguments_checked_against_init(procs):
+    with pytest.raises(TypeError, match=r"Counter.__init__"):
+        procs.spawn("badargs", Counter, 1, 2, 3)
+
+
+def test_call_one_on_many_says_how_many(procs):
+    counters = procs.spawn("many", Counter)
+    with pytest.raises(ValueError, match="exactly 1 actor, but mesh many has 4"):
+        counters.value.call_one()
+
+
+def test_non_endpoint_names_endpoint_decorator(procs):
+    counters = procs.spawn("plain", Counter)
+    with pytest.raises(AttributeError, match="@endpoint"):
+        counters.helper  # noqa: B018
+
+
+def test_unpicklable_argument_named_at_call_site(procs):
+    counters = procs.spawn("unpicklable", Counter)
+    with pytest.raises(TypeError, match=r"argument 0 of type lock cannot be pickled"):
+        counters.incr.call(threading.Lock())
+
+
+def test_slicing_errors(procs):
+    with pytest.raises(TypeError, match="no dimension 'hosts'"):
+        procs.slice(hosts=0)
+    with pytest.raises(IndexError, match="out of range"):
+        procs.slice(gpus=4)
+
+
+def test_stopped_actor_mesh_rejects_calls(procs):
+    counters = procs.spawn("stopme", Counter, 3)
+    assert counters.value.call().get().values() == [3] * 4
+    counters.stop().get(timeout=10)
+    with pytest.raises(SupervisionError, match="stopped"):
+        counters.value.call()
+    with pytest.raises(ValueError, match="only its owner"):
+        counters.slice(gpus=0).stop()
