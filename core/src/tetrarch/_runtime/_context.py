@@ -35,12 +35,16 @@ class Instance:
         return self.actor_id
 
 
-@dataclass(frozen=True, slots=True)
 class _MessageInfo:
-    instance: Instance
-    rank: int
-    labels: tuple[str, ...]
-    sizes: tuple[int, ...]
+    """Who handles the current message, and its rank in the slice it was sent to."""
+
+    __slots__ = ("instance", "rank", "labels", "sizes")
+
+    def __init__(self, instance: Instance, rank: int, labels: tuple[str, ...], sizes: tuple[int, ...]) -> None:
+        self.instance = instance
+        self.rank = rank
+        self.labels = labels
+        self.sizes = sizes
 
 
 _current: contextvars.ContextVar[_MessageInfo | None] = contextvars.ContextVar("tetrarch_message", default=None)

@@ -134,16 +134,13 @@ class Endpoint(Generic[R]):
         mesh._check_usable()
         rt = mesh._runtime()
         payload = self._payload(args, kwargs)
-        targets = [mesh._ids[r] for r in shape.ranks()]
+        targets, by_addr = mesh._targets(shape)
         what = f"{mesh._name}.{self._name}"
         labels, sizes = shape.labels, shape.sizes
         coll = _Collector(rt, len(targets), shape, what, single, stream) if reply else None
         raddr = rt.address if reply else None
         rport = coll.port if coll is not None else None
         if coll is not None:
-            by_addr: dict[str, list[int]] = {}
-            for i, (addr, _key) in enumerate(targets):
-                by_addr.setdefault(addr, []).append(i)
             for addr, tags in by_addr.items():
                 coll.watch(addr, tags)
         for i, (addr, key) in enumerate(targets):

@@ -48,6 +48,7 @@ class ActorMesh(MeshTrait):
         self._initialized = initialized
         self._proc_mesh = proc_mesh
         self._endpoints = endpoints_of(cls)
+        self._target_cache: dict[Shape, tuple[list[tuple[str, str]], dict[str, list[int]]]] = {}
         clash = _RESERVED.intersection(self._endpoints)
         if clash:
             raise ValueError(f"{cls.__qualname__} has endpoints named {sorted(clash)}, which clash with ActorMesh "
@@ -57,6 +58,20 @@ class ActorMesh(MeshTrait):
     def _new_with_shape(self, shape: Shape) -> ActorMesh:
         return ActorMesh(self._name, self._cls, shape, self._ids, initialized=self._initialized, owned=False,
                          state=self._state, proc_mesh=self._proc_mesh)
+
+    def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]]]:
+        """``(address, actor key)`` per point of ``shape``, and point indices by address (cached)."""
+        cache = self._target_cache
+        hit = cache.get(shape)
+        if hit is None:
+            targets = [self._ids[r] for r in shape.ranks()]
+            by_addr: dict[str, list[int]] = {}
+            for i, (addr, _key) in enumerate(targets):
+                by_addr.setdefault(addr, []).append(i)
+            hit = cache[shape] = (targets, by_addr)
+            if len(cache) > 64:
+                cache.pop(next(iter(cache)))
+        return hit
 
     @staticmethod
     def _runtime() -> ProcRuntime:

@@ -15,6 +15,7 @@ message to our own address is dispatched in the calling thread.
 from __future__ import annotations
 
 import itertools
+from time import perf_counter as _perf_counter
 import sys
 import threading
 from collections.abc import Callable
@@ -34,6 +35,22 @@ PortHandler = Callable[[tuple, list], None]
 ServiceHandler = Callable[[tuple, list, "Connection | None"], None]
 
 _AUTH_TIMEOUT = 10.0
+
+
+_COALESCE_S = 50e-6
+
+
+class _Outbox:
+    """Messages for one peer waiting for the flusher thread."""
+
+    __slots__ = ("queue", "busy", "scheduled", "last", "conn")
+
+    def __init__(self) -> None:
+        self.queue: list[list] = []
+        self.busy = False
+        self.scheduled = False
+        self.last = 0.0
+        self.conn: Connection | None = None
 
 
 class PeerUnreachable(ConnectionError):
@@ -62,6 +79,12 @@ class ProcRuntime:
         self._watch_ids = itertools.count(1)
         self.dead_peers: dict[str, str] = {}  # address -> why it is gone
         self._closed = False
+        self._olock = threading.Lock()
+        self._ocond = threading.Condition(self._olock)
+        self._outboxes: dict[str, _Outbox] = {}
+        self._flush_queue: list[_Outbox] = []
+        self._flusher = threading.Thread(target=self._flush_loop, name=f"tetrarch-flush-{name}", daemon=True)
+        self._flusher.start()
         self.address = ""  # set before the listener can accept anything we would answer
         listen = listen_address or transport.default_address(spans_hosts=spans_hosts)
         self._listener = transport.listen(listen, self)
@@ -134,10 +157,55 @@ class ProcRuntime:
             if dead is not None:
                 raise PeerUnreachable(dead)
             conn = self._dial(address)
+        # Coalesce bursts: a message that follows another to the same peer within
+        # _COALESCE_S (or while earlier ones are queued) joins a batch that the flusher
+        # thread writes with one vectored syscall; an isolated message goes out now.
+        now = _perf_counter()
+        with self._olock:
+            box = self._outboxes.get(address)
+            if box is None:
+                box = self._outboxes[address] = _Outbox()
+            if box.queue or box.busy or now - box.last < _COALESCE_S:
+                box.queue.append(frames)
+                box.conn = conn
+                if not box.scheduled:
+                    box.scheduled = True
+                    self._flush_queue.append(box)
+                    self._ocond.notify()
+                return
+            box.last = now
         try:
             conn.send(frames)
         except ConnectionClosed as exc:
             raise PeerUnreachable(f"lost the connection to {address}: {exc}") from exc
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._olock:
+                while not self._flush_queue and not self._closed:
+                    self._ocond.wait()
+                if self._closed and not self._flush_queue:
+                    return
+                boxes, self._flush_queue = self._flush_queue, []
+                batches = []
+                for box in boxes:
+                    batches.append((box, box.conn, box.queue))
+                    box.queue = []
+                    box.busy = True
+                    box.scheduled = False
+            for box, conn, batch in batches:
+                try:
+                    conn.send_many(batch)
+                except ConnectionClosed:
+                    pass  # the peer is gone; pending calls fail through supervision
+                except Exception as exc:  # noqa: BLE001
+                    print(f"tetrarch[{self.name}]: flushing messages failed: {exc!r}", file=sys.stderr)
+                with self._olock:
+                    box.busy = False
+                    box.last = _perf_counter()
+                    if box.queue and not box.scheduled:
+                        box.scheduled = True
+                        self._flush_queue.append(box)
 
     def reply(self, address: str | None, port: int | None, tag: int, status: int, value: Any) -> None:
         """Send ``value`` to ``port`` at ``address`` (no-op without a port); unreachable peers are ignored."""
@@ -306,7 +374,10 @@ class ProcRuntime:
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
+        with self._olock:
+            self._closed = True
+            self._ocond.notify()
+        self._flusher.join(timeout=2.0)  # let queued messages go out first
         self._listener.close()
         with self._lock:
             conns = list(self._routes.values())

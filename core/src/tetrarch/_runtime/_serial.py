@@ -85,12 +85,20 @@ def _buffer_callback(out: list, inline_small: bool = True):
     return cb
 
 
+_SCALARS = frozenset({type(None), bool, int, float, str, complex})
+_NONE = pickle.dumps(None, _PROTOCOL)
+
+
 def dumps(obj: Any) -> list[Any]:
     """Pickle ``obj`` into ``[stream, *out_of_band_buffers]``.
 
     Raises:
         pickle.PicklingError, TypeError, AttributeError: ``obj`` cannot be pickled.
     """
+    if obj is None:
+        return [_NONE]
+    if type(obj) in _SCALARS:  # the common small results: no pickler object needed
+        return [pickle.dumps(obj, _PROTOCOL)]
     bufs: list[Any] = []
     f = io.BytesIO()
     try:

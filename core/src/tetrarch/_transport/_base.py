@@ -81,6 +81,15 @@ class Connection(abc.ABC):
             ConnectionClosed: the connection is closed.
         """
 
+    def send_many(self, messages: Sequence[Sequence[Buffer]]) -> None:
+        """Send several messages in order (transports may write them in one syscall).
+
+        Raises:
+            ConnectionClosed: the connection is closed (some messages may be lost).
+        """
+        for frames in messages:
+            self.send(frames)
+
     @abc.abstractmethod
     def close(self) -> None:
         """Close the connection. Idempotent; ``on_close`` runs once."""

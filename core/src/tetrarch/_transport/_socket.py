@@ -88,6 +88,17 @@ class _SocketConnection(Connection):
         sizes = [_nbytes(f) for f in frames]
         bufs: list[Buffer] = [struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes)]
         bufs.extend(f for f, n in zip(frames, sizes) if n)
+        self._write(bufs)
+
+    def send_many(self, messages: Sequence[Sequence[Buffer]]) -> None:
+        bufs: list[Buffer] = []
+        for frames in messages:
+            sizes = [_nbytes(f) for f in frames]
+            bufs.append(struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes))
+            bufs.extend(f for f, n in zip(frames, sizes) if n)
+        self._write(bufs)
+
+    def _write(self, bufs: list[Buffer]) -> None:
         sock = self._sock
         with self._wlock:
             if self._closed:
