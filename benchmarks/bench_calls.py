@@ -93,6 +93,43 @@ def raw_baseline(kind: str, calls: int, pipelined: int) -> tuple[float, float, f
     return p50, p99, rate
 
 
+_ZMQ_ECHO = r"""
+import sys, zmq
+ctx = zmq.Context(); s = ctx.socket(zmq.REP); s.bind(sys.argv[1]); print("ok", flush=True)
+while True:
+    m = s.recv()
+    if m == b"quit":
+        s.send(b""); break
+    s.send(m)
+"""
+
+
+def zmq_baseline(calls: int) -> tuple[float, float] | None:
+    """p50/p99 of a raw pyzmq REQ/REP round trip over ipc (the figure Monarch and Ray are quoted against)."""
+    try:
+        import zmq
+    except ImportError:
+        return None
+    addr = f"ipc://@tetrarch-bench-zmq-{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-c", _ZMQ_ECHO, addr], stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.REQ)
+    s.connect(addr)
+    lat = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        s.send(b"x" * 8)
+        s.recv()
+        lat.append(time.perf_counter() - t)
+    s.send(b"quit")
+    s.recv()
+    s.close()
+    ctx.term()
+    proc.wait(10)
+    return _pcts(lat)
+
+
 def tetrarch_calls(calls: int, pipelined: int) -> tuple[float, float, float]:
     procs = this_host().spawn_procs(per_host={"procs": 1})
     noop = procs.spawn("noop", Noop).noop
@@ -121,6 +158,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["TETRARCH_TRANSPORT"] = args.transport
     r50, r99, rrate = raw_baseline(args.transport, args.calls, args.pipelined)
+    z = zmq_baseline(args.calls) if args.transport == "ipc" else None
     t50, t99, trate = tetrarch_calls(args.calls, args.pipelined)
     us = 1e6
     print(f"transport: {args.transport}   cores: {os.cpu_count()}   python: {sys.version.split()[0]}")
@@ -128,6 +166,9 @@ def main() -> None:
     print(f"{'call_one p50 (us)':28}{r50 * us:14.1f}{t50 * us:14.1f}{t50 / r50:10.2f}")
     print(f"{'call_one p99 (us)':28}{r99 * us:14.1f}{t99 * us:14.1f}{t99 / r99:10.2f}")
     print(f"{'pipelined (calls/s)':28}{rrate:14.0f}{trate:14.0f}{trate / rrate:10.3f}")
+    if z is not None:
+        print(f"raw pyzmq REQ/REP ipc round trip: p50 {z[0] * us:.1f} us, p99 {z[1] * us:.1f} us "
+              f"(tetrarch p50 / pyzmq p50 = {t50 / z[0]:.2f})")
 
 
 if __name__ == "__main__":

@@ -89,3 +89,16 @@ class InitFails(Actor):
 
 class NotAnActor:
     pass
+
+
+class Sleeper(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def sleep(self, seconds: float) -> float:
+        import time
+
+        time.sleep(seconds)
+        return seconds

@@ -112,11 +112,33 @@ class ExitWaiter(Waiter):
 class Owner:
     """Bookkeeping of the processes this process started (an instance per Root)."""
 
+    #: How long to wait for a host agent's exit report (exit code, signal) after a
+    #: proc's connection dropped, before declaring it dead with a generic reason.
+    REPORT_GRACE_S = 0.5
+
     def __init__(self, runtime: ProcRuntime) -> None:
         self.runtime = runtime
         self._lock = threading.Lock()
         self._records: dict[str, ProcRecord] = {}
+        self._by_address: dict[str, ProcRecord] = {}
         self._waiters: dict[str, list[Waiter]] = {}
+        runtime.on_peer_lost(self._peer_lost)
+
+    def _peer_lost(self, address: str, error: BaseException | None) -> None:
+        """A started process's connection dropped: it (or its host) probably died."""
+        rec = self._by_address.get(address)
+        if rec is None or rec.returncode is not None:
+            return
+
+        def declare() -> None:
+            if rec.returncode is None:
+                self.runtime.mark_dead(address, f"{rec.what} (pid {rec.pid} on {rec.hostname or '?'}) is "
+                                                f"unreachable: its connection dropped and no exit was reported "
+                                                f"(its host agent may have died)")
+
+        timer = threading.Timer(self.REPORT_GRACE_S, declare)
+        timer.daemon = True
+        timer.start()
 
     def expect(self, records: list[ProcRecord]) -> Waiter:
         waiter = Waiter(self, records)
@@ -138,7 +160,9 @@ class Owner:
 
     def forget(self, ident: str) -> None:
         with self._lock:
-            self._records.pop(ident, None)
+            rec = self._records.pop(ident, None)
+            if rec is not None and rec.address:
+                self._by_address.pop(rec.address, None)
             self._waiters.pop(ident, None)
 
     def ready(self, ident: str, address: str, pid: int, hostname: str) -> None:
@@ -147,6 +171,7 @@ class Owner:
             if rec is None:
                 return
             rec.address, rec.pid, rec.hostname, rec.ready = address, pid, hostname, True
+            self._by_address[address] = rec
             for w in self._waiters.get(ident, ()):
                 w._update(rec)
 

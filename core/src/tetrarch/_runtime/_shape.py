@@ -133,19 +133,32 @@ class Shape:
     __slots__ = ("extent", "offset", "strides")
 
     def __init__(self, extent: Extent, offset: int = 0, strides: Sequence[int] | None = None) -> None:
+        """A view of ``extent`` at ``offset``; ``strides`` default to dense row-major.
+
+        Raises:
+            ValueError: a negative offset, or not one positive stride per label.
+        """
+        if offset < 0:
+            raise ValueError(f"shape offset must be >= 0, got {offset}")
         self.extent = extent
         self.offset = offset
-        if strides is None:
-            strides, acc = [], 1
-            for size in reversed(extent.sizes):
-                strides.append(acc)
-                acc *= size
-            strides.reverse()
-        self.strides: tuple[int, ...] = tuple(strides)
+        strides = _row_major(extent.sizes) if strides is None else tuple(strides)
+        if len(strides) != len(extent.labels) or any(st < 1 for st in strides):
+            raise ValueError(f"shape needs one positive stride per label {list(extent.labels)}, got {list(strides)}")
+        self.strides: tuple[int, ...] = strides
 
     @classmethod
     def dense(cls, sizes: Mapping[str, int]) -> Shape:
         return cls(Extent.from_dict(sizes))
+
+    @property
+    def max_rank(self) -> int:
+        """The largest underlying rank this view addresses (strides are positive)."""
+        return self.offset + sum((size - 1) * st for size, st in zip(self.extent.sizes, self.strides))
+
+    def is_dense(self) -> bool:
+        """True when the view is exactly ranks ``0 .. len-1`` in row-major order."""
+        return self.offset == 0 and self.strides == _row_major(self.extent.sizes)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -201,6 +214,147 @@ class Shape:
                 sizes[i], strides[i] = n, stride * step
         return Shape(Extent(labels, sizes), offset, strides)
 
+    def split(self, **kw: Sequence[str] | int) -> Shape:
+        """Split dimensions into several: ``split(host=("dp", "pp"), pp=16)``.
+
+        A keyword naming an existing dimension gives the new labels it splits into, in
+        row-major order (the last varies fastest); any other keyword gives the size of a
+        new label. Per split at most one new size may be left out (it is inferred); the
+        sizes must multiply to the original size. The split addresses the same underlying
+        ranks, so it also works on sliced and strided shapes. A dimension may reuse its own
+        label among its parts (``split(host=("host", "gpu"), gpu=2)``); its size is then the
+        inferred one.
+
+        Raises:
+            TypeError: a new-label list that is a string or holds non-strings, a size that
+                is not an int, or a sequence given for a label the shape lacks.
+            ValueError: an empty split; an int given for an existing dimension; a size < 1;
+                more than one unknown size in a split; sizes that do not multiply to the
+                dimension's size; a new label that clashes with a remaining or another new
+                label; a size given for a label no split produces.
+        """
+        labels = self.extent.labels
+        splits: dict[str, tuple[str, ...]] = {}
+        given: dict[str, int] = {}
+        for key, value in kw.items():
+            if key in labels:
+                if isinstance(value, int):
+                    raise ValueError(
+                        f"split: {key}={value!r} names an existing dimension; pass a tuple of new labels "
+                        f"to split it, e.g. {key}=('a', 'b'); sizes can only be given for new labels"
+                    )
+                if isinstance(value, str) or not isinstance(value, Sequence):
+                    raise TypeError(f"split: {key}= takes a sequence of new labels, got {value!r}")
+                if not value:
+                    raise ValueError(f"split: {key}= needs at least one new label")
+                if not all(isinstance(v, str) for v in value):
+                    raise TypeError(f"split: {key}= takes strings as new labels, got {list(value)!r}")
+                splits[key] = tuple(value)
+            elif isinstance(value, bool) or not isinstance(value, int):
+                if isinstance(value, Sequence) and not isinstance(value, str):
+                    raise TypeError(f"mesh has no dimension {key!r} to split; its dimensions are {list(labels)}")
+                raise TypeError(f"split: size of new label {key!r} must be an int, got {type(value).__name__}")
+            elif value < 1:
+                raise ValueError(f"split: size of {key!r} must be positive, got {value}")
+            else:
+                given[key] = value
+
+        new_names = [n for parts in splits.values() for n in parts]
+        kept = [lab for lab in labels if lab not in splits]
+        for n in set(new_names):
+            if n in kept:
+                raise ValueError(f"split: new label {n!r} clashes with an existing dimension of {list(labels)}")
+            if new_names.count(n) > 1:
+                raise ValueError(f"split: new label {n!r} appears more than once")
+        unused = [k for k in given if k not in new_names]
+        if unused:
+            raise ValueError(f"split: sizes given for {unused}, which no split produces")
+
+        out_labels: list[str] = []
+        out_sizes: list[int] = []
+        out_strides: list[int] = []
+        for label, size, stride in zip(labels, self.extent.sizes, self.strides):
+            parts = splits.get(label)
+            if parts is None:
+                out_labels.append(label)
+                out_sizes.append(size)
+                out_strides.append(stride)
+                continue
+            unknown = [p for p in parts if p not in given]
+            if len(unknown) > 1:
+                raise ValueError(
+                    f"split: cannot infer the sizes of both {unknown[0]!r} and {unknown[1]!r} in "
+                    f"{label}={parts!r}; give all but one, e.g. {unknown[1]}=..."
+                )
+            known = 1
+            for p in parts:
+                known *= given.get(p, 1)
+            sizes = {p: given[p] for p in parts if p in given}
+            if unknown:
+                sizes[unknown[0]], rem = divmod(size, known)
+                if rem:
+                    shown = tuple(given.get(p, "?") for p in parts)
+                    raise ValueError(
+                        f"split: dimension {label!r} of size {size} cannot be split into {parts!r} "
+                        f"with sizes {shown!r}: {size} is not divisible by {known}"
+                    )
+            elif known != size:
+                shown = tuple(given[p] for p in parts)
+                raise ValueError(
+                    f"split: dimension {label!r} of size {size} cannot be split into {parts!r} "
+                    f"with sizes {shown!r}: they multiply to {known}"
+                )
+            part_sizes = [sizes[p] for p in parts]
+            part_strides = [stride * st for st in _row_major(part_sizes)]
+            out_labels.extend(parts)
+            out_sizes.extend(part_sizes)
+            out_strides.extend(part_strides)
+        return Shape(Extent(out_labels, out_sizes), self.offset, out_strides)
+
+    def rename(self, **kw: str) -> Shape:
+        """Rename dimensions: ``rename(host="dp")``; renames apply at once (swaps work).
+
+        Raises:
+            TypeError: a label the shape lacks, or a new label that is not a string.
+            ValueError: a new label that is not an identifier, or that clashes with
+                another label of the result.
+        """
+        labels = self.extent.labels
+        for old, new in kw.items():
+            if old not in labels:
+                raise TypeError(f"mesh has no dimension {old!r} to rename; its dimensions are {list(labels)}")
+            if not isinstance(new, str):
+                raise TypeError(f"rename: {old}= takes a string, got {type(new).__name__}")
+        out = [kw.get(lab, lab) for lab in labels]
+        for n in out:
+            if out.count(n) > 1:
+                raise ValueError(f"rename: label {n!r} would appear more than once in {out}")
+        return Shape(Extent(out, self.extent.sizes), self.offset, self.strides)
+
+    def flatten(self, name: str) -> Shape:
+        """Collapse every dimension into one named ``name`` (row-major order kept).
+
+        Only possible when the view is one arithmetic progression of ranks: each
+        dimension's stride must be the next one's stride times its size (dimensions of
+        size 1 are ignored). A 0-dimensional shape flattens to size 1.
+
+        Raises:
+            TypeError: ``name`` is not a string.
+            ValueError: ``name`` is not an identifier, or the mesh is sparse (its ranks
+                are not evenly spaced) and cannot be flattened.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"flatten takes a string label, got {type(name).__name__}")
+        dims = [(sz, st) for sz, st in zip(self.extent.sizes, self.strides) if sz > 1]
+        for (_, st), (nsz, nst) in zip(dims, dims[1:]):
+            if st != nst * nsz:
+                raise ValueError(
+                    f"cannot flatten sparse mesh {self.extent!r} with strides {list(self.strides)}: "
+                    f"its ranks are not evenly spaced"
+                )
+        stride = dims[-1][1] if dims else 1
+        return Shape(Extent([name], [len(self)]), self.offset, [stride])
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Shape) and (self.extent, self.offset, self.strides) == (
             other.extent,
@@ -216,6 +370,15 @@ class Shape:
 
     def __reduce__(self):
         return (Shape, (self.extent, self.offset, self.strides))
+
+
+def _row_major(sizes: Sequence[int]) -> tuple[int, ...]:
+    """Dense row-major strides for ``sizes`` (the last dimension has stride 1)."""
+    strides, acc = [], 1
+    for size in reversed(sizes):
+        strides.append(acc)
+        acc *= size
+    return tuple(reversed(strides))
 
 
 class MeshTrait:
@@ -263,3 +426,29 @@ class MeshTrait:
             TypeError: unknown dimension label. IndexError: index out of range.
         """
         return self._new_with_shape(self._shape.slice(**kw))
+
+    def split(self, **kw: Sequence[str] | int) -> Any:
+        """Split dimensions: ``mesh.split(host=("dp", "pp"), pp=16)`` (see ``Shape.split``).
+
+        Raises:
+            TypeError: malformed arguments or a sequence for an unknown dimension.
+            ValueError: sizes that do not multiply to the dimension's size, more than one
+                inferred size per split, label clashes, or unused sizes.
+        """
+        return self._new_with_shape(self._shape.split(**kw))
+
+    def rename(self, **kw: str) -> Any:
+        """Rename dimensions: ``mesh.rename(host="dp")``.
+
+        Raises:
+            TypeError: unknown dimension label. ValueError: the new labels clash.
+        """
+        return self._new_with_shape(self._shape.rename(**kw))
+
+    def flatten(self, name: str) -> Any:
+        """Collapse all dimensions into one named ``name``: ``mesh.flatten("rank")``.
+
+        Raises:
+            ValueError: the mesh is sparse (its ranks are not evenly spaced).
+        """
+        return self._new_with_shape(self._shape.flatten(name))

@@ -1,0 +1,69 @@
+"""A dead process fails pending and later calls with SupervisionError; nothing hangs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from kernel_actors import Sleeper
+
+from tetrarch import SupervisionError, this_host
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV], ids=["SIGKILL", "SIGSEGV"])
+def test_killed_proc_fails_pending_call_fast_and_others_keep_working(sig):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        mesh = procs.spawn("sleepers", Sleeper)
+        pids = mesh.pid.call().get().values()
+        pending = mesh.slice(gpus=0).sleep.call_one(30)
+        start = time.monotonic()
+        os.kill(pids[0], sig)
+        with pytest.raises(SupervisionError) as info:
+            pending.get(timeout=10)
+        assert time.monotonic() - start < 2.0
+        text = str(info.value)
+        assert "sleepers.sleep" in text and "'gpus': 0/2" in text and signal.Signals(sig).name in text
+        with pytest.raises(SupervisionError):  # later calls fail fast, without waiting
+            mesh.slice(gpus=0).pid.call_one().get(timeout=1)
+        assert mesh.slice(gpus=1).pid.call_one().get(timeout=10) == pids[1]
+    finally:
+        procs.stop().get(timeout=30)
+    again = this_host().spawn_procs(per_host={"gpus": 1})  # the host still serves
+    try:
+        assert again.spawn("again", Sleeper).sleep.call(0).get(timeout=10).values() == [0]
+    finally:
+        again.stop().get(timeout=30)
+
+
+@pytest.mark.isolated
+def test_host_agent_death_fails_pending_calls(run_isolated):
+    res = run_isolated(
+        """
+        import time, psutil
+        from tetrarch import this_host, SupervisionError
+        from kernel_actors import Sleeper
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        mesh = procs.spawn("s", Sleeper)
+        mesh.sleep.call(0).get()
+        pending = mesh.sleep.call(30)
+        agent = [c for c in psutil.Process().children() if "_host_agent" in " ".join(c.cmdline())][0]
+        start = time.monotonic()
+        agent.kill()
+        try:
+            pending.get(timeout=10)
+        except SupervisionError as err:
+            print("ELAPSED", round(time.monotonic() - start, 3))
+            print(err)
+        procs.stop().get(timeout=20)
+        """,
+        timeout=60,
+        env={"PYTHONPATH": os.path.dirname(__file__)},
+    )
+    assert res.returncode == 0, res.stderr
+    elapsed = float(res.stdout.split("ELAPSED", 1)[1].split()[0])
+    assert elapsed < 2.0 and "unreachable" in res.stdout
