@@ -19,7 +19,7 @@ Transports (:class:`tetrarch.testing.transport.TransportConformance`)::
             yield t
             t.close()
 
-That is all: the subclass inherits about a dozen tests (connect, multi-frame messages
+That is all: the subclass inherits fifteen tests (connect, multi-frame messages
 including empty and 16 MiB frames, ordering, concurrent senders, close semantics,
 ``max_message_size``, abrupt and garbage clients, dialing nobody). Optional fixtures a
 subclass may override:

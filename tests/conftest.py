@@ -1,0 +1,245 @@
+"""Suite-wide fixtures and the leaked-process check.
+
+Leak check
+----------
+When the session is configured, a fresh marker ``TETRARCH_TEST_SESSION=<uuid>`` is put
+into ``os.environ``. Every process the suite starts inherits it: the children of the
+pytest process, and their children in turn (tetrarch passes its environment down to
+host agents and procs). When the session finishes, every process on the machine whose
+environment carries this marker (other than pytest itself) is a straggler. Stragglers
+get up to ``LEAK_GRACE_S`` seconds to exit; whatever is still running after that is
+killed, listed (pid and command line), and the session fails (exit status 1) even if
+every test passed.
+
+Fresh interpreters
+------------------
+``run_python(code, timeout, env=None)`` (also the ``run_isolated`` fixture) runs a
+snippet in a new ``sys.executable`` with the suite's environment, for tests that need
+a fresh client process (atexit behaviour, signals, first-import side effects, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+
+import psutil
+import pytest
+
+#: The environment variable that marks every process started by this test session.
+SESSION_ENV = "TETRARCH_TEST_SESSION"
+#: Seconds stragglers get to exit on their own before they are killed.
+LEAK_GRACE_S = 10.0
+#: Pause between an empty scan and the scan that confirms it.
+SETTLE_S = 0.25
+
+_marker_key = pytest.StashKey[str]()
+
+
+# --------------------------------------------------------------------------- leak check
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    marker = f"{uuid.uuid4().hex}-{os.getpid()}"
+    # A fresh marker per session, also when this session was itself started by another
+    # test session (its own leaks are then reported here, not by the outer session).
+    os.environ[SESSION_ENV] = marker
+    config.stash[_marker_key] = marker
+
+
+def _marked_processes(marker: str) -> list[psutil.Process]:
+    """Live processes (not zombies, not this one) whose environment carries ``marker``."""
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(SESSION_ENV) == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+            continue  # gone, a zombie, or not ours to read
+    return found
+
+
+def _still_running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` s for ``procs`` to end; return those still running.
+
+    ``psutil.wait_procs`` polls; it is called in short rounds because it counts a zombie
+    (exited, not yet reaped by a parent that is not us) as running.
+    """
+    deadline = time.monotonic() + timeout
+    alive = _still_running(procs)
+    while alive:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        _, alive = psutil.wait_procs(alive, timeout=min(0.5, left))
+        alive = _still_running(alive)
+    return alive
+
+
+def _stragglers(marker: str, grace: float) -> list[psutil.Process]:
+    """Marked processes still running after ``grace`` seconds.
+
+    Scans again whenever everything found so far has ended: a process that exits may
+    have started children after the previous scan (they carry the marker too). An empty
+    scan is confirmed by a second one ``SETTLE_S`` later, because a process caught in
+    the middle of ``execve`` shows an empty environment for that instant.
+    """
+    deadline = time.monotonic() + grace
+    confirming = False
+    while True:
+        found = _marked_processes(marker)
+        if not found:
+            if confirming:
+                return []
+            confirming = True
+            threading.Event().wait(SETTLE_S)  # one bounded pause, not a polling loop
+            continue
+        confirming = False
+        alive = _wait_gone(found, max(0.0, deadline - time.monotonic()))
+        if alive:
+            return alive
+        if time.monotonic() >= deadline:
+            return _marked_processes(marker)
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        cmdline = " ".join(proc.cmdline()) or proc.name()
+        return f"pid {proc.pid} (ppid {proc.ppid()}): {cmdline}"
+    except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+        return f"pid {proc.pid}: <gone or unreadable>"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    marker = session.config.stash.get(_marker_key, None)
+    if marker is None:
+        return
+    alive = _stragglers(marker, LEAK_GRACE_S)
+    if not alive:
+        return
+    report = [_describe(proc) for proc in alive]
+    unkillable: list[psutil.Process] = []
+    # Kill, then look again: a straggler may have forked while we were reading.
+    for _ in range(3):
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        unkillable += _wait_gone(alive, 5.0)
+        late = [p for p in _marked_processes(marker) if p not in alive]
+        if not late:
+            break
+        report += [_describe(proc) for proc in late]
+        alive = late
+    lines = [
+        f"{len(report)} process(es) started by this test session were still running "
+        f"{LEAK_GRACE_S:.0f} s after the last test and were killed ({SESSION_ENV}={marker}):",
+        *(f"  {line}" for line in report),
+    ]
+    if unkillable:
+        lines.append("still alive after SIGKILL: " + ", ".join(str(p.pid) for p in unkillable))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.section("leaked processes", sep="=", red=True, bold=True)
+        for line in lines:
+            reporter.line(line, red=True)
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# ------------------------------------------------------------------ fresh interpreters
+
+
+def _tail(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+def run_python(
+    code: str,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    *,
+    args: tuple[str, ...] = (),
+    cwd: str | os.PathLike[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (dedented) in a fresh ``sys.executable`` and capture its output.
+
+    The child gets this process's environment (so the session marker) updated by
+    ``env``, runs in its own session, and has ``timeout`` seconds to exit. Output goes
+    to temporary files, not pipes, so a grandchild that keeps them open cannot make the
+    call wait past the child's exit. On timeout the child is asked to dump its threads'
+    tracebacks (faulthandler, SIGABRT), its process group is killed, and the test fails
+    with the captured output. The return code is not checked: assert on it.
+    """
+    full_env = dict(os.environ)
+    full_env.setdefault("PYTHONFAULTHANDLER", "1")
+    if env:
+        full_env.update(env)
+    cmd = [sys.executable, "-c", textwrap.dedent(code), *args]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=full_env,
+            cwd=cwd, text=True, start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _stop_timed_out(proc)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if timed_out:
+        pytest.fail(
+            f"python snippet did not exit within {timeout} s and was killed\n"
+            f"--- stdout ---\n{_tail(stdout)}\n--- stderr ---\n{_tail(stderr)}",
+            pytrace=False,
+        )
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _stop_timed_out(proc: subprocess.Popen[str]) -> None:
+    try:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        proc.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child and whatever stayed in its group
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@pytest.fixture
+def run_isolated() -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
+    """``run_python`` as a fixture: ``run_isolated(code, timeout, env=None)``."""
+    yield run_python
