@@ -259,8 +259,8 @@ class ProcMesh(MeshTrait):
             raise TypeError(f"arguments do not match {cls.__qualname__}.__init__: {exc}") from None
         except ValueError:
             pass  # no introspectable signature
-        parts = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
-        body = _serial.dumps_checked((cls, args, kwargs), f"spawn of {cls.__qualname__}", parts)
+        body = _serial.dumps_checked((cls, args, kwargs), f"spawn of {cls.__qualname__}",
+                                     _serial.arg_parts(args, kwargs))
         root = get_root()
         rt = root.runtime
         key = _uid(name)

@@ -19,7 +19,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["PicklingError", "dumps", "loads", "dumps_checked"]
+__all__ = ["PicklingError", "arg_parts", "dumps", "dumps_checked", "loads"]
 
 PicklingError = pickle.PicklingError
 _MAIN = b"__main__"
@@ -112,6 +112,11 @@ def dumps(obj: Any) -> list[Any]:
     f = io.BytesIO()
     _CloudPickler(f, protocol=_PROTOCOL, buffer_callback=_buffer_callback(bufs)).dump(obj)
     return [f.getvalue(), *bufs]
+
+
+def arg_parts(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(description, value)`` per call argument, for :func:`dumps_checked` to blame."""
+    return [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
 
 
 def dumps_checked(obj: Any, what: str, parts: Sequence[tuple[str, Any]] = ()) -> list[Any]:
