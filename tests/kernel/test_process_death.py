@@ -67,3 +67,43 @@ def test_host_agent_death_fails_pending_calls(run_isolated):
     assert res.returncode == 0, res.stderr
     elapsed = float(res.stdout.split("ELAPSED", 1)[1].split()[0])
     assert elapsed < 2.0 and "unreachable" in res.stdout
+
+
+@pytest.mark.isolated
+def test_sigkilled_client_leaves_no_orphans(tmp_path):
+    import subprocess
+    import sys
+
+    import psutil
+
+    script = tmp_path / "client.py"
+    script.write_text(
+        "import json, sys, psutil\n"
+        "from tetrarch import this_host\n"
+        "from kernel_actors import Sleeper\n"
+        "procs = this_host().spawn_procs(per_host={'gpus': 3})\n"
+        "procs.spawn('s', Sleeper).sleep.broadcast(60)\n"
+        "print(json.dumps([p.pid for p in psutil.Process().children(recursive=True)]), flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__))
+    client = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env=env, text=True)
+    try:
+        import json
+
+        pids = json.loads(client.stdout.readline())
+        assert len(pids) >= 4  # host agent + 3 procs
+        client.kill()
+        client.wait(10)
+        procs = []
+        for pid in pids:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=10)
+        assert not alive, f"orphans outlived their SIGKILLed client: {alive}"
+    finally:
+        client.kill()
+        client.wait(10)
