@@ -17,6 +17,11 @@ _EXPORTS = {
     "endpoint": "tetrarch._runtime._actor",
     "Endpoint": "tetrarch._runtime._endpoint",
     "Future": "tetrarch._runtime._future",
+    "Channel": "tetrarch._runtime._port",
+    "Port": "tetrarch._runtime._port",
+    "PortReceiver": "tetrarch._runtime._port",
+    "Accumulator": "tetrarch._runtime._port",
+    "send": "tetrarch._runtime._port",
     "ValueMesh": "tetrarch._runtime._valuemesh",
     "Extent": "tetrarch._runtime._shape",
     "Point": "tetrarch._runtime._shape",
@@ -60,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._runtime._endpoint import Endpoint
     from ._runtime._future import Future
     from ._runtime._mesh import ActorMesh
+    from ._runtime._port import Accumulator, Channel, Port, PortReceiver, send
     from ._runtime._procmesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
     from ._runtime._shape import Extent, Point, Shape
     from ._runtime._valuemesh import ValueMesh

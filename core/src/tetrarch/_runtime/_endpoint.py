@@ -125,11 +125,16 @@ class Endpoint(Generic[R]):
     def _payload(self, args: tuple, kwargs: dict) -> list:
         if not args and not kwargs:
             return []
-        parts = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
-        return _serial.dumps_checked((args, kwargs), f"call to {self._mesh._name}.{self._name}", parts)
+        return _serial.dumps_checked((args, kwargs), f"call to {self._mesh._name}.{self._name}",
+                                     _serial.arg_parts(args, kwargs))
 
     def _send(self, args: tuple, kwargs: dict, shape: Shape, *, single: bool = False, stream: bool = False,
-              reply: bool = True) -> _Collector | None:
+              reply: bool = True, reply_to: tuple[str, int] | None = None) -> _Collector | None:
+        """Send one CALL per actor of ``shape``.
+
+        Replies go to a new :class:`_Collector` (``reply``), to the port ``reply_to``
+        (``(address, port id)``, one reply per actor tagged with its index), or nowhere.
+        """
         mesh = self._mesh
         mesh._check_usable()
         rt = mesh._runtime()
@@ -137,12 +142,15 @@ class Endpoint(Generic[R]):
         targets, by_addr = mesh._targets(shape)
         what = f"{mesh._name}.{self._name}"
         labels, sizes = shape.labels, shape.sizes
-        coll = _Collector(rt, len(targets), shape, what, single, stream) if reply else None
-        raddr = rt.address if reply else None
-        rport = coll.port if coll is not None else None
+        coll = _Collector(rt, len(targets), shape, what, single, stream) if reply and reply_to is None else None
         if coll is not None:
+            raddr, rport = rt.address, coll.port
             for addr, tags in by_addr.items():
                 coll.watch(addr, tags)
+        elif reply_to is not None:
+            raddr, rport = reply_to
+        else:
+            raddr = rport = None
         for i, (addr, key) in enumerate(targets):
             hdr = _wire.header(_wire.CALL, key, self._name, raddr, rport, i, labels, sizes, None)
             try:
@@ -150,7 +158,26 @@ class Endpoint(Generic[R]):
             except PeerUnreachable as exc:
                 if coll is not None:
                     coll.fail(i, str(exc))
+                elif reply_to is not None:
+                    rt.reply(raddr, rport, i, _wire.DEAD, f"{what} is unreachable: {exc}")
         return coll
+
+    def _one_of(self) -> Shape:
+        """A one-point shape: a uniformly random actor of the mesh."""
+        shape = self._mesh._shape
+        point = random.randrange(len(shape))
+        return Shape(shape.extent.__class__([], []), shape.rank_of(point), ())
+
+    def _send_to_port(self, args: tuple, kwargs: dict, port: Any, choose: bool) -> None:
+        """Cast the call (to every actor, or one random one) with replies going to ``port``.
+
+        ``port`` is a :class:`~tetrarch.Port` or None (no replies: a broadcast).
+        """
+        shape = self._one_of() if choose else self._mesh._shape
+        if port is None or port._port is None:
+            self._send(args, kwargs, shape, reply=False)
+        else:
+            self._send(args, kwargs, shape, reply_to=(port._address, port._port))
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Call every actor of the mesh; the future gives a ``ValueMesh`` of results.
@@ -180,10 +207,7 @@ class Endpoint(Generic[R]):
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call one actor of the mesh, picked at random (load balancing)."""
-        shape = self._mesh._shape
-        point = random.randrange(len(shape))
-        one = Shape(shape.extent.__class__([], []), shape.rank_of(point), ())
-        coll = self._send(args, kwargs, one, single=True)
+        coll = self._send(args, kwargs, self._one_of(), single=True)
         assert coll is not None
         return coll.futures[0]
 

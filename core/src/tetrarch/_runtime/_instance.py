@@ -6,6 +6,10 @@ Messages are handled one at a time in arrival order (= send order per sender):
 a sync endpoint runs inline on the actor's thread (with no asyncio loop visible, so
 blocking on other actors' futures is fine); an async endpoint runs as a task and the
 mailbox waits for it to finish before the next message.
+
+An ``@endpoint(explicit_response_port=True)`` gets a :class:`~tetrarch.Port` bound to
+the caller's reply port as its first argument and answers through it; its return value
+is ignored, and if it raises the actor dies (the caller gets SupervisionError).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from .._errors import RemoteException
 from . import _serial, _wire
 from ._actor import endpoints_of
 from ._context import Instance, _current, _MessageInfo
+from ._port import Port
 
 if TYPE_CHECKING:
     from ._proc import ProcRuntime
@@ -162,14 +167,22 @@ class ActorInstance:
             self.runtime.reply(raddr, rport, rank, _wire.ERR, error_record(err, self.display, method, skip=0))
             return None
         info = _MessageInfo(self.instance, rank, labels, sizes)
+        explicit = ep.explicit_response_port
+        if explicit:
+            # The body answers through this port (bound to the caller's reply port, or
+            # dropping for a broadcast); its return value is ignored.
+            args = (Port(raddr, rport, rank, False, f"{self.display}.{method}"), *args)
         if ep.is_async:
-            return self._call_async(info, ep.fn, args, kwargs, raddr, rport, rank, method)
+            return self._call_async(info, ep.fn, args, kwargs, raddr, rport, rank, method, explicit)
         token = _current.set(info)
         _set_running_loop(None)
         try:
             result = ep.fn(self.obj, *args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - goes back to the caller as ActorError
-            self._failed_call(exc, raddr, rport, rank, method)
+        except Exception as exc:  # noqa: BLE001 - ActorError for the caller (explicit port: kills)
+            if explicit:
+                self._die(exc, raddr, rport, rank, method)
+            else:
+                self._failed_call(exc, raddr, rport, rank, method)
             return None
         except BaseException as exc:  # noqa: BLE001 - kills the actor
             self._die(exc, raddr, rport, rank, method)
@@ -177,21 +190,26 @@ class ActorInstance:
         finally:
             _set_running_loop(self._loop)
             _current.reset(token)
-        self.runtime.reply(raddr, rport, rank, _wire.OK, result)
+        if not explicit:
+            self.runtime.reply(raddr, rport, rank, _wire.OK, result)
         return None
 
     async def _call_async(self, info: _MessageInfo, fn: Callable, args: tuple, kwargs: dict, raddr: str | None,
-                          rport: int | None, rank: int, method: str) -> None:
+                          rport: int | None, rank: int, method: str, explicit: bool = False) -> None:
         _current.set(info)  # the task runs in its own copy of the context
         try:
             result = await fn(self.obj, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001
-            self._failed_call(exc, raddr, rport, rank, method)
+            if explicit:
+                self._die(exc, raddr, rport, rank, method)
+            else:
+                self._failed_call(exc, raddr, rport, rank, method)
             return
         except BaseException as exc:  # noqa: BLE001
             self._die(exc, raddr, rport, rank, method)
             return
-        self.runtime.reply(raddr, rport, rank, _wire.OK, result)
+        if not explicit:
+            self.runtime.reply(raddr, rport, rank, _wire.OK, result)
 
     def _failed_call(self, exc: Exception, raddr: str | None, rport: int | None, rank: int, method: str) -> None:
         record = error_record(exc, self.display, method)
@@ -203,7 +221,11 @@ class ActorInstance:
         self.runtime.reply(raddr, rport, rank, _wire.ERR, record)
 
     def _die(self, exc: BaseException, raddr: str | None, rport: int | None, rank: int, method: str) -> None:
+        """Mark the actor dead (later calls are rejected) and tell this call's caller (DEAD)."""
         self.failed = f"{self.display} died in {method}: {type(exc).__name__}: {exc}"
+        if raddr is None:
+            record = error_record(exc, self.display, method)
+            print(f"tetrarch: {self.failed} (no caller to receive it):\n{record[1]}", file=sys.stderr)
         self.runtime.reply(raddr, rport, rank, _wire.DEAD, self.failed)
 
     def _reject(self, hdr: tuple) -> None:

@@ -7,8 +7,9 @@ C pickler (only ints, strings and tuples of them), the payload is what
 * ``CALL``: ``(CALL, actor_key, method, reply_addr, reply_port, rank, labels, sizes, sender)``
   — ``rank`` is the receiver's index in the mesh slice the message was sent to, whose
   extent is ``labels``/``sizes``; ``reply_addr`` is None for ``broadcast``.
-* ``PORT``: ``(PORT, port_id, tag, status)`` — a value (``OK``) or an error (``ERR``)
-  for a port; ``tag`` is the sender's rank for gathered replies.
+* ``PORT``: ``(PORT, port_id, tag, status)`` — a value (``OK``), an error (``ERR``) or
+  a death notice (``DEAD``) for a port: a call's reply port or a user ``Channel``'s
+  (:mod:`tetrarch._runtime._port`); ``tag`` is the sender's rank for gathered replies.
 * ``SYS``: ``(SYS, service, op, reply_addr, reply_port)`` — control plane (spawn, stop,
   proc ready/exit) handled on the I/O thread by a registered service.
 """

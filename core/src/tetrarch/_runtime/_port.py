@@ -1,0 +1,356 @@
+"""Ports and channels: typed one-way message pipes between any two processes.
+
+``Channel.open()`` returns a :class:`Port` (the sending end, picklable: pass it to
+actors, return it from endpoints) and a :class:`PortReceiver` (the receiving end,
+bound to this process). A port is just ``(address, port id, tag, once)``: wherever it
+is unpickled, its sends go to the receiver it was opened for.
+
+Wire format: a port message is ``[(PORT, port_id, tag, status), *payload]`` — the same
+as the replies of endpoint calls, so a port can stand in for a call's reply port
+(``@endpoint(explicit_response_port=True)`` and :func:`send`). ``OK`` carries a value,
+``ERR`` an error record (``(exception, traceback text, actor, method)``, see
+:func:`tetrarch._runtime._instance.error_record`), ``DEAD`` the reason a sender died.
+
+Also here: :func:`send` (cast a call whose replies go to a user port) and
+:class:`Accumulator` (client-side fold over ``Endpoint.stream``).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .._errors import SupervisionError
+from . import _serial, _wire
+from ._endpoint import Endpoint, _decode_error
+from ._future import Future
+
+if TYPE_CHECKING:
+    from ._proc import ProcRuntime
+
+__all__ = ["Accumulator", "Channel", "Port", "PortReceiver", "send"]
+
+R = TypeVar("R")
+A = TypeVar("A")
+
+
+def _runtime() -> ProcRuntime:
+    from ._root import get_root
+
+    return get_root().runtime
+
+
+def _here() -> str:
+    """A name for the code that is running (the current actor, or ``client``)."""
+    from ._context import _current
+
+    info = _current.get()
+    return info.instance.name if info is not None else "client"
+
+
+class Port(Generic[R]):
+    """The sending end of a channel (or of a call's reply).
+
+    Sends are fire and forget and arrive at the receiver in the order they were made
+    from one thread. Picklable: a port passed to an actor (or returned from one) still
+    delivers to the receiver it was opened for.
+
+    If the receiver was closed (or its process is gone) the message is dropped:
+    sending never blocks on, nor fails because of, the receiving side. A port with no
+    receiver at all (the reply port of a ``broadcast``) drops every message.
+    """
+
+    __slots__ = ("_address", "_port", "_tag", "_once", "_used", "_what", "__weakref__")
+
+    def __init__(self, address: str | None, port: int | None, tag: int = 0, once: bool = False,
+                 what: str = "") -> None:
+        self._address = address
+        self._port = port
+        self._tag = tag
+        self._once = once
+        self._used = False
+        self._what = what  # "actor.method" for a call's reply port (error records)
+
+    @property
+    def once(self) -> bool:
+        """Whether this port accepts only one message (``send`` or ``exception``)."""
+        return self._once
+
+    def send(self, obj: R) -> None:
+        """Send ``obj`` to the receiver (fire and forget).
+
+        Raises:
+            TypeError: ``obj`` cannot be pickled (the message names its type).
+            ValueError: this is a ``once`` port and it was already used.
+        """
+        payload = _serial.dumps_checked(obj, f"Port.send of {type(obj).__qualname__}", [("the value", obj)])
+        self._post(_wire.OK, payload)
+
+    def exception(self, exc: BaseException) -> None:
+        """Make the receiver's ``recv()`` raise.
+
+        The receiver raises :class:`~tetrarch.ActorError` whose ``.exception`` is ``exc``
+        (or a ``RemoteException`` standing in for it when ``exc`` cannot be pickled) —
+        the same error a caller gets when an endpoint raises.
+
+        Raises:
+            TypeError: ``exc`` is not an exception.
+            ValueError: this is a ``once`` port and it was already used.
+        """
+        if not isinstance(exc, BaseException):
+            raise TypeError(f"Port.exception needs an exception instance, got {type(exc).__qualname__}")
+        from ._instance import error_record
+
+        if self._what:
+            actor, _, method = self._what.rpartition(".")
+        else:
+            actor, method = _here(), "port"
+        self._post(_wire.ERR, _serial.dumps(error_record(exc, actor, method, skip=0)))
+
+    def _post(self, status: int, payload: list) -> None:
+        if self._once:
+            if self._used:
+                raise ValueError("this port was opened with once=True and has already been used; "
+                                 "open a new channel (or once=False) to send more")
+            self._used = True
+        if self._address is None or self._port is None:
+            return  # a dropping port
+        from ._proc import PeerUnreachable
+
+        rt = _runtime()
+        frames = [_wire.header(_wire.PORT, self._port, self._tag, status), *payload]
+        if getattr(rt._dialing, "in_dispatch", False):  # on the I/O thread: it must not dial
+            rt.send_later(self._address, frames)
+            return
+        try:
+            rt.send(self._address, frames)
+        except PeerUnreachable:
+            pass  # the receiver's process is gone: the message is dropped
+
+    def __reduce__(self) -> tuple:
+        return (Port, (self._address, self._port, self._tag, self._once))
+
+    def __repr__(self) -> str:
+        where = "dropping" if self._port is None else f"{self._address}#{self._port}"
+        return f"<Port {where}{' once' if self._once else ''}>"
+
+
+class PortReceiver(Generic[R]):
+    """The receiving end of a channel, bound to the process that opened it.
+
+    ``recv()`` returns a :class:`Future` for the next message; messages are handed out
+    in arrival order. Use ``recv().get(timeout)`` to wait with a limit: a future that
+    timed out keeps its place in line (the next message completes it), so wait on it
+    again rather than calling ``recv()`` anew.
+    """
+
+    __slots__ = ("_port", "_rt", "_lock", "_queue", "_waiters", "_closed", "_once", "_ranked", "_keep",
+                 "_finalizer", "__weakref__")
+
+    def __init__(self, rt: ProcRuntime, once: bool = False, ranked: bool = False) -> None:
+        self._rt = rt
+        self._lock = threading.Lock()
+        self._queue: deque[tuple[int, int, list]] = deque()
+        self._waiters: deque[Future[Any]] = deque()
+        self._closed = False
+        self._once = once
+        self._ranked = ranked
+        self._keep: PortReceiver[R] | None = None  # self, while futures wait on us
+        ref = weakref.ref(self)
+
+        def handler(hdr: tuple, payload: list) -> None:
+            me = ref()
+            if me is not None:
+                me._on_message(hdr, payload)
+
+        self._port = rt.open_port(handler)
+        # A receiver nobody can reach any more closes its port (its messages are dropped).
+        self._finalizer = weakref.finalize(self, rt.close_port, self._port)
+
+    def _on_message(self, hdr: tuple, payload: list) -> None:
+        _, _port, tag, status = hdr
+        with self._lock:
+            if self._closed:
+                return
+            if self._once:
+                self._closed = True
+                self._rt.close_port(self._port)
+            waiter = self._waiters.popleft() if self._waiters else None
+            if waiter is None:
+                self._queue.append((tag, status, payload))
+            elif not self._waiters:
+                self._keep = None
+        if waiter is not None:
+            waiter._set_lazy(lambda: self._decode(tag, status, payload))
+
+    def _decode(self, tag: int, status: int, payload: list) -> Any:
+        if status == _wire.DEAD:
+            raise SupervisionError(f"a sender to this port died: {_serial.loads(payload)}", "port")
+        if status != _wire.OK:
+            raise _decode_error(status, payload, "port")
+        value = _serial.loads(payload)
+        return (tag, value) if self._ranked else value
+
+    def recv(self) -> Future[R]:
+        """A future for the next message (the value, or ``(rank, value)`` for ``open_ranked``).
+
+        Raises (from the future): ActorError (the sender called ``Port.exception``;
+        ``.exception`` is what it passed), SupervisionError (an actor answering through
+        this port died), EOFError (the receiver is closed and no message is left).
+        """
+        fut: Future[R] = Future._new()
+        with self._lock:
+            item = self._queue.popleft() if self._queue else None
+            if item is None:
+                if self._closed:
+                    fut._set_exception(EOFError(f"Port closed: receiver #{self._port} was closed"))
+                    return fut
+                self._waiters.append(fut)
+                self._keep = self
+                return fut
+        tag, status, payload = item
+        fut._set_lazy(lambda: self._decode(tag, status, payload))
+        return fut
+
+    def close(self) -> None:
+        """Stop receiving: later messages are dropped; waiting futures raise EOFError.
+
+        Messages that already arrived can still be read with ``recv()``. Closing twice
+        is a no-op.
+        """
+        with self._lock:
+            if self._closed and not self._waiters:
+                return
+            self._closed = True
+            waiters, self._waiters = list(self._waiters), deque()
+            self._keep = None
+        self._rt.close_port(self._port)
+        for fut in waiters:
+            fut._set_exception(EOFError(f"Port closed: receiver #{self._port} was closed"))
+
+    def __reduce__(self) -> tuple:
+        raise TypeError("PortReceiver cannot be pickled: it stays in the process that opened the channel; "
+                        "pass its Port instead")
+
+    def __repr__(self) -> str:
+        return f"<PortReceiver #{self._port}{' closed' if self._closed else ''}>"
+
+
+class Channel(Generic[R]):
+    """Opens port/receiver pairs: ``port, receiver = Channel.open()``."""
+
+    @staticmethod
+    def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
+        """A new channel whose receiver lives in this process.
+
+        With ``once=True`` the port accepts a single message (a second send raises
+        ValueError) and the receiver closes after it.
+        """
+        rt = _runtime()
+        receiver: PortReceiver[R] = PortReceiver(rt, once=once)
+        return Port(rt.address, receiver._port, 0, once), receiver
+
+    @staticmethod
+    def open_ranked(once: bool = False) -> tuple[Port[R], PortReceiver[tuple[int, R]]]:
+        """Like :meth:`open`, but ``recv()`` gives ``(rank, value)``.
+
+        ``rank`` is the sender's index in the mesh a :func:`send` went to (0 for plain
+        ``Port.send``).
+        """
+        rt = _runtime()
+        receiver: PortReceiver[Any] = PortReceiver(rt, once=once, ranked=True)
+        return Port(rt.address, receiver._port, 0, once), receiver
+
+
+def send(endpoint: Endpoint[R], args: tuple = (), kwargs: dict[str, Any] | None = None,
+         port: Port[R] | None = None, selection: str = "all") -> None:
+    """Call ``endpoint`` and direct every reply to ``port`` (one message per actor).
+
+    ``selection="all"`` casts to every actor of the endpoint's mesh, ``"choose"`` to one
+    picked at random. Without a port the call is a ``broadcast``. An actor that raises
+    sends an error (``recv()`` raises ActorError); one that dies, a SupervisionError.
+
+    Raises:
+        TypeError: ``endpoint`` is not an endpoint of a mesh, ``port`` is not a Port,
+            ``args``/``kwargs`` are of the wrong kind, or an argument cannot be pickled.
+        ValueError: ``selection`` is neither ``"all"`` nor ``"choose"``.
+    """
+    if not isinstance(endpoint, Endpoint):
+        raise TypeError(f"send() needs an @endpoint of an actor mesh (mesh.method), got {type(endpoint).__qualname__}")
+    if port is not None and not isinstance(port, Port):
+        raise TypeError(f"send() port must be a Port from Channel.open(), got {type(port).__qualname__}")
+    if not isinstance(args, tuple):
+        raise TypeError(f"send() args must be a tuple, got {type(args).__qualname__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"send() kwargs must be a dict, got {type(kwargs).__qualname__}")
+    if selection not in ("all", "choose"):
+        raise ValueError(f"send() selection must be 'all' or 'choose', got {selection!r}")
+    endpoint._send_to_port(args, kwargs or {}, port, selection == "choose")
+
+
+class Accumulator(Generic[R, A]):
+    """Fold the replies of an endpoint's ``stream`` into one value, on the client.
+
+    ``Accumulator(mesh.method, identity, combine).accumulate(*args)`` calls every actor
+    and gives a future for ``combine(...combine(combine(identity, r1), r2)..., rn)``
+    with the replies in arrival order (``identity`` for an empty mesh). ``combine`` runs
+    in the thread that reads the future.
+    """
+
+    def __init__(self, endpoint: Endpoint[R], identity: A, combine: Callable[[A, R], A]) -> None:
+        """Raises:
+            TypeError: ``endpoint`` is not an ``@endpoint`` of a mesh, or ``combine`` is
+                not callable.
+        """
+        if not isinstance(endpoint, Endpoint):
+            raise TypeError(f"Accumulator needs an @endpoint of an actor mesh (mesh.method), "
+                            f"got {type(endpoint).__qualname__}")
+        if not callable(combine):
+            raise TypeError(f"Accumulator combine must be callable, got {type(combine).__qualname__}")
+        self._endpoint = endpoint
+        self._identity = identity
+        self._combine = combine
+
+    def accumulate(self, *args: Any, **kwargs: Any) -> Future[A]:
+        """Stream the call and fold the replies.
+
+        Raises (from the future): the first reply's error (ActorError /
+        SupervisionError), or what ``combine`` raised. Raises now: TypeError
+        (unpicklable argument).
+        """
+        futures = list(self._endpoint.stream(*args, **kwargs))
+        identity, combine = self._identity, self._combine
+        out: Future[A] = Future._new()
+        if not futures:
+            out._set_result(identity)
+            return out
+
+        def fold() -> A:
+            acc = identity
+            for f in futures:
+                acc = combine(acc, f.get())
+            return acc
+
+        _when_all(futures, lambda: out._set_lazy(fold))
+        return out
+
+
+def _when_all(futures: Iterable[Future[Any]], then: Callable[[], None]) -> None:
+    """Run ``then()`` once every future is done (on the thread completing the last)."""
+    futures = list(futures)
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one(_: Future[Any]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            then()
+
+    for f in futures:
+        f.add_done_callback(one)
+
