@@ -40,8 +40,9 @@ importing this module stays cheap.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from ._lazy import lazy_exports
 
 from ._plugins._errors import BackendNotFound, BackendUnavailable, PluginLoadError
 from ._plugins._helpers import (
@@ -92,17 +93,7 @@ __all__ = sorted(
 )
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tetrarch.plugins' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
