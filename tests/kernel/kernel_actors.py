@@ -102,3 +102,12 @@ class Sleeper(Actor):
 
         time.sleep(seconds)
         return seconds
+
+
+class MeshUser(Actor):
+    """Receives another actor mesh as an argument and calls it from its own proc."""
+
+    @endpoint
+    def bump_and_read(self, counters: object) -> list[int]:
+        counters.incr.broadcast(5)  # type: ignore[attr-defined]
+        return counters.value.call().get().values()  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ import os
 import pytest
 from kernel_actors import AsyncGreeter, Counter, Info
 
-from tetrarch import Future, ValueMesh, this_proc
+from tetrarch import Future, ValueMesh, this_host, this_proc
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -100,3 +100,16 @@ def test_pipelined_calls_keep_order(procs):
         counter.incr.broadcast()
         futures.append(counter.value.call_one())
     assert [f.get() for f in futures] == list(range(1, 501))
+
+
+def test_actor_mesh_passed_to_an_actor_on_another_proc_mesh(procs):
+    from kernel_actors import MeshUser
+
+    counters = procs.spawn("shared_counters", Counter, 1)
+    other = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        user = other.spawn("user", MeshUser)
+        assert user.bump_and_read.call_one(counters).get(timeout=30) == [6, 6, 6, 6]
+        assert counters.value.call().get().values() == [6, 6, 6, 6]  # same actors, seen from the client
+    finally:
+        other.stop().get(timeout=30)
