@@ -39,6 +39,14 @@ def _decode_error(status: int, payload: list, what: str) -> BaseException:
     return ActorError(exc, tb, actor or what.rsplit(".", 1)[0], method or what.rsplit(".", 1)[-1])
 
 
+def group_by_address(targets: list[tuple[str, str]]) -> dict[str, list[int]]:
+    """Indices of ``targets`` (``(address, actor key)`` pairs) by process address."""
+    by_addr: dict[str, list[int]] = {}
+    for i, (addr, _key) in enumerate(targets):
+        by_addr.setdefault(addr, []).append(i)
+    return by_addr
+
+
 class _Collector:
     """Gathers the replies of one call on its reply port (I/O thread)."""
 
@@ -104,6 +112,11 @@ class _Collector:
 
         self.watches.append((address, self.rt.watch(address, dead)))
 
+    def watch_targets(self, by_addr: dict[str, list[int]]) -> None:
+        """Fail the tags of every process in ``by_addr`` that dies before replying."""
+        for address, tags in by_addr.items():
+            self.watch(address, tags)
+
     def finish(self) -> None:
         self.rt.close_port(self.port)
         for address, token in self.watches:
@@ -145,8 +158,7 @@ class Endpoint(Generic[R]):
         coll = _Collector(rt, len(targets), shape, what, single, stream) if reply and reply_to is None else None
         if coll is not None:
             raddr, rport = rt.address, coll.port
-            for addr, tags in by_addr.items():
-                coll.watch(addr, tags)
+            coll.watch_targets(by_addr)
         elif reply_to is not None:
             raddr, rport = reply_to
         else:

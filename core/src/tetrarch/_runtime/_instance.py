@@ -178,14 +178,8 @@ class ActorInstance:
         _set_running_loop(None)
         try:
             result = ep.fn(self.obj, *args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - ActorError for the caller (explicit port: kills)
-            if explicit:
-                self._die(exc, raddr, rport, rank, method)
-            else:
-                self._failed_call(exc, raddr, rport, rank, method)
-            return None
-        except BaseException as exc:  # noqa: BLE001 - kills the actor
-            self._die(exc, raddr, rport, rank, method)
+        except BaseException as exc:  # noqa: BLE001 - see _raised
+            self._raised(exc, explicit, raddr, rport, rank, method)
             return None
         finally:
             _set_running_loop(self._loop)
@@ -199,17 +193,20 @@ class ActorInstance:
         _current.set(info)  # the task runs in its own copy of the context
         try:
             result = await fn(self.obj, *args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            if explicit:
-                self._die(exc, raddr, rport, rank, method)
-            else:
-                self._failed_call(exc, raddr, rport, rank, method)
-            return
-        except BaseException as exc:  # noqa: BLE001
-            self._die(exc, raddr, rport, rank, method)
+        except BaseException as exc:  # noqa: BLE001 - see _raised
+            self._raised(exc, explicit, raddr, rport, rank, method)
             return
         if not explicit:
             self.runtime.reply(raddr, rport, rank, _wire.OK, result)
+
+    def _raised(self, exc: BaseException, explicit: bool, raddr: str | None, rport: int | None, rank: int,
+                method: str) -> None:
+        """An endpoint raised: an ``Exception`` with a reply port goes back as ActorError and the
+        actor survives; a ``BaseException``, or any raise from an explicit-port endpoint, kills it."""
+        if isinstance(exc, Exception) and not explicit:
+            self._failed_call(exc, raddr, rport, rank, method)
+        else:
+            self._die(exc, raddr, rport, rank, method)
 
     def _failed_call(self, exc: Exception, raddr: str | None, rport: int | None, rank: int, method: str) -> None:
         record = error_record(exc, self.display, method)

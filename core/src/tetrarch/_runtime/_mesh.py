@@ -8,7 +8,7 @@ from typing import Any
 
 from . import _wire
 from ._actor import endpoints_of
-from ._endpoint import Endpoint, _Collector
+from ._endpoint import Endpoint, _Collector, group_by_address
 from ._future import Future
 from ._proc import PeerUnreachable, ProcRuntime
 from ._root import get_root
@@ -65,10 +65,7 @@ class ActorMesh(MeshTrait):
         hit = cache.get(shape)
         if hit is None:
             targets = [self._ids[r] for r in shape.ranks()]
-            by_addr: dict[str, list[int]] = {}
-            for i, (addr, _key) in enumerate(targets):
-                by_addr.setdefault(addr, []).append(i)
-            hit = cache[shape] = (targets, by_addr)
+            hit = cache[shape] = (targets, group_by_address(targets))
             if len(cache) > 64:
                 cache.pop(next(iter(cache)))
         return hit
@@ -120,9 +117,10 @@ class ActorMesh(MeshTrait):
                 return Future._completed(None)
             self._state.stopped = True
         rt = self._runtime()
-        coll = _Collector(rt, len(self._ids), self._shape, f"{self._name}.stop", False, False)
-        for i, (addr, key) in enumerate(self._ids):
-            coll.watch(addr, [i])
+        targets, by_addr = self._targets(self._shape)
+        coll = _Collector(rt, len(targets), self._shape, f"{self._name}.stop", False, False)
+        coll.watch_targets(by_addr)
+        for i, (addr, key) in enumerate(targets):
             try:
                 rt.send(addr, [_wire.header(_wire.SYS, "proc", "stop_actor", rt.address, coll.port),
                                pickle.dumps(key)])

@@ -342,25 +342,22 @@ class ProcRuntime:
             else:
                 service(hdr, frames[1:], conn)
 
+    def _reachable_now(self, address: str) -> bool:
+        conn = self._routes.get(address)
+        return (conn is not None and not conn.closed) or address == self.address
+
     def _reply_later(self, address: str | None, port: int | None, tag: int, status: int, value: Any) -> None:
-        """Reply from a dispatch handler without dialing on the I/O thread."""
+        """:meth:`reply`, from a handler on the I/O thread (dials on a helper thread if needed)."""
         if address is None or port is None:
             return
-        conn = self._routes.get(address)
-        if conn is not None or address == self.address:
+        if self._reachable_now(address):
             self.reply(address, port, tag, status, value)
         else:
             threading.Thread(target=self.reply, args=(address, port, tag, status, value), daemon=True).start()
 
     def send_later(self, address: str, frames: list) -> None:
-        """:meth:`send`, from a handler on the I/O thread (dials on a helper thread if needed)."""
-        conn = self._routes.get(address)
-        if (conn is not None and not conn.closed) or address == self.address:
-            try:
-                self.send(address, frames)
-            except PeerUnreachable:
-                pass
-            return
+        """:meth:`send`, from a handler on the I/O thread (dials on a helper thread if needed);
+        an unreachable peer is ignored."""
 
         def go() -> None:
             try:
@@ -368,7 +365,10 @@ class ProcRuntime:
             except PeerUnreachable:
                 pass
 
-        threading.Thread(target=go, daemon=True).start()
+        if self._reachable_now(address):
+            go()
+        else:
+            threading.Thread(target=go, daemon=True).start()
 
     # -- lifecycle ------------------------------------------------------------
     def close(self) -> None:

@@ -19,7 +19,7 @@ from .._plugins._specs import BackendKind
 from . import _serial, _wire
 from ._actor import Actor
 from ._alloc import AgentCommand, Allocation, AllocRequest
-from ._endpoint import _Collector
+from ._endpoint import _Collector, group_by_address
 from ._future import Future
 from ._mesh import ActorMesh, _MeshState
 from ._owner import ProcRecord
@@ -264,18 +264,10 @@ class ProcMesh(MeshTrait):
         root = get_root()
         rt = root.runtime
         key = _uid(name)
-        ranks = self._shape.ranks()
-        coll = _Collector(rt, len(ranks), self._shape, f"{name}.__init__", False, False)
-        ids: list[tuple[str, str]] = []
+        ids = [(self._procs[r].address, key) for r in self._shape.ranks()]
         labels, sizes = self._shape.labels, self._shape.sizes
-        for i, r in enumerate(ranks):
-            addr = self._procs[r].address
-            ids.append((addr, key))
-        by_addr: dict[str, list[int]] = {}
-        for i, (addr, _) in enumerate(ids):
-            by_addr.setdefault(addr, []).append(i)
-        for addr, tags in by_addr.items():
-            coll.watch(addr, tags)
+        coll = _Collector(rt, len(ids), self._shape, f"{name}.__init__", False, False)
+        coll.watch_targets(group_by_address(ids))
         for i, (addr, _) in enumerate(ids):
             meta = pickle.dumps((key, name, i, labels, sizes, None), 5)
             try:

@@ -103,6 +103,7 @@ class _SocketConnection(Connection):
         with self._wlock:
             if self._closed:
                 raise ConnectionClosed(f"connection to {self._peer} is closed")
+            total = sum(map(_nbytes, bufs)) if len(bufs) <= _IOV_MAX else -1
             while bufs:
                 try:
                     sent = sock.sendmsg(bufs[:_IOV_MAX])
@@ -112,6 +113,9 @@ class _SocketConnection(Connection):
                 except OSError as exc:
                     self.close()
                     raise ConnectionClosed(f"connection to {self._peer} broke: {exc}") from exc
+                if sent == total:  # the common case: everything went out at once
+                    return
+                total -= sent
                 # drop what went out
                 i = 0
                 while i < len(bufs) and sent >= _nbytes(bufs[i]):
