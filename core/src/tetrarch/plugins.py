@@ -49,6 +49,7 @@ from ._plugins._helpers import (
     module_present,
     not_implemented_factory,
     not_implemented_yet,
+    pending_library_probe,
     python_library_found,
 )
 from ._plugins._hookspecs import hookimpl, hookspec
@@ -87,6 +88,7 @@ __all__ = sorted(
         "module_present",
         "not_implemented_factory",
         "not_implemented_yet",
+        "pending_library_probe",
         "python_library_found",
         *_LAZY,
     ]

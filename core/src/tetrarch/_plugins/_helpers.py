@@ -9,11 +9,18 @@ import importlib.metadata
 import importlib.util
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 from ._specs import ProbeResult
 
-__all__ = ["module_present", "not_implemented_factory", "not_implemented_yet", "python_library_found"]
+__all__ = [
+    "module_present",
+    "not_implemented_factory",
+    "not_implemented_yet",
+    "pending_library_probe",
+    "python_library_found",
+]
 
 
 def module_present(module: str) -> bool:
@@ -50,6 +57,25 @@ def not_implemented_yet(found: str, what: str, alternative: str = "") -> ProbeRe
     "pyzmq 27.3.0 found; the zmq transport is not implemented yet".
     """
     return ProbeResult.no(f"{found} found; the {what} is not implemented yet", alternative)
+
+
+def pending_library_probe(module: str, distribution: str, extra: str, what: str,
+                          alternative: str = "") -> Callable[[], ProbeResult]:
+    """A probe for a backend built on a Python library whose tetrarch code is not written yet.
+
+    Unavailable either way, but it says which: the library is missing (with the install
+    hint for ``tetrarch[extra]``) or present and the backend is not implemented yet.
+    """
+
+    def probe() -> ProbeResult:
+        found = python_library_found(module, distribution)
+        if found is None:
+            return ProbeResult.no(f"{distribution} is not installed",
+                                  f'pip install {distribution} (or pip install "tetrarch[{extra}]")')
+        return not_implemented_yet(found, what, alternative)
+
+    probe.__doc__ = f"Whether {distribution} is installed (found without importing it), then the honest state."
+    return probe
 
 
 def not_implemented_factory(

@@ -7,21 +7,14 @@ from collections.abc import Sequence
 from tetrarch.plugins import (
     BackendKind,
     BackendSpec,
-    ProbeResult,
     hookimpl,
-    not_implemented_yet,
-    python_library_found,
+    pending_library_probe,
 )
 
 ALTERNATIVE = "use the builtin 'ipc' or 'tcp' transport"
 
 
-def probe() -> ProbeResult:
-    """Whether pynng is installed (found without importing it), then the honest state."""
-    found = python_library_found("pynng", "pynng")
-    if found is None:
-        return ProbeResult.no("pynng is not installed", 'pip install pynng (or pip install "tetrarch[nng]")')
-    return not_implemented_yet(found, "nng transport", ALTERNATIVE)
+probe = pending_library_probe("pynng", "pynng", "nng", "nng transport", ALTERNATIVE)
 
 
 @hookimpl

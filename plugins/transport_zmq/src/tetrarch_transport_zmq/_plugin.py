@@ -7,21 +7,14 @@ from collections.abc import Sequence
 from tetrarch.plugins import (
     BackendKind,
     BackendSpec,
-    ProbeResult,
     hookimpl,
-    not_implemented_yet,
-    python_library_found,
+    pending_library_probe,
 )
 
 ALTERNATIVE = "use the builtin 'ipc' or 'tcp' transport"
 
 
-def probe() -> ProbeResult:
-    """Whether pyzmq is installed (found without importing it), then the honest state."""
-    found = python_library_found("zmq", "pyzmq")
-    if found is None:
-        return ProbeResult.no("pyzmq is not installed", 'pip install pyzmq (or pip install "tetrarch[zmq]")')
-    return not_implemented_yet(found, "zmq transport", ALTERNATIVE)
+probe = pending_library_probe("zmq", "pyzmq", "zmq", "zmq transport", ALTERNATIVE)
 
 
 @hookimpl
