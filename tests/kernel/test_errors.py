@@ -32,12 +32,16 @@ def test_call_raises_first_error_for_whole_mesh(procs):
     assert failing.ok.call().get().values() == ["still alive"] * 4
 
 
-def test_init_failure_reported_by_initialized_and_calls(procs):
+def test_init_failure_reported_by_initialized_calls_and_the_owner(procs, faults):
     broken = procs.spawn("broken", InitFails)
     with pytest.raises(ActorError, match="cannot construct"):
         broken.initialized.get()
-    with pytest.raises(SupervisionError, match="failed in __init__"):
+    with pytest.raises(SupervisionError, match="__init__ raised RuntimeError: cannot construct"):
         broken.slice(gpus=0).ok.call_one().get()
+    # One failure per rank reaches the owner (here the client's fault hook).
+    got = faults.wait(4)
+    assert sorted(f.rank for f in got) == [0, 1, 2, 3]
+    assert all(f.mesh_name == "broken" and "cannot construct" in f.cause for f in got)
 
 
 def test_spawning_a_non_actor_is_a_type_error(procs):

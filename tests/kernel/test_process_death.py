@@ -45,8 +45,11 @@ def test_host_agent_death_fails_pending_calls(run_isolated):
     res = run_isolated(
         """
         import time, psutil
+        import tetrarch
         from tetrarch import this_host, SupervisionError
         from kernel_actors import Sleeper
+        faults = []
+        tetrarch.unhandled_fault_hook = faults.append
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         mesh = procs.spawn("s", Sleeper)
         mesh.sleep.call(0).get()
@@ -60,6 +63,10 @@ def test_host_agent_death_fails_pending_calls(run_isolated):
             print("ELAPSED", round(time.monotonic() - start, 3))
             print(err)
         procs.stop().get(timeout=20)
+        # this_host() replaces its dead host agent: new procs can be spawned.
+        again = this_host().spawn_procs(per_host={"gpus": 1})
+        print("AGAIN", again.spawn("again", Sleeper).sleep.call(0).get(timeout=10).values())
+        again.stop().get(timeout=20)
         """,
         timeout=60,
         env={"PYTHONPATH": os.path.dirname(__file__)},
@@ -67,6 +74,7 @@ def test_host_agent_death_fails_pending_calls(run_isolated):
     assert res.returncode == 0, res.stderr
     elapsed = float(res.stdout.split("ELAPSED", 1)[1].split()[0])
     assert elapsed < 2.0 and "unreachable" in res.stdout
+    assert "AGAIN [0]" in res.stdout, res.stderr
 
 
 @pytest.mark.isolated

@@ -16,6 +16,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Actor": "tetrarch._runtime._actor",
     "endpoint": "tetrarch._runtime._actor",
+    "concurrent_endpoint": "tetrarch._runtime._actor",
+    "MeshFailure": "tetrarch._runtime._supervision",
+    "unhandled_fault_hook": "tetrarch._runtime._supervision",
     "Endpoint": "tetrarch._runtime._endpoint",
     "Future": "tetrarch._runtime._future",
     "Channel": "tetrarch._runtime._port",
@@ -51,7 +54,8 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS, __all__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._errors import ActorError, ProcessStartError, SupervisionError
-    from ._runtime._actor import Actor, endpoint
+    from ._runtime._actor import Actor, concurrent_endpoint, endpoint
+    from ._runtime._supervision import MeshFailure, unhandled_fault_hook
     from ._runtime._context import Context, context, current_actor_name, current_rank, current_size
     from ._runtime._endpoint import Endpoint
     from ._runtime._future import Future

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["env_float", "HOST_START_TIMEOUT", "PROC_START_TIMEOUT", "STOP_TIMEOUT", "CONNECT_TIMEOUT"]
+__all__ = ["env_float", "HOST_START_TIMEOUT", "PROC_START_TIMEOUT", "STOP_TIMEOUT", "CONNECT_TIMEOUT",
+           "CLEANUP_TIMEOUT", "HEARTBEAT_INTERVAL", "ORPHAN_TIMEOUT"]
 
 
 def env_float(name: str, default: float) -> float:
@@ -40,3 +41,25 @@ def STOP_TIMEOUT() -> float:
 def CONNECT_TIMEOUT() -> float:
     """Seconds to dial and authenticate a peer (``TETRARCH_CONNECT_TIMEOUT``)."""
     return env_float("TETRARCH_CONNECT_TIMEOUT", 10.0)
+
+
+def CLEANUP_TIMEOUT() -> float:
+    """Seconds an actor's ``__cleanup__`` may run during a stop (``TETRARCH_CLEANUP_TIMEOUT``)."""
+    return env_float("TETRARCH_CLEANUP_TIMEOUT", 5.0)
+
+
+def HEARTBEAT_INTERVAL() -> float:
+    """Seconds between a proc's (or host agent's) pings of its owner (``TETRARCH_HEARTBEAT_INTERVAL``)."""
+    return env_float("TETRARCH_HEARTBEAT_INTERVAL", 1.0)
+
+
+def ORPHAN_TIMEOUT() -> float:
+    """Seconds without an answer from its owner after which a proc or host agent exits
+    (``TETRARCH_ORPHAN_TIMEOUT``).
+
+    A dead owner's connections drop at once (and same-host children get a parent-death
+    signal), so this bound only matters when the owner hangs or its host is cut off.
+    Long enough that an owner whose Python threads stall (a C call holding the GIL)
+    is not mistaken for a dead one.
+    """
+    return env_float("TETRARCH_ORPHAN_TIMEOUT", 30.0)

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["Actor", "EndpointProperty", "endpoint", "endpoints_of"]
+__all__ = ["Actor", "EndpointProperty", "concurrent_endpoint", "endpoint", "endpoints_of"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,12 +35,16 @@ class EndpointProperty(Generic[F]):
     """
 
     def __init__(self, fn: F, *, explicit_response_port: bool = False, propagate: Any = None,
-                 instrument: bool = True) -> None:
+                 instrument: bool = True, concurrent: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"@endpoint decorates a method, got {type(fn).__name__}")
         self.fn = fn
         self.name = fn.__name__
         self.is_async = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+        if concurrent and not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"@concurrent_endpoint needs an 'async def' method; {fn.__qualname__} is not one "
+                            f"(a sync endpoint blocks the actor's thread, so it cannot overlap)")
+        self.concurrent = concurrent
         self.explicit_response_port = explicit_response_port
         self.propagate = propagate
         self.instrument = instrument
@@ -85,6 +89,27 @@ def endpoint(method: Any = None, *, propagate: Any = None, explicit_response_por
     def wrap(fn: F) -> EndpointProperty[F]:
         return EndpointProperty(fn, explicit_response_port=explicit_response_port, propagate=propagate,
                                 instrument=instrument)
+
+    return wrap(method) if method is not None else wrap
+
+
+def concurrent_endpoint(method: Any = None, *, propagate: Any = None, explicit_response_port: bool = False,
+                        instrument: bool = True) -> Any:
+    """Like :func:`endpoint`, for an ``async def`` whose handlers may overlap.
+
+    Messages still start in arrival order, but a concurrent handler does not wait
+    for the previous one to finish: while it awaits, the next concurrent message
+    starts. A plain (non-concurrent) message waits until every running handler has
+    finished, and none starts while it runs. Stopping the actor cancels running
+    concurrent handlers (their callers get SupervisionError) before ``__cleanup__``.
+
+    Raises:
+        TypeError: the method is not an ``async def``.
+    """
+
+    def wrap(fn: F) -> EndpointProperty[F]:
+        return EndpointProperty(fn, explicit_response_port=explicit_response_port, propagate=propagate,
+                                instrument=instrument, concurrent=True)
 
     return wrap(method) if method is not None else wrap
 

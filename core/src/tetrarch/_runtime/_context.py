@@ -23,6 +23,7 @@ class Instance:
     rank: Point
     proc_id: str
     proc_mesh: Any = None  # the ProcMesh it was spawned on, when known
+    key: str = ""  # the actor's key in its proc (empty for the client)
 
     @property
     def proc(self) -> Any:
@@ -30,6 +31,20 @@ class Instance:
         if self.proc_mesh is None:
             return None
         return self.proc_mesh.slice(**dict(self.rank)) if len(self.rank) else self.proc_mesh
+
+    def abort(self, reason: str | None = None) -> None:
+        """Fail this actor on purpose: it dies and a MeshFailure carrying ``reason`` goes to
+        its owner. The message being handled gets SupervisionError instead of its result.
+
+        Raises:
+            RuntimeError: called outside an actor (on the client).
+        """
+        from ._root import get_root
+
+        actor = get_root().runtime.actors.get(self.key) if self.key else None
+        if actor is None:
+            raise RuntimeError("abort() must be called from inside an actor; the client has no owner to report to")
+        actor.fail(f"aborted: {reason or 'no reason provided'}")
 
     def __str__(self) -> str:
         return self.actor_id

@@ -107,8 +107,10 @@ class _Collector:
 
     def watch(self, address: str, tags: list[int]) -> None:
         def dead(reason: str) -> None:
+            ranks = self.shape.ranks()
+            mesh = self.what.rsplit(".", 1)[0]
             for t in tags:
-                self.fail(t, reason)
+                self.fail(t, f"actor {mesh} rank {ranks[t]} is gone: {reason}")
 
         self.watches.append((address, self.rt.watch(address, dead)))
 
@@ -149,7 +151,7 @@ class Endpoint(Generic[R]):
         (``(address, port id)``, one reply per actor tagged with its index), or nowhere.
         """
         mesh = self._mesh
-        mesh._check_usable()
+        mesh._check_usable(shape)
         rt = mesh._runtime()
         payload = self._payload(args, kwargs)
         targets, by_addr = mesh._targets(shape)
@@ -176,7 +178,11 @@ class Endpoint(Generic[R]):
 
     def _one_of(self) -> Shape:
         """A one-point shape: a uniformly random actor of the mesh."""
-        shape = self._mesh._shape
+        mesh = self._mesh
+        shape = mesh._shape
+        healthy = mesh._healthy_ranks()
+        if healthy:  # some ranks failed: choose among the others
+            return Shape(shape.extent.__class__([], []), random.choice(healthy), ())
         point = random.randrange(len(shape))
         return Shape(shape.extent.__class__([], []), shape.rank_of(point), ())
 

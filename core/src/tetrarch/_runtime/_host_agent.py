@@ -17,6 +17,7 @@ from typing import Any
 
 from .._errors import _describe_exit
 from . import _serial, _wire
+from ._owner import start_heartbeat
 from ._proc import PeerUnreachable
 from ._root import ENV_SECRET, ENV_TRANSPORT, Root, child_env, install_root
 from ._spawn import ExitInfo, WatchedProcess, spawn_watched
@@ -103,6 +104,12 @@ def main() -> int:
     except PeerUnreachable as exc:
         print(f"tetrarch host agent: cannot reach the client at {client}: {exc}", file=sys.stderr)
         return 2
+
+    def orphan(reason: str) -> None:
+        print(f"tetrarch host agent {index}: exiting: {reason}", file=sys.stderr)
+        agent.done.set()
+
+    start_heartbeat(root.runtime, client, orphan)
     agent.done.wait()
     agent.kill_all(grace=5.0)
     root.close()

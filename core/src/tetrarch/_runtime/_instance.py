@@ -1,20 +1,27 @@
-"""One live actor in a proc: its thread, its event loop and its mailbox.
+"""One live actor in a proc: its thread, its event loop, its mailbox and its fate.
 
 Every actor runs on its own thread with its own asyncio loop (uvloop when installed).
 The I/O thread appends messages to the mailbox and wakes the loop once per batch.
 Messages are handled one at a time in arrival order (= send order per sender):
 a sync endpoint runs inline on the actor's thread (with no asyncio loop visible, so
 blocking on other actors' futures is fine); an async endpoint runs as a task and the
-mailbox waits for it to finish before the next message.
+mailbox waits for it to finish before the next message. ``@concurrent_endpoint``
+handlers start in arrival order without waiting for each other.
 
-An ``@endpoint(explicit_response_port=True)`` gets a :class:`~tetrarch.Port` bound to
-the caller's reply port as its first argument and answers through it; its return value
-is ignored, and if it raises the actor dies (the caller gets SupervisionError).
+Failure rules (Monarch's): an endpoint that raises an ``Exception`` while a caller
+waits for its reply answers with the error and the actor lives on. Anything else that
+escapes actor code — an exception with no reply to carry it (``broadcast``, an
+explicit-port endpoint), a ``BaseException``, ``__init__`` raising, a child failure
+its ``__supervise__`` did not handle, ``abort()`` — kills the actor: later messages
+get SupervisionError, the meshes it owns are stopped, and a failure record goes to
+its owner's supervisor (:mod:`tetrarch._runtime._supervision`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import sys
 import threading
 import traceback
@@ -22,6 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._config import CLEANUP_TIMEOUT, STOP_TIMEOUT
 from .._errors import RemoteException
 from . import _serial, _wire
 from ._actor import endpoints_of
@@ -30,8 +38,9 @@ from ._port import Port
 
 if TYPE_CHECKING:
     from ._proc import ProcRuntime
+    from ._supervision import MeshFailure
 
-__all__ = ["ActorInstance", "error_record"]
+__all__ = ["ActorInstance", "current_actor", "error_record"]
 
 try:  # pragma: no cover - optional speedup
     import uvloop as _uvloop
@@ -41,6 +50,7 @@ except ImportError:  # pragma: no cover
     _new_loop = asyncio.new_event_loop
 
 _set_running_loop = asyncio.events._set_running_loop  # hide the loop inside sync endpoints
+_HOST = socket.gethostname()
 
 
 def error_record(exc: BaseException, actor: str, method: str, skip: int = 1) -> tuple:
@@ -58,23 +68,50 @@ def error_record(exc: BaseException, actor: str, method: str, skip: int = 1) -> 
     return (carried, text, actor, method)
 
 
+def current_actor(rt: ProcRuntime) -> ActorInstance | None:
+    """The actor whose code is running (None on the client's own threads)."""
+    info = _current.get()
+    if info is None or not info.instance.key:
+        return None
+    return rt.actors.get(info.instance.key)
+
+
+class _Once:
+    __slots__ = ("fn", "lock")
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn: Callable[[], None] | None = fn
+        self.lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
+
 class ActorInstance:
     """Runs one actor object. Created by the proc agent on a ``spawn`` request."""
 
     def __init__(self, runtime: ProcRuntime, key: str, instance: Instance, cls: type, args: tuple,
-                 kwargs: dict, on_init: Callable[[BaseException | None], None]) -> None:
+                 kwargs: dict, on_init: Callable[[BaseException | None], None],
+                 owner_address: str | None = None) -> None:
         self.runtime = runtime
         self.key = key
         self.instance = instance
         self.cls = cls
+        self.owner_address = owner_address
         self.display = f"{instance.name}{instance.rank}" if len(instance.rank) else instance.name
         self.endpoints = endpoints_of(cls)
+        self._concurrent = {name for name, ep in self.endpoints.items() if getattr(ep, "concurrent", False)}
         self.obj: Any = None
         self.failed: str | None = None  # why the actor is dead, once it is
         self.stopped = False
+        self.children: list[Any] = []  # meshes this actor spawned (it owns them)
         self._mailbox: deque = deque()
         self._scheduled = False
         self._busy = False
+        self._inflight: set[asyncio.Task] = set()  # running concurrent handlers
         self._loop = _new_loop()
         self._info = _MessageInfo(instance, instance.rank.rank, tuple(instance.rank.extent.labels),
                                   tuple(instance.rank.extent.sizes))
@@ -103,6 +140,17 @@ class ActorInstance:
             except RuntimeError:
                 fn(*args)
 
+    def supervise(self, failure: MeshFailure) -> None:
+        """Hand a failure of a mesh this actor owns to its ``__supervise__`` (any thread).
+
+        It runs at the actor's next safe point: between messages, or while an async
+        handler awaits.
+        """
+        try:
+            self._loop.call_soon_threadsafe(self._supervise, failure)
+        except RuntimeError:  # the actor is gone; its own end was reported already
+            pass
+
     # -- actor thread ---------------------------------------------------------
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -118,21 +166,36 @@ class ActorInstance:
 
     def _pump(self) -> None:
         self._scheduled = False
-        if self._busy:
-            return
         mailbox = self._mailbox
-        while mailbox:
-            fn, args = mailbox.popleft()
+        while mailbox and not self._busy:
+            fn, args = mailbox[0]
+            concurrent = bool(self._concurrent) and fn == self._handle_call and args[0][2] in self._concurrent
+            if self._inflight and not concurrent:
+                if fn == self._stop_now:
+                    for task in self._inflight:
+                        task.cancel()
+                return  # a plain message waits for the running concurrent handlers
+            mailbox.popleft()
             coro = fn(*args)
-            if coro is not None:
+            if coro is None:
+                continue
+            task = self._loop.create_task(coro)
+            if concurrent:
+                self._inflight.add(task)
+                task.add_done_callback(self._concurrent_done)
+            else:
                 self._busy = True
-                task = self._loop.create_task(coro)
                 task.add_done_callback(self._resume)
                 return
 
     def _resume(self, _task: asyncio.Task) -> None:
         self._busy = False
         self._pump()
+
+    def _concurrent_done(self, task: asyncio.Task) -> None:
+        self._inflight.discard(task)
+        if not self._inflight:
+            self._pump()
 
     def _init(self, args: tuple, kwargs: dict, on_init: Callable[[BaseException | None], None]) -> None:
         token = _current.set(self._info)
@@ -141,9 +204,9 @@ class ActorInstance:
             obj = self.cls.__new__(self.cls)
             obj.__init__(*args, **kwargs)
             self.obj = obj
-        except BaseException as exc:  # noqa: BLE001 - reported to the spawner
-            self.failed = f"{self.display} failed in __init__: {type(exc).__name__}: {exc}"
+        except BaseException as exc:  # noqa: BLE001 - reported to the spawner and the owner
             on_init(exc)
+            self.fail(f"__init__ raised {type(exc).__name__}: {exc}")
             return
         finally:
             _set_running_loop(self._loop)
@@ -184,8 +247,7 @@ class ActorInstance:
         finally:
             _set_running_loop(self._loop)
             _current.reset(token)
-        if not explicit:
-            self.runtime.reply(raddr, rport, rank, _wire.OK, result)
+        self._answer(result, explicit, raddr, rport, rank)
         return None
 
     async def _call_async(self, info: _MessageInfo, fn: Callable, args: tuple, kwargs: dict, raddr: str | None,
@@ -193,61 +255,179 @@ class ActorInstance:
         _current.set(info)  # the task runs in its own copy of the context
         try:
             result = await fn(self.obj, *args, **kwargs)
+        except asyncio.CancelledError:
+            if self.stopped:  # a concurrent handler cancelled by stop(): not a failure
+                self.runtime.reply(raddr, rport, rank, _wire.DEAD,
+                                   f"{self.display} was stopped while {method} was running")
+                return
+            self._raised(asyncio.CancelledError(f"{method} was cancelled"), explicit, raddr, rport, rank, method)
+            return
         except BaseException as exc:  # noqa: BLE001 - see _raised
             self._raised(exc, explicit, raddr, rport, rank, method)
             return
-        if not explicit:
+        self._answer(result, explicit, raddr, rport, rank)
+
+    def _answer(self, result: Any, explicit: bool, raddr: str | None, rport: int | None, rank: int) -> None:
+        if self.failed is not None:  # the handler aborted the actor
+            self.runtime.reply(raddr, rport, rank, _wire.DEAD, self.failed)
+        elif not explicit:
             self.runtime.reply(raddr, rport, rank, _wire.OK, result)
 
     def _raised(self, exc: BaseException, explicit: bool, raddr: str | None, rport: int | None, rank: int,
                 method: str) -> None:
         """An endpoint raised: an ``Exception`` with a reply port goes back as ActorError and the
-        actor survives; a ``BaseException``, or any raise from an explicit-port endpoint, kills it."""
-        if isinstance(exc, Exception) and not explicit:
-            self._failed_call(exc, raddr, rport, rank, method)
-        else:
-            self._die(exc, raddr, rport, rank, method)
-
-    def _failed_call(self, exc: Exception, raddr: str | None, rport: int | None, rank: int, method: str) -> None:
-        record = error_record(exc, self.display, method)
-        if rport is None:
-            # No one to tell: report where a person will see it.
-            print(f"tetrarch: {self.display}.{method} raised with no caller to receive it:\n{record[1]}",
-                  file=sys.stderr)
+        actor survives; anything else kills it (see the module docstring)."""
+        if isinstance(exc, Exception) and not explicit and rport is not None:
+            self.runtime.reply(raddr, rport, rank, _wire.ERR, error_record(exc, self.display, method))
             return
-        self.runtime.reply(raddr, rport, rank, _wire.ERR, record)
-
-    def _die(self, exc: BaseException, raddr: str | None, rport: int | None, rank: int, method: str) -> None:
-        """Mark the actor dead (later calls are rejected) and tell this call's caller (DEAD)."""
-        self.failed = f"{self.display} died in {method}: {type(exc).__name__}: {exc}"
-        if raddr is None:
-            record = error_record(exc, self.display, method)
-            print(f"tetrarch: {self.failed} (no caller to receive it):\n{record[1]}", file=sys.stderr)
+        if rport is None:
+            why = "with no caller to receive it"
+        elif explicit:
+            why = "in an explicit-response-port endpoint"
+        else:
+            why = "(a BaseException)"
+        record = error_record(exc, self.display, method)
+        print(f"tetrarch: {self.display}.{method} raised {why}; the actor dies:\n{record[1]}", file=sys.stderr)
+        self.fail(f"{method} raised {type(exc).__name__}: {exc} {why}")
         self.runtime.reply(raddr, rport, rank, _wire.DEAD, self.failed)
 
     def _reject(self, hdr: tuple) -> None:
         why = self.failed or f"{self.display} was stopped"
         self.runtime.reply(hdr[3], hdr[4], hdr[5], _wire.DEAD, why)
 
+    # -- failure and supervision ------------------------------------------------
+    def fail(self, cause: str, causes: tuple = ()) -> None:
+        """The actor dies: later messages are rejected, owned meshes stop, the owner hears of it."""
+        if self.failed is not None or self.stopped:
+            return
+        self.failed = f"the actor {self.display} and all its descendants have failed: {cause}"
+        rt = self.runtime
+        record = (self.key, self.instance.name, self.instance.rank.rank, self.display, _HOST, os.getpid(), cause,
+                  causes)
+        if self.owner_address:
+            rt.send_later(self.owner_address, [_wire.header(_wire.SYS, "supervise", "failure", None, None),
+                                               *_serial.dumps(record)])
+        else:
+            print(f"tetrarch: {self.failed} (it has no owner to report to)", file=sys.stderr)
+        for fut in self._stop_children():
+            fut.add_done_callback(lambda f: None)
+
+    def _stop_children(self) -> list[Any]:
+        futures = []
+        children, self.children = self.children, []
+        for mesh in reversed(children):
+            try:
+                futures.append(mesh.stop())
+            except Exception as exc:  # noqa: BLE001
+                print(f"tetrarch: stopping {mesh!r} owned by {self.display} failed: {exc!r}", file=sys.stderr)
+        return futures
+
+    def _supervise(self, failure: MeshFailure) -> None:
+        if self.failed is not None or self.stopped or self.obj is None:
+            return
+        handler = getattr(self.obj, "__supervise__", None)
+        if handler is None:
+            self.fail(f"a failure of its mesh {failure.mesh_name!r} was not handled (no __supervise__): "
+                      f"{failure.actor}: {failure.cause}", failure._chain())
+            return
+        token = _current.set(self._info)
+        hidden = _set_running_loop(None)
+        try:
+            out = handler(failure)
+        except BaseException as exc:  # noqa: BLE001
+            self._supervise_raised(exc, failure)
+            return
+        finally:
+            _set_running_loop(self._loop)
+            _current.reset(token)
+            del hidden
+        if asyncio.iscoroutine(out):
+            task = self._loop.create_task(out)
+            task.add_done_callback(lambda t: self._supervised_async(t, failure))
+        else:
+            self._supervised(out, failure)
+
+    def _supervised_async(self, task: asyncio.Task, failure: MeshFailure) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._supervise_raised(exc, failure)
+        else:
+            self._supervised(task.result(), failure)
+
+    def _supervised(self, handled: Any, failure: MeshFailure) -> None:
+        if not handled:
+            self.fail(f"__supervise__ did not handle a failure of its mesh {failure.mesh_name!r}: "
+                      f"{failure.actor}: {failure.cause}", failure._chain())
+
+    def _supervise_raised(self, exc: BaseException, failure: MeshFailure) -> None:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        print(f"tetrarch: {self.display}.__supervise__ raised while handling {failure}:\n{text}", file=sys.stderr)
+        self.fail(f"__supervise__ raised {type(exc).__name__}: {exc} (while handling a failure of mesh "
+                  f"{failure.mesh_name!r})", failure._chain())
+
     # -- stop -----------------------------------------------------------------
     def stop(self, on_done: Callable[[], None]) -> None:
-        """Finish the messages already queued, run ``__cleanup__``, end the thread."""
+        """Finish the messages already queued, stop owned meshes, run ``__cleanup__``, end the thread.
+
+        ``on_done`` runs once: when all that is over, or when ``__cleanup__`` overran
+        ``TETRARCH_CLEANUP_TIMEOUT`` (it is reported and abandoned).
+        """
         self.control(self._stop_now, on_done)
 
     def _stop_now(self, on_done: Callable[[], None]) -> Any:
         self.stopped = True
-        cleanup = getattr(self.obj, "__cleanup__", None) if self.obj is not None else None
+        once = _Once(on_done)
 
         async def finish() -> None:
             try:
-                if cleanup is not None:
-                    out = cleanup(None)
-                    if asyncio.iscoroutine(out):
-                        await asyncio.wait_for(out, 10.0)
-            except BaseException as exc:  # noqa: BLE001
-                print(f"tetrarch: {self.display}.__cleanup__ raised: {exc!r}", file=sys.stderr)
+                children = self._stop_children()
+                if children:
+                    await asyncio.to_thread(_wait_all, children, STOP_TIMEOUT() + 5)
+                await self._cleanup(once)
             finally:
-                on_done()
+                once()
                 self._loop.stop()
 
         return finish()
+
+    async def _cleanup(self, once: _Once) -> None:
+        cleanup = getattr(self.obj, "__cleanup__", None) if self.obj is not None else None
+        if cleanup is None:
+            return
+        limit = CLEANUP_TIMEOUT()
+
+        def overdue() -> None:
+            print(f"tetrarch: {self.display}.__cleanup__ did not finish within {limit:g} s "
+                  f"(TETRARCH_CLEANUP_TIMEOUT); the stop goes on without it", file=sys.stderr)
+            once()
+
+        timer = threading.Timer(limit, overdue)
+        timer.daemon = True
+        timer.start()
+        token = _current.set(self._info)
+        try:
+            hidden = _set_running_loop(None)
+            try:
+                out = cleanup(None)
+            finally:
+                _set_running_loop(self._loop)
+                del hidden
+            if asyncio.iscoroutine(out):
+                await asyncio.wait_for(out, limit)
+        except (asyncio.TimeoutError, TimeoutError):
+            pass  # reported by the timer
+        except BaseException as exc:  # noqa: BLE001
+            print(f"tetrarch: {self.display}.__cleanup__ raised: {exc!r}", file=sys.stderr)
+        finally:
+            timer.cancel()
+            _current.reset(token)
+
+
+def _wait_all(futures: list[Any], timeout: float) -> None:
+    for fut in futures:
+        try:
+            fut.get(timeout)
+        except BaseException:  # noqa: BLE001 - a child that failed to stop cleanly is stopped anyway
+            pass

@@ -6,6 +6,7 @@ import pickle
 import threading
 from typing import Any
 
+from .._errors import SupervisionError
 from . import _wire
 from ._actor import endpoints_of
 from ._endpoint import Endpoint, _Collector, group_by_address
@@ -22,11 +23,12 @@ _RESERVED = {"stop", "slice", "initialized", "extent", "sizes", "size", "split",
 class _MeshState:
     """State shared by a mesh and all its slices."""
 
-    __slots__ = ("stopped", "lock")
+    __slots__ = ("stopped", "lock", "failed")
 
     def __init__(self) -> None:
         self.stopped = False
         self.lock = threading.Lock()
+        self.failed: dict[int, Any] = {}  # underlying rank -> MeshFailure (owner's process only)
 
 
 class ActorMesh(MeshTrait):
@@ -74,11 +76,25 @@ class ActorMesh(MeshTrait):
     def _runtime() -> ProcRuntime:
         return get_root().runtime
 
-    def _check_usable(self) -> None:
-        if self._state.stopped:
-            from .._errors import SupervisionError
-
+    def _check_usable(self, shape: Shape) -> None:
+        """Raises SupervisionError if the mesh was stopped or ``shape`` holds a failed rank."""
+        state = self._state
+        if state.stopped:
             raise SupervisionError(f"actor mesh {self._name!r} was stopped; spawn a new one to keep calling")
+        if state.failed:
+            failed = state.failed
+            for r in shape.ranks():
+                failure = failed.get(r)
+                if failure is not None:
+                    raise SupervisionError(
+                        f"actor mesh {self._name!r} is unhealthy: rank {r} failed ({failure.actor}: "
+                        f"{failure.cause}); call a slice without it, or spawn a new mesh")
+
+    def _healthy_ranks(self) -> list[int] | None:
+        """Underlying ranks of this (sliced) mesh that have not failed; None if none failed."""
+        if not self._state.failed:
+            return None
+        return [r for r in self._shape.ranks() if r not in self._state.failed]
 
     # -- endpoints ------------------------------------------------------------
     def __getattr__(self, name: str) -> Endpoint[Any]:
@@ -127,12 +143,14 @@ class ActorMesh(MeshTrait):
             except PeerUnreachable:
                 coll.fail(i, "proc unreachable")
         fut: Future[None] = Future._new()
+        key = targets[0][1] if targets else ""
 
         def done(f: Future[Any]) -> None:
             try:
                 f.get()
             except Exception:  # noqa: BLE001 - a dead proc counts as stopped
                 pass
+            get_root().supervisor.release(key)
             fut._set_result(None)
 
         coll.futures[0].add_done_callback(done)

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._config import HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT
 from .._errors import ProcessStartError, _describe_exit
 from . import _serial
 from ._proc import ProcRuntime
 
-__all__ = ["Owner", "ProcRecord", "Waiter"]
+__all__ = ["Owner", "ProcRecord", "Waiter", "start_heartbeat"]
 
 
 @dataclass
@@ -127,7 +129,14 @@ class Owner:
     def _peer_lost(self, address: str, error: BaseException | None) -> None:
         """A started process's connection dropped: it (or its host) probably died."""
         rec = self._by_address.get(address)
-        if rec is None or rec.returncode is not None:
+        if rec is None:
+            # Not one of ours (a peer proc, a reference's target): nobody will report
+            # its exit here, and on stream transports a dropped connection means the
+            # process ended (or is cut off) — fail whatever waits on it now.
+            self.runtime.mark_dead(address, f"the connection to the process at {address} was lost "
+                                            f"(it exited or became unreachable)")
+            return
+        if rec.returncode is not None:
             return
 
         def declare() -> None:
@@ -172,6 +181,7 @@ class Owner:
                 return
             rec.address, rec.pid, rec.hostname, rec.ready = address, pid, hostname, True
             self._by_address[address] = rec
+            self.runtime.revive(address)  # a new process may reuse a dead one's tcp port
             for w in self._waiters.get(ident, ()):
                 w._update(rec)
 
@@ -191,8 +201,40 @@ class Owner:
     # -- the service (I/O thread) --------------------------------------------
     def service(self, hdr: tuple, payload: list, _conn: Any) -> None:
         op = hdr[2]
+        if op == "ping":  # heartbeat of a proc or host agent we started
+            self.runtime._reply_later(hdr[3], hdr[4], 0, 0, None)
+            return
         args = _serial.loads(payload)
         if op == "ready":
             self.ready(*args)
         elif op == "exit":
             self.exited(*args)
+
+
+def start_heartbeat(runtime: ProcRuntime, owner: str, on_orphan: Callable[[str], None]) -> threading.Event:
+    """Ping ``owner`` every ``TETRARCH_HEARTBEAT_INTERVAL`` s from a daemon thread.
+
+    ``on_orphan(reason)`` runs once if the owner cannot be reached or leaves pings
+    unanswered for ``TETRARCH_ORPHAN_TIMEOUT`` s. Set the returned event to stop.
+    """
+    from . import _wire
+    from ._proc import PeerUnreachable
+
+    last = [time.monotonic()]
+    port = runtime.open_port(lambda _hdr, _payload: last.__setitem__(0, time.monotonic()))
+    stop = threading.Event()
+    interval, limit = HEARTBEAT_INTERVAL(), ORPHAN_TIMEOUT()
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            try:
+                runtime.send(owner, [_wire.header(_wire.SYS, "owner", "ping", runtime.address, port)])
+            except PeerUnreachable as exc:
+                on_orphan(f"its owner at {owner} is unreachable: {exc}")
+                return
+            if time.monotonic() - last[0] > limit:
+                on_orphan(f"its owner at {owner} did not answer for {limit:g} s (TETRARCH_ORPHAN_TIMEOUT)")
+                return
+
+    threading.Thread(target=loop, name="tetrarch-heartbeat", daemon=True).start()
+    return stop

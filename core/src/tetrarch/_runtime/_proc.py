@@ -141,6 +141,11 @@ class ProcRuntime:
             except Exception as exc:  # noqa: BLE001
                 print(f"tetrarch[{self.name}]: death watcher failed: {exc!r}", file=sys.stderr)
 
+    def revive(self, address: str) -> None:
+        """Forget that ``address`` was dead (a new process listens there now)."""
+        with self._lock:
+            self.dead_peers.pop(address, None)
+
     # -- sending ----------------------------------------------------------
     def send(self, address: str, frames: list) -> None:
         """Send one message to the process listening at ``address``.

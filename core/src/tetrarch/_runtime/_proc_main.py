@@ -8,6 +8,7 @@ import sys
 import threading
 
 from . import _serial, _wire
+from ._owner import start_heartbeat
 from ._proc import PeerUnreachable
 from ._root import ENV_SECRET, ENV_TRANSPORT, Root, adopt_client_sys_path, install_root
 
@@ -30,12 +31,19 @@ def main() -> int:
             done.set()
 
     root.runtime.on_peer_lost(lost)
+
+    def orphan(reason: str) -> None:
+        print(f"tetrarch proc {ident}: exiting: {reason}", file=sys.stderr)
+        orphaned.append(reason)
+        done.set()
+
     ready = (ident, root.runtime.address, os.getpid(), socket.gethostname())
     try:
         root.runtime.send(owner, [_wire.header(_wire.SYS, "owner", "ready", None, None), *_serial.dumps(ready)])
     except PeerUnreachable as exc:
         print(f"tetrarch proc {ident}: cannot reach its owner at {owner}: {exc}", file=sys.stderr)
         return 2
+    start_heartbeat(root.runtime, owner, orphan)
     done.wait()
     root.close()
     if orphaned:

@@ -7,7 +7,9 @@ process exits so interpreter finalizers run).
 
 from __future__ import annotations
 
+import os
 import pickle
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +40,7 @@ class ProcAgent:
             self._stop_all(raddr, rport)
 
     def _spawn(self, payload: list, raddr: str | None, rport: int | None) -> None:
-        key, name, rank, labels, sizes, mesh_ref = pickle.loads(payload[0])
+        key, name, rank, labels, sizes, mesh_ref, owner_address = pickle.loads(payload[0])
         rt = self.runtime
         point = Point(rank, Extent(labels, sizes))
         display = f"{name}{point}" if labels else name
@@ -55,8 +57,16 @@ class ProcAgent:
             why = f"spawning {display} failed: {type(exc).__name__}: {exc}{hint}"
             rt.stopped_actors[key] = why
             rt._reply_later(raddr, rport, rank, _wire.DEAD, why)
+            if owner_address:
+                record = (key, name, rank, display, socket.gethostname(), os.getpid(), why, ())
+                rt.send_later(owner_address, [_wire.header(_wire.SYS, "supervise", "failure", None, None),
+                                              *_serial.dumps(record)])
             return
-        instance = Instance(name, f"{rt.name}.{display}", cls.__qualname__, point, rt.name, mesh_ref)
+        try:
+            proc_mesh = pickle.loads(mesh_ref) if mesh_ref else None
+        except Exception:  # noqa: BLE001 - only context().actor_instance.proc needs it
+            proc_mesh = None
+        instance = Instance(name, f"{rt.name}.{display}", cls.__qualname__, point, rt.name, proc_mesh, key)
 
         def on_init(exc: BaseException | None) -> None:
             if exc is not None:
@@ -66,7 +76,7 @@ class ProcAgent:
             else:
                 rt.reply(raddr, rport, rank, _wire.ERR, error_record(exc, display, "__init__"))
 
-        rt.actors[key] = ActorInstance(rt, key, instance, cls, args, kwargs, on_init)
+        rt.actors[key] = ActorInstance(rt, key, instance, cls, args, kwargs, on_init, owner_address)
 
     def _stop_actor(self, key: str, raddr: str | None, rport: int | None, why: str = "stopped") -> None:
         rt = self.runtime

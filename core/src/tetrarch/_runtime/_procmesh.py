@@ -21,6 +21,7 @@ from ._actor import Actor
 from ._alloc import AgentCommand, Allocation, AllocRequest
 from ._endpoint import _Collector, group_by_address
 from ._future import Future
+from ._instance import current_actor
 from ._mesh import ActorMesh, _MeshState
 from ._owner import ProcRecord
 from ._proc import PeerUnreachable
@@ -50,9 +51,10 @@ class HostMesh(MeshTrait):
     """Hosts, each served by a host agent that starts and watches procs."""
 
     def __init__(self, shape: Shape, hosts: list[_Host] | None, *, allocator: str = "local",
-                 owned: bool = True) -> None:
+                 owned: bool = True, implicit: bool = False) -> None:
         self._shape = shape
         self._hosts = hosts  # None: not started yet (this_host() starts on first use)
+        self._implicit = implicit  # the client's this_host(): restarted if its agent died
         self._allocator = allocator
         self._allocation: Allocation | None = None
         self._owned = owned
@@ -70,9 +72,29 @@ class HostMesh(MeshTrait):
         with self._lock:
             if self._shut:
                 raise RuntimeError("HostMesh has already been shut down")
+            if self._hosts is not None and self._owned:
+                dead = [r for r in self._host_records if r.returncode is not None
+                        or r.address in get_root().runtime.dead_peers]
+                if dead and self._implicit:
+                    self._restart()
+                elif dead:
+                    rec = dead[0]
+                    why = get_root().runtime.dead_peers.get(rec.address) or rec.describe_exit()
+                    raise RuntimeError(f"the {rec.what} of this HostMesh died ({why}); allocate a new HostMesh")
             if self._hosts is None:
                 self._hosts = _start_hosts(get_root(), self._allocator, len(self._shape) or 1, self)
             return self._hosts
+
+    def _restart(self) -> None:
+        """Replace this_host()'s dead host agent with a fresh one (lock held)."""
+        allocation, self._allocation = self._allocation, None
+        if allocation is not None:
+            allocation.stop(grace=1.0)
+        root = get_root()
+        for rec in self._host_records:
+            root.owner.forget(rec.ident)
+        self._host_records = []
+        self._hosts = None
 
     def spawn_procs(self, per_host: dict[str, int] | None = None, *, name: str | None = None,
                     bootstrap: Any = None) -> ProcMesh:
@@ -134,6 +156,9 @@ class HostMesh(MeshTrait):
             _kill_records(root, records, requests)
             raise
         pm = ProcMesh(self, Shape(extent), records, owned=True, name=mesh_name)
+        owner = current_actor(root.runtime)
+        if owner is not None:
+            owner.children.append(pm)
         return pm
 
     def shutdown(self) -> Future[None]:
@@ -175,6 +200,14 @@ class HostMesh(MeshTrait):
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.extent!r}>"
+
+    def __reduce__(self) -> tuple:
+        hosts = self._ensure_started()
+        return (_rebuild_host_mesh, (self._shape, hosts, self._allocator))
+
+
+def _rebuild_host_mesh(shape: Shape, hosts: list[_Host], allocator: str) -> HostMesh:
+    return HostMesh(shape, hosts, allocator=allocator, owned=False)
 
 
 def _start_hosts(root: Root, allocator: str, n: int, mesh: HostMesh) -> list[_Host]:
@@ -263,18 +296,33 @@ class ProcMesh(MeshTrait):
                                      _serial.arg_parts(args, kwargs))
         root = get_root()
         rt = root.runtime
+        procs = [self._procs[r] for r in self._shape.ranks()]
+        dead = [(p, rt.dead_peers[p.address]) for p in procs if p.address in rt.dead_peers]
+        if dead:
+            p, why = dead[0]
+            raise RuntimeError(f"cannot spawn {name!r}: ProcMesh {self._name!r} has {len(dead)} dead proc(s), "
+                               f"e.g. {p.what}: {why}; spawn on a slice without them or on a new proc mesh")
         key = _uid(name)
-        ids = [(self._procs[r].address, key) for r in self._shape.ranks()]
+        ids = [(p.address, key) for p in procs]
+        extent = self._shape.extent
         labels, sizes = self._shape.labels, self._shape.sizes
+        owner = current_actor(rt)
         coll = _Collector(rt, len(ids), self._shape, f"{name}.__init__", False, False)
         coll.watch_targets(group_by_address(ids))
+        mesh = ActorMesh(name, cls, Shape(extent), ids, initialized=Future._new(), proc_mesh=self)
+        root.supervisor.adopt(key, mesh, owner, self, [
+            (p.address, i, f"{name}{extent.point(i)}" if labels else name, p.hostname, p.pid)
+            for i, p in enumerate(procs)])
+        if owner is not None:
+            owner.children.append(mesh)
+        mesh_ref = pickle.dumps(self, 5)
         for i, (addr, _) in enumerate(ids):
-            meta = pickle.dumps((key, name, i, labels, sizes, None), 5)
+            meta = pickle.dumps((key, name, i, labels, sizes, mesh_ref, rt.address), 5)
             try:
                 rt.send(addr, [_wire.header(_wire.SYS, "proc", "spawn", rt.address, coll.port), meta, *body])
             except PeerUnreachable as exc:
                 coll.fail(i, str(exc))
-        initialized: Future[None] = Future._new()
+        initialized = mesh.initialized
 
         def on_init(f: Future[Any]) -> None:
             try:
@@ -285,8 +333,7 @@ class ProcMesh(MeshTrait):
                 initialized._set_result(None)
 
         coll.futures[0].add_done_callback(on_init)
-        return ActorMesh(name, cls, Shape(self._shape.extent), ids, initialized=initialized,
-                         proc_mesh=self)  # type: ignore[return-value]
+        return mesh  # type: ignore[return-value]
 
     def stop(self) -> Future[None]:
         """Stop every actor (pending messages first), then let the procs exit.
@@ -325,11 +372,22 @@ class ProcMesh(MeshTrait):
             waiter.wait(5.0)
         for p in self._procs:
             root.owner.forget(p.ident)
+        root.supervisor.release_proc_mesh(self._state)
         _live_proc_meshes.discard(self)
         fut._set_result(None)
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._name} {self.extent!r}>"
+
+    def __reduce__(self) -> tuple:
+        procs = [(p.ident, p.what, p.address, p.pid, p.hostname) for p in self._procs]
+        return (_rebuild_proc_mesh, (self._host_mesh, self._shape, procs, self._name))
+
+
+def _rebuild_proc_mesh(host_mesh: HostMesh | None, shape: Shape, procs: list[tuple], name: str) -> ProcMesh:
+    records = [ProcRecord(ident, what, address=address, pid=pid, hostname=host, ready=True)
+               for ident, what, address, pid, host in procs]
+    return ProcMesh(host_mesh, shape, records, owned=False, name=name)
 
 
 def this_host() -> HostMesh:
@@ -340,12 +398,22 @@ def this_host() -> HostMesh:
             root.this_host_mesh = HostMesh(Shape(Extent([], [])), [_Host(root.host_agent_address, "", 0)],
                                            owned=False)
         else:
-            root.this_host_mesh = HostMesh(Shape(Extent([], [])), None, allocator="local", owned=True)
+            root.this_host_mesh = HostMesh(Shape(Extent([], [])), None, allocator="local", owned=True,
+                                           implicit=True)
     return root.this_host_mesh
 
 
 def this_proc() -> ProcMesh:
-    """This process as a one-proc mesh: actors spawned on it run in this process."""
+    """This process as a one-proc mesh: actors spawned on it run in this process.
+
+    Inside an actor it is ``context().actor_instance.proc``: the actor's proc as a
+    slice of the proc mesh it was spawned on.
+    """
+    from ._context import _current
+
+    info = _current.get()
+    if info is not None and info.instance.proc_mesh is not None:
+        return info.instance.proc
     root = get_root()
     if root.this_proc_mesh is None:
         rec = ProcRecord("self", "this proc", address=root.runtime.address, pid=os.getpid(), ready=True)

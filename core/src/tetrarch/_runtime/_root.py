@@ -20,6 +20,7 @@ from .._plugins._specs import BackendKind
 from ._owner import Owner
 from ._proc import ProcRuntime
 from ._procagent import ProcAgent
+from ._supervision import Supervisor, install_exit_path
 
 __all__ = ["ENV_SECRET", "Root", "child_env", "get_root", "install_root", "root_if_any"]
 
@@ -43,6 +44,7 @@ class Root:
         self.runtime = ProcRuntime(transport, secret, name=name)
         self.owner = Owner(self.runtime)
         self.runtime.add_service("owner", self.owner.service)
+        self.supervisor = Supervisor(self.runtime, role)
         self.proc_agent = ProcAgent(self.runtime, on_exit=on_proc_exit)
         self.runtime.add_service("proc", self.proc_agent.service)
         self.this_host_mesh: Any = None  # HostMesh, set lazily by this_host()
@@ -94,10 +96,13 @@ def get_root() -> Root:
         if _root is None:
             _root = Root("client", secrets.token_bytes(32), os.environ.get(ENV_TRANSPORT) or None, name="client")
             atexit.register(_shutdown_at_exit)
+            install_exit_path()
         return _root
 
 
 def _shutdown_at_exit() -> None:
     from ._procmesh import _shutdown_all
 
+    if _root is not None:
+        _root.supervisor.quiet = True  # stopping everything is not a failure
     _shutdown_all()

@@ -1,0 +1,320 @@
+"""Supervision: failures of actor meshes travel to the actor (or client) that owns them.
+
+The spawner of a mesh owns it. Every process keeps a :class:`Supervisor` that knows the
+meshes spawned there and by whom. A failure reaches it two ways:
+
+* an actor dies (an exception with nobody to answer, a ``BaseException``, ``__init__``
+  raising, an unhandled child failure, ``abort``): its proc sends a ``supervise``
+  message to the owner's process;
+* a proc dies: the owning process watches every proc its meshes live on, and turns the
+  proc's death into one failure per rank there.
+
+The supervisor records the failure on the mesh (so calls on slices that contain the
+rank fail fast), then hands a :class:`MeshFailure` to the owner: an actor's
+``__supervise__`` (see :mod:`tetrarch._runtime._instance`), or on the client, the
+:func:`unhandled_fault_hook`. Each failed rank of a mesh is reported once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import _serial
+
+if TYPE_CHECKING:
+    from ._instance import ActorInstance
+    from ._proc import ProcRuntime
+
+__all__ = ["MeshFailure", "Supervisor", "default_fault_hook", "unhandled_fault_hook"]
+
+#: ``(mesh_key, mesh_name, rank, actor, host, pid, cause, causes)``; ``causes`` holds
+#: earlier records (without their own causes), the root event first.
+FailureRecord = tuple
+
+
+class MeshFailure:
+    """A supervision event: an actor of a mesh (or the proc it ran in) failed.
+
+    Attributes:
+        mesh_name: the name the mesh was spawned with.
+        mesh: the owned ``ActorMesh`` (in the owner's process; None elsewhere).
+        rank: the failed actor's rank in the mesh (``crashed_ranks == [rank]``).
+        actor: the failed actor, e.g. ``trainer{'gpus': 1/4}``.
+        host, pid: where it ran (empty / 0 when unknown).
+        cause: what happened, e.g. ``"proc ... died: killed by SIGKILL"``.
+        causes: the earlier failures that led to this one, the root event first.
+
+    Picklable (without ``mesh``); ``str(failure)`` names mesh, rank and cause.
+    """
+
+    __slots__ = ("mesh_key", "mesh_name", "rank", "actor", "host", "pid", "cause", "causes", "mesh")
+
+    def __init__(self, mesh_key: str, mesh_name: str, rank: int, actor: str, host: str, pid: int, cause: str,
+                 causes: tuple[MeshFailure, ...] = (), mesh: Any = None) -> None:
+        self.mesh_key = mesh_key
+        self.mesh_name = mesh_name
+        self.rank = rank
+        self.actor = actor
+        self.host = host
+        self.pid = pid
+        self.cause = cause
+        self.causes = causes
+        self.mesh = mesh
+
+    @classmethod
+    def _from_record(cls, record: FailureRecord, mesh: Any = None) -> MeshFailure:
+        key, name, rank, actor, host, pid, cause, causes = record
+        return cls(key, name, rank, actor, host, pid, cause,
+                   tuple(cls._from_record((*c, ())) for c in causes), mesh)
+
+    def _record(self) -> FailureRecord:
+        flat = tuple(c._flat() for c in self.causes)
+        return (*self._flat(), flat)
+
+    def _flat(self) -> tuple:
+        return (self.mesh_key, self.mesh_name, self.rank, self.actor, self.host, self.pid, self.cause)
+
+    def _chain(self) -> tuple:
+        """Flat records of the causes and of this failure, the root event first."""
+        return (*(c._flat() for c in self.causes), self._flat())
+
+    @property
+    def crashed_ranks(self) -> list[int]:
+        return [self.rank]
+
+    @property
+    def root_event(self) -> MeshFailure:
+        """The first failure of the chain (this one when it has no causes)."""
+        return self.causes[0] if self.causes else self
+
+    def _where(self) -> str:
+        if self.pid:
+            return f" (pid {self.pid}{' on ' + self.host if self.host else ''})"
+        return ""
+
+    def report(self) -> str:
+        """A readable multi-line report, the root event first."""
+        lines = [f"MeshFailure on mesh {self.mesh_name!r}, rank {self.rank}:"]
+        events = (*self.causes, self)
+        for i, ev in enumerate(events):
+            head = "root event" if i == 0 else "then"
+            lines.append(f"  {head}: {ev.actor}{ev._where()} of mesh {ev.mesh_name!r} rank {ev.rank}: {ev.cause}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return (f"MeshFailure(mesh={self.mesh_name!r}, crashed_ranks=[{self.rank}], actor={self.actor}"
+                f"{self._where()}, cause={self.cause})")
+
+    __repr__ = __str__
+
+    def __reduce__(self) -> tuple:
+        return (MeshFailure, (*self._flat(), self.causes))
+
+
+def default_fault_hook(failure: MeshFailure) -> None:
+    """Print ``failure.report()`` to stderr and end the client with exit code 1.
+
+    The client ends as if its main thread raised ``SystemExit(1)``: ``finally`` blocks
+    and atexit handlers run, and the procs it started are stopped.
+    """
+    print(f"tetrarch: unhandled failure reached the client (pid {os.getpid()} on {socket.gethostname()})\n"
+          f"{failure.report()}", file=sys.stderr, flush=True)
+    exit_client(1)
+
+
+unhandled_fault_hook: Callable[[MeshFailure], None] = default_fault_hook
+
+
+def _current_hook() -> Callable[[MeshFailure], None]:
+    """The hook in force: ``tetrarch.unhandled_fault_hook`` as the user left it."""
+    pkg = sys.modules.get("tetrarch")
+    hook = getattr(pkg, "__dict__", {}).get("unhandled_fault_hook") if pkg is not None else None
+    return hook if hook is not None else unhandled_fault_hook
+
+
+# -- ending the client ---------------------------------------------------------
+_exit_code: list[int] = []
+_prev_sigint: Any = None
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    if _exit_code:
+        raise SystemExit(_exit_code[0])
+    prev = _prev_sigint
+    if callable(prev):
+        prev(signum, frame)
+    elif prev == signal.SIG_DFL:
+        raise KeyboardInterrupt
+
+
+def install_exit_path() -> None:
+    """Let :func:`exit_client` raise ``SystemExit`` in the main thread (client only).
+
+    Installs a SIGINT handler that delegates to the previous one unless a fatal
+    fault is pending. A no-op off the main thread.
+    """
+    global _prev_sigint
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        prev = signal.getsignal(signal.SIGINT)
+        if prev is not _on_sigint:
+            _prev_sigint = prev
+            signal.signal(signal.SIGINT, _on_sigint)
+    except (ValueError, OSError):  # pragma: no cover - embedded interpreters
+        pass
+
+
+def exit_client(code: int) -> None:
+    """End the client process with ``code``, letting atexit handlers run."""
+    if _exit_code:
+        return
+    _exit_code.append(code)
+    main = threading.main_thread()
+    if main.is_alive() and signal.getsignal(signal.SIGINT) is _on_sigint and main.ident is not None:
+        # Wakes the main thread even when it is blocked, and raises SystemExit there.
+        signal.pthread_kill(main.ident, signal.SIGINT)
+        return
+    try:  # no way into the main thread: run the exit handlers here, then leave
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+# -- the per-process supervisor --------------------------------------------------
+class _Owned:
+    """A mesh spawned in this process, as its supervisor tracks it."""
+
+    __slots__ = ("key", "mesh", "owner", "proc_mesh", "ranks", "watches", "reported")
+
+    def __init__(self, key: str, mesh: Any, owner: ActorInstance | None, proc_mesh: Any,
+                 ranks: list[tuple[str, int, str, str, int]]) -> None:
+        self.key = key
+        self.mesh = mesh
+        self.owner = owner
+        self.proc_mesh = proc_mesh
+        self.ranks = ranks  # per rank: (address, rank, actor display, host, pid)
+        self.watches: list[tuple[str, int]] = []
+        self.reported: set[int] = set()
+
+
+class Supervisor:
+    """Failures of the meshes spawned in this process, and their delivery to owners."""
+
+    def __init__(self, runtime: ProcRuntime, role: str) -> None:
+        self.runtime = runtime
+        self.role = role
+        self._lock = threading.Lock()
+        self._owned: dict[str, _Owned] = {}
+        self._hooks: queue.SimpleQueue[MeshFailure] | None = None
+        self.quiet = False  # set while the client shuts down: stops are not failures
+        runtime.add_service("supervise", self.service)
+
+    # -- registration -----------------------------------------------------------
+    def adopt(self, key: str, mesh: Any, owner: ActorInstance | None, proc_mesh: Any,
+              ranks: list[tuple[str, int, str, str, int]]) -> None:
+        """Track ``mesh`` (owned by ``owner``, None = this process's root) and watch its procs."""
+        owned = _Owned(key, mesh, owner, proc_mesh, ranks)
+        with self._lock:
+            self._owned[key] = owned
+        by_addr: dict[str, list[int]] = {}
+        for addr, rank, *_ in ranks:
+            by_addr.setdefault(addr, []).append(rank)
+        for addr, rs in by_addr.items():
+            if addr == self.runtime.address:
+                continue  # actors in this process fail through their own reports
+
+            def died(reason: str, rs: list[int] = rs) -> None:
+                for r in rs:
+                    self._proc_died(owned, r, reason)
+
+            owned.watches.append((addr, self.runtime.watch(addr, died)))
+
+    def release(self, key: str) -> None:
+        """Stop tracking a mesh (it was stopped): later events about it are ignored."""
+        with self._lock:
+            owned = self._owned.pop(key, None)
+        if owned is not None:
+            for addr, token in owned.watches:
+                self.runtime.unwatch(addr, token)
+
+    def release_proc_mesh(self, state: Any) -> None:
+        """Forget every mesh spawned on the proc mesh whose shared state is ``state`` (it stopped)."""
+        with self._lock:
+            keys = [k for k, o in self._owned.items()
+                    if o.proc_mesh is not None and getattr(o.proc_mesh, "_state", None) is state]
+        for key in keys:
+            self.release(key)
+
+    def owned_by(self, owner: ActorInstance) -> list[Any]:
+        with self._lock:
+            return [o.mesh for o in self._owned.values() if o.owner is owner]
+
+    # -- events -------------------------------------------------------------------
+    def _proc_died(self, owned: _Owned, rank: int, reason: str) -> None:
+        _addr, _rank, actor, host, pid = owned.ranks[rank]
+        self.failure((owned.key, getattr(owned.mesh, "_name", "?"), rank, actor, host, pid, reason, ()))
+
+    def service(self, hdr: tuple, payload: list, _conn: Any) -> None:
+        """``supervise``/``failure`` messages from the procs of meshes spawned here (I/O thread)."""
+        if hdr[2] == "failure":
+            self.failure(_serial.loads(payload))
+
+    def failure(self, record: FailureRecord) -> None:
+        """Record a failure and deliver it to the mesh's owner (once per rank)."""
+        key, rank = record[0], record[2]
+        with self._lock:
+            owned = self._owned.get(key)
+            if owned is None or rank in owned.reported:
+                return
+            mesh = owned.mesh
+            state = getattr(mesh, "_state", None)
+            pm = owned.proc_mesh
+            if (state is not None and state.stopped) or (pm is not None and pm._state.stopped):
+                return  # being stopped: not a failure
+            owned.reported.add(rank)
+        failure = MeshFailure._from_record(record, mesh)
+        if state is not None:
+            state.failed[rank] = failure
+        if owned.owner is not None:
+            owned.owner.supervise(failure)
+        elif self.role == "client":
+            self._to_client_hook(failure)
+        else:
+            print(f"tetrarch[{self.runtime.name}]: a mesh spawned outside any actor failed and has no owner "
+                  f"to tell:\n{failure.report()}", file=sys.stderr)
+
+    def _to_client_hook(self, failure: MeshFailure) -> None:
+        if self.quiet:
+            return
+        with self._lock:
+            if self._hooks is None:
+                self._hooks = queue.SimpleQueue()
+                threading.Thread(target=self._hook_loop, name="tetrarch-fault-hook", daemon=True).start()
+        self._hooks.put(failure)
+
+    def _hook_loop(self) -> None:
+        assert self._hooks is not None
+        while True:
+            failure = self._hooks.get()
+            if self.quiet:
+                continue
+            hook = _current_hook()
+            try:
+                hook(failure)
+            except BaseException as exc:  # noqa: BLE001 - a raising hook ends the client
+                print(f"tetrarch: unhandled failure on the client (pid {os.getpid()} on {socket.gethostname()}); "
+                      f"the fault hook {getattr(hook, '__qualname__', hook)!r} raised {exc!r}\n"
+                      f"{failure.report()}", file=sys.stderr, flush=True)
+                exit_client(1)
+
