@@ -117,6 +117,7 @@ class ActorInstance:
                                   tuple(instance.rank.extent.sizes))
         self._mailbox.append((self._init, (args, kwargs, on_init)))
         self._scheduled = True
+        runtime.actors[key] = self  # before __init__ runs: it may spawn meshes this actor owns
         self._thread = threading.Thread(target=self._run, name=f"tetrarch-actor-{key}", daemon=True)
         self._thread.start()
 
@@ -327,8 +328,8 @@ class ActorInstance:
             return
         handler = getattr(self.obj, "__supervise__", None)
         if handler is None:
-            self.fail(f"a failure of its mesh {failure.mesh_name!r} was not handled (no __supervise__): "
-                      f"{failure.actor}: {failure.cause}", failure._chain())
+            self.fail(f"it has no __supervise__ to handle a failure of its mesh {failure.mesh_name!r} "
+                      f"(rank {failure.rank})", failure._chain())
             return
         token = _current.set(self._info)
         hidden = _set_running_loop(None)
@@ -358,8 +359,8 @@ class ActorInstance:
 
     def _supervised(self, handled: Any, failure: MeshFailure) -> None:
         if not handled:
-            self.fail(f"__supervise__ did not handle a failure of its mesh {failure.mesh_name!r}: "
-                      f"{failure.actor}: {failure.cause}", failure._chain())
+            self.fail(f"its __supervise__ did not handle a failure of its mesh {failure.mesh_name!r} "
+                      f"(rank {failure.rank})", failure._chain())
 
     def _supervise_raised(self, exc: BaseException, failure: MeshFailure) -> None:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -86,9 +86,11 @@ class ActorMesh(MeshTrait):
             for r in shape.ranks():
                 failure = failed.get(r)
                 if failure is not None:
+                    root = failure.root_event
+                    first = f"; root event: {root.actor}: {root.cause}" if root is not failure else ""
                     raise SupervisionError(
                         f"actor mesh {self._name!r} is unhealthy: rank {r} failed ({failure.actor}: "
-                        f"{failure.cause}); call a slice without it, or spawn a new mesh")
+                        f"{failure.cause}{first}); call a slice without it, or spawn a new mesh")
 
     def _healthy_ranks(self) -> list[int] | None:
         """Underlying ranks of this (sliced) mesh that have not failed; None if none failed."""

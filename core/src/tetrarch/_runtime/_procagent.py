@@ -76,7 +76,7 @@ class ProcAgent:
             else:
                 rt.reply(raddr, rport, rank, _wire.ERR, error_record(exc, display, "__init__"))
 
-        rt.actors[key] = ActorInstance(rt, key, instance, cls, args, kwargs, on_init, owner_address)
+        ActorInstance(rt, key, instance, cls, args, kwargs, on_init, owner_address)  # registers itself
 
     def _stop_actor(self, key: str, raddr: str | None, rport: int | None, why: str = "stopped") -> None:
         rt = self.runtime
