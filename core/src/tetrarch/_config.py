@@ -5,7 +5,18 @@ from __future__ import annotations
 import os
 
 __all__ = ["env_float", "HOST_START_TIMEOUT", "PROC_START_TIMEOUT", "STOP_TIMEOUT", "CONNECT_TIMEOUT",
-           "CLEANUP_TIMEOUT", "HEARTBEAT_INTERVAL", "ORPHAN_TIMEOUT"]
+           "CLEANUP_TIMEOUT", "HEARTBEAT_INTERVAL", "ORPHAN_TIMEOUT", "CONFIG_VARS", "config_env"]
+
+#: The variables below; a spawner passes its values to the procs it starts, so a
+#: setting made in the client (even after its host agents started) applies to them.
+CONFIG_VARS = ("TETRARCH_HOST_START_TIMEOUT", "TETRARCH_PROC_START_TIMEOUT", "TETRARCH_STOP_TIMEOUT",
+               "TETRARCH_CONNECT_TIMEOUT", "TETRARCH_CLEANUP_TIMEOUT", "TETRARCH_HEARTBEAT_INTERVAL",
+               "TETRARCH_ORPHAN_TIMEOUT")
+
+
+def config_env() -> dict[str, str]:
+    """This process's settings of :data:`CONFIG_VARS`."""
+    return {k: os.environ[k] for k in CONFIG_VARS if k in os.environ}
 
 
 def env_float(name: str, default: float) -> float:

@@ -107,6 +107,7 @@ class ActorInstance:
         self.obj: Any = None
         self.failed: str | None = None  # why the actor is dead, once it is
         self.stopped = False
+        self.stop_reason = "was stopped"
         self.children: list[Any] = []  # meshes this actor spawned (it owns them)
         self._mailbox: deque = deque()
         self._scheduled = False
@@ -172,7 +173,8 @@ class ActorInstance:
             fn, args = mailbox[0]
             concurrent = bool(self._concurrent) and fn == self._handle_call and args[0][2] in self._concurrent
             if self._inflight and not concurrent:
-                if fn == self._stop_now:
+                if fn == self._stop_now:  # everything before the stop has started: cancel what still runs
+                    self.stopped = True
                     for task in self._inflight:
                         task.cancel()
                 return  # a plain message waits for the running concurrent handlers
@@ -293,7 +295,7 @@ class ActorInstance:
         self.runtime.reply(raddr, rport, rank, _wire.DEAD, self.failed)
 
     def _reject(self, hdr: tuple) -> None:
-        why = self.failed or f"{self.display} was stopped"
+        why = self.failed or f"{self.display} {self.stop_reason}"
         self.runtime.reply(hdr[3], hdr[4], hdr[5], _wire.DEAD, why)
 
     # -- failure and supervision ------------------------------------------------
@@ -369,12 +371,13 @@ class ActorInstance:
                   f"{failure.mesh_name!r})", failure._chain())
 
     # -- stop -----------------------------------------------------------------
-    def stop(self, on_done: Callable[[], None]) -> None:
+    def stop(self, on_done: Callable[[], None], reason: str = "was stopped") -> None:
         """Finish the messages already queued, stop owned meshes, run ``__cleanup__``, end the thread.
 
         ``on_done`` runs once: when all that is over, or when ``__cleanup__`` overran
         ``TETRARCH_CLEANUP_TIMEOUT`` (it is reported and abandoned).
         """
+        self.stop_reason = reason
         self.control(self._stop_now, on_done)
 
     def _stop_now(self, on_done: Callable[[], None]) -> Any:
@@ -389,7 +392,7 @@ class ActorInstance:
                 await self._cleanup(once)
             finally:
                 once()
-                self._loop.stop()
+                self._loop.call_soon(self._loop.stop)  # after this task has finished
 
         return finish()
 

@@ -81,6 +81,10 @@ class ActorMesh(MeshTrait):
         state = self._state
         if state.stopped:
             raise SupervisionError(f"actor mesh {self._name!r} was stopped; spawn a new one to keep calling")
+        pm = self._proc_mesh
+        if pm is not None and pm._state.stopped:
+            raise SupervisionError(f"actor mesh {self._name!r} was stopped with its ProcMesh {pm._name!r}; "
+                                   f"spawn a new one to keep calling")
         if state.failed:
             failed = state.failed
             for r in shape.ranks():

@@ -77,6 +77,10 @@ class ProcAgent:
                 rt.reply(raddr, rport, rank, _wire.ERR, error_record(exc, display, "__init__"))
 
         ActorInstance(rt, key, instance, cls, args, kwargs, on_init, owner_address)  # registers itself
+        if owner_address and owner_address != rt.address:
+            # A mesh cannot outlive its owner: if the owner's process dies, stop the actor.
+            rt.watch(owner_address, lambda why: self._stop_actor(key, None, None,
+                                                                 f"stopped because its owner died ({why})"))
 
     def _stop_actor(self, key: str, raddr: str | None, rport: int | None, why: str = "stopped") -> None:
         rt = self.runtime
@@ -85,12 +89,14 @@ class ProcAgent:
             rt._reply_later(raddr, rport, 0, _wire.OK, None)
             return
 
+        reason = "was stopped" if why == "stopped" else why
+
         def done() -> None:
-            rt.stopped_actors[key] = f"{actor.display} was {why}"
+            rt.stopped_actors[key] = f"{actor.display} {reason}"
             rt.actors.pop(key, None)
             rt.reply(raddr, rport, actor.instance.rank.rank, _wire.OK, None)
 
-        actor.stop(done)
+        actor.stop(done, reason)
 
     def _stop_all(self, raddr: str | None, rport: int | None) -> None:
         rt = self.runtime

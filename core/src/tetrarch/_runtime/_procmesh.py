@@ -13,7 +13,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .._config import HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT
+from .._config import HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, config_env
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
 from . import _serial, _wire
@@ -123,6 +123,7 @@ class HostMesh(MeshTrait):
         host_ranks = self._shape.ranks()
         per = local.nelements
         world = len(host_ranks) * per
+        config = config_env()
         records: list[ProcRecord] = []
         requests: list[tuple[_Host, list[tuple[str, dict[str, str], int | None]]]] = []
         for h, host_rank in enumerate(host_ranks):
@@ -132,6 +133,7 @@ class HostMesh(MeshTrait):
                 point = extent.point(rank)
                 ident = f"{uid}[{rank}]"
                 env = {
+                    **config,
                     "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lp.rank),
                     "LOCAL_WORLD_SIZE": str(per), "GROUP_RANK": str(h), "TETRARCH_PROC_MESH": mesh_name,
                 }
