@@ -78,7 +78,11 @@ def test_host_agent_death_fails_pending_calls(run_isolated):
 
 
 @pytest.mark.isolated
-def test_sigkilled_client_leaves_no_orphans(tmp_path):
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
+def test_dead_or_hung_client_leaves_no_orphans(tmp_path, how):
+    """SIGKILL: connections drop at once. SIGSTOP: the client's sockets stay open but it
+    answers no heartbeat, so procs and host agents give up after TETRARCH_ORPHAN_TIMEOUT.
+    Both cover procs spawned by an actor (their owner is that actor's proc)."""
     import subprocess
     import sys
 
@@ -89,21 +93,27 @@ def test_sigkilled_client_leaves_no_orphans(tmp_path):
         "import json, sys, psutil\n"
         "from tetrarch import this_host\n"
         "from kernel_actors import Sleeper\n"
+        "from supervision_actors import Nester\n"
         "procs = this_host().spawn_procs(per_host={'gpus': 3})\n"
         "procs.spawn('s', Sleeper).sleep.broadcast(60)\n"
+        "procs.slice(gpus=0).spawn('n', Nester).nest.call_one(2).get(timeout=60)\n"
         "print(json.dumps([p.pid for p in psutil.Process().children(recursive=True)]), flush=True)\n"
         "sys.stdin.read()\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__), TETRARCH_ORPHAN_TIMEOUT="2",
+               TETRARCH_HEARTBEAT_INTERVAL="0.5")
     client = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               env=env, text=True)
     try:
         import json
 
         pids = json.loads(client.stdout.readline())
-        assert len(pids) >= 4  # host agent + 3 procs
-        client.kill()
-        client.wait(10)
+        assert len(pids) >= 6  # host agent + 3 procs + 2 procs spawned by an actor
+        if how == "SIGKILL":
+            client.kill()
+            client.wait(10)
+        else:
+            client.send_signal(signal.SIGSTOP)
         procs = []
         for pid in pids:
             try:
@@ -111,7 +121,17 @@ def test_sigkilled_client_leaves_no_orphans(tmp_path):
             except psutil.NoSuchProcess:
                 pass
         _, alive = psutil.wait_procs(procs, timeout=10)
-        assert not alive, f"orphans outlived their SIGKILLed client: {alive}"
+        alive = [p for p in alive if _status(p) not in (psutil.STATUS_ZOMBIE, None)]  # a stopped client reaps none
+        assert not alive, f"orphans outlived their {how} client: {alive}"
     finally:
-        client.kill()
+        client.kill()  # also ends a stopped client
         client.wait(10)
+
+
+def _status(proc) -> str | None:
+    import psutil
+
+    try:
+        return proc.status()
+    except psutil.NoSuchProcess:
+        return None
