@@ -25,6 +25,8 @@ os.execv(sys.executable, [sys.executable, sys.argv[1]])
     [
         ("quickstart.py", "the actor survived: 0.25"),
         ("work_queue.py", "work_queue: processed 20 items with 4 workers"),
+        ("ping_pong.py", "ping_pong: 2 pairs played 10 rounds"),
+        ("supervision.py", "supervision: the manager handled 1 failure; the fault hook recorded 1"),
     ],
 )
 def test_example_runs(run_isolated, script: str, expected: str) -> None:
