@@ -76,3 +76,18 @@ class Ported(Actor):
     @endpoint
     def ok(self) -> str:
         return "alive"
+
+
+class PortHolder(Actor):
+    """Keeps a port it was given; can die while holding it."""
+
+    @endpoint
+    def hold(self, port) -> None:
+        self.port = port
+        port.send("held")
+
+    @endpoint
+    def exit(self) -> None:
+        import os
+
+        os._exit(1)

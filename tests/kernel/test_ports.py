@@ -19,6 +19,7 @@ from tetrarch import (
     SupervisionError,
     ValueMesh,
     send,
+    this_host,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -136,8 +137,9 @@ def test_closed_receiver_drops_messages_and_fails_waiters(senders):
     waiting_after = receiver.recv()
     with pytest.raises(EOFError):
         waiting_after.get(timeout=5)
-    port.send("dropped")  # neither hangs nor raises
-    senders.send_many.broadcast(port, 10)  # remote senders are not hurt either
+    with pytest.raises(ValueError, match="its receiver was closed"):
+        port.send("refused")  # in the receiver's own process: a clear error
+    senders.send_many.broadcast(port, 10)  # remote senders' messages are dropped; they are not hurt
     assert senders.rank.call().get(timeout=30).values() == [0, 1, 2, 3]
     receiver.close()  # twice is fine
 
@@ -293,3 +295,21 @@ def test_accumulator_needs_an_endpoint(senders):
         Accumulator(sum, 0, operator.add)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="callable"):
         Accumulator(senders.rank, 0, "add")  # type: ignore[arg-type]
+
+
+def test_recv_raises_when_a_process_holding_the_port_dies():
+    from port_actors import PortHolder
+
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        holder = pm.spawn("holder", PortHolder)
+        port, receiver = Channel.open()
+        holder.hold.call_one(port).get(timeout=10)
+        assert receiver.recv().get(timeout=10) == "held"
+        waiting = receiver.recv()
+        with pytest.raises(SupervisionError):
+            holder.exit.call_one().get(timeout=10)
+        with pytest.raises(SupervisionError, match="that held this port died .*exit code 1"):
+            waiting.get(timeout=10)  # no hang: the holder's death reaches the receiver
+    finally:
+        pm.stop().get(timeout=30)

@@ -58,8 +58,9 @@ class Port(Generic[R]):
     from one thread. Picklable: a port passed to an actor (or returned from one) still
     delivers to the receiver it was opened for.
 
-    If the receiver was closed (or its process is gone) the message is dropped:
-    sending never blocks on, nor fails because of, the receiving side. A port with no
+    If a receiver in another process was closed (or its process is gone) the message
+    is dropped: sending never blocks on, nor waits for, the receiving side. Sending to
+    a closed receiver of this process raises ValueError. A port with no
     receiver at all (the reply port of a ``broadcast``) drops every message.
     """
 
@@ -84,7 +85,8 @@ class Port(Generic[R]):
 
         Raises:
             TypeError: ``obj`` cannot be pickled (the message names its type).
-            ValueError: this is a ``once`` port and it was already used.
+            ValueError: this is a ``once`` port and it was already used, or its
+                receiver is in this process and was closed.
         """
         payload = _serial.dumps_checked(obj, f"Port.send of {type(obj).__qualname__}", [("the value", obj)])
         self._post(_wire.OK, payload)
@@ -121,6 +123,11 @@ class Port(Generic[R]):
         from ._proc import PeerUnreachable
 
         rt = _runtime()
+        if self._address == rt.address:
+            receiver = _receivers.get(self._port)
+            if receiver is not None and receiver._closed:
+                raise ValueError(f"cannot send on port #{self._port}: its receiver was closed; open a new channel "
+                                 f"(a receiver in another process that was closed drops messages instead)")
         frames = [_wire.header(_wire.PORT, self._port, self._tag, status), *payload]
         if getattr(rt._dialing, "in_dispatch", False):  # on the I/O thread: it must not dial
             rt.send_later(self._address, frames)
@@ -131,11 +138,55 @@ class Port(Generic[R]):
             pass  # the receiver's process is gone: the message is dropped
 
     def __reduce__(self) -> tuple:
-        return (Port, (self._address, self._port, self._tag, self._once))
+        return (_rebuild_port, (self._address, self._port, self._tag, self._once))
 
     def __repr__(self) -> str:
         where = "dropping" if self._port is None else f"{self._address}#{self._port}"
         return f"<Port {where}{' once' if self._once else ''}>"
+
+
+#: Receivers of this process by port id (for ``link`` messages).
+_receivers: weakref.WeakValueDictionary[int, PortReceiver[Any]] = weakref.WeakValueDictionary()
+_linked: set[tuple[str, int]] = set()
+
+
+def _rebuild_port(address: str | None, port: int | None, tag: int, once: bool) -> Port[Any]:
+    """Unpickle a port; in another process than its receiver's, link the two (once per process)
+    so that the receiver learns if this process dies."""
+    if address is not None and port is not None:
+        from ._root import root_if_any
+
+        root = root_if_any()
+        if root is not None and root.runtime.address != address and (address, port) not in _linked:
+            _linked.add((address, port))
+            rt = root.runtime
+            rt.send_later(address, [_wire.header(_wire.SYS, "port", "link", rt.address, port)])
+    return Port(address, port, tag, once)
+
+
+def link_service(rt: ProcRuntime) -> Callable[[tuple, list, Any], None]:
+    """The ``port`` service: a process that holds one of our ports links to its receiver.
+
+    If that process dies, the receiver gets one SupervisionError in its stream (after
+    the messages that process already sent), so a ``recv()`` waiting for it does not hang.
+    """
+
+    def service(hdr: tuple, _payload: list, _conn: Any) -> None:
+        holder, port = hdr[3], hdr[4]
+        receiver = _receivers.get(port) if hdr[2] == "link" else None
+        if receiver is None or not holder or holder == rt.address:
+            return
+        ref = weakref.ref(receiver)
+
+        def died(why: str) -> None:
+            me = ref()
+            if me is not None:
+                me._on_message((_wire.PORT, port, 0, _wire.DEAD),
+                               _serial.dumps(f"the process at {holder} that held this port died ({why})"))
+
+        rt.watch(holder, died)
+
+    return service
 
 
 class PortReceiver(Generic[R]):
@@ -167,6 +218,7 @@ class PortReceiver(Generic[R]):
                 me._on_message(hdr, payload)
 
         self._port = rt.open_port(handler)
+        _receivers[self._port] = self
         # A receiver nobody can reach any more closes its port (its messages are dropped).
         self._finalizer = weakref.finalize(self, rt.close_port, self._port)
 

@@ -19,6 +19,7 @@ from .._plugins import get_registry
 from .._plugins._specs import BackendKind
 from ._owner import Owner
 from ._proc import ProcRuntime
+from ._port import link_service
 from ._procagent import ProcAgent
 from ._supervision import Supervisor, install_exit_path
 
@@ -47,6 +48,7 @@ class Root:
         self.supervisor = Supervisor(self.runtime, role)
         self.proc_agent = ProcAgent(self.runtime, on_exit=on_proc_exit)
         self.runtime.add_service("proc", self.proc_agent.service)
+        self.runtime.add_service("port", link_service(self.runtime))
         self.this_host_mesh: Any = None  # HostMesh, set lazily by this_host()
         self.this_proc_mesh: Any = None
         self.host_agent_address = os.environ.get("TETRARCH_HOST_AGENT_ADDR") if role == "proc" else None
