@@ -192,30 +192,26 @@ class Blocker(Actor):
     @endpoint
     async def get_in_async(self) -> list[str]:
         """Call ``Future.get`` on a pending future inside an async endpoint; the warnings seen."""
-        _port, receiver = Channel.open()
-        fut = receiver.recv()  # nothing is ever sent: stays pending
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            try:
-                fut.get(timeout=0.01)
-            except TimeoutError:
-                pass
-        receiver.close()
-        return [f"{w.category.__name__}: {w.message}" for w in seen]
+        return _warnings_of_pending_get()
 
     @endpoint
     def get_in_sync(self) -> list[str]:
         """The same from a sync endpoint (no event loop is visible there): no warning."""
-        _port, receiver = Channel.open()
-        fut = receiver.recv()
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            try:
-                fut.get(timeout=0.01)
-            except TimeoutError:
-                pass
-        receiver.close()
-        return [f"{w.category.__name__}: {w.message}" for w in seen]
+        return _warnings_of_pending_get()
+
+
+def _warnings_of_pending_get() -> list[str]:
+    """The warnings ``Future.get`` emits on a future that stays pending (here and now)."""
+    _port, receiver = Channel.open()
+    fut = receiver.recv()  # nothing is ever sent: stays pending
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            fut.get(timeout=0.01)
+        except TimeoutError:
+            pass
+    receiver.close()
+    return [f"{w.category.__name__}: {w.message}" for w in seen]
 
 
 # --------------------------------------------------------------------------- concurrency
