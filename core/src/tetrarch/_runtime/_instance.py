@@ -35,6 +35,7 @@ from . import _serial, _wire
 from ._actor import endpoints_of
 from ._context import Instance, _current, _MessageInfo
 from ._port import Port
+from ._supervision import report_failure
 
 if TYPE_CHECKING:
     from ._proc import ProcRuntime
@@ -308,8 +309,7 @@ class ActorInstance:
         record = (self.key, self.instance.name, self.instance.rank.rank, self.display, _HOST, os.getpid(), cause,
                   causes)
         if self.owner_address:
-            rt.send_later(self.owner_address, [_wire.header(_wire.SYS, "supervise", "failure", None, None),
-                                               *_serial.dumps(record)])
+            report_failure(rt, self.owner_address, record)
         else:
             print(f"tetrarch: {self.failed} (it has no owner to report to)", file=sys.stderr)
         for fut in self._stop_children():

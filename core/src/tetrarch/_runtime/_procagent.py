@@ -19,6 +19,7 @@ from ._context import Instance
 from ._instance import ActorInstance, error_record
 from ._proc import ProcRuntime
 from ._shape import Extent, Point
+from ._supervision import report_failure
 
 __all__ = ["ProcAgent"]
 
@@ -58,9 +59,8 @@ class ProcAgent:
             rt.stopped_actors[key] = why
             rt._reply_later(raddr, rport, rank, _wire.DEAD, why)
             if owner_address:
-                record = (key, name, rank, display, socket.gethostname(), os.getpid(), why, ())
-                rt.send_later(owner_address, [_wire.header(_wire.SYS, "supervise", "failure", None, None),
-                                              *_serial.dumps(record)])
+                report_failure(rt, owner_address, (key, name, rank, display, socket.gethostname(), os.getpid(),
+                                                   why, ()))
             return
         try:
             proc_mesh = pickle.loads(mesh_ref) if mesh_ref else None

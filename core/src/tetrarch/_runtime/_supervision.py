@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ._instance import ActorInstance
     from ._proc import ProcRuntime
 
-__all__ = ["MeshFailure", "Supervisor", "default_fault_hook", "unhandled_fault_hook"]
+__all__ = ["MeshFailure", "Supervisor", "default_fault_hook", "report_failure", "unhandled_fault_hook"]
 
 #: ``(mesh_key, mesh_name, rank, actor, host, pid, cause, causes)``; ``causes`` holds
 #: earlier records (without their own causes), the root event first.
@@ -117,6 +117,14 @@ class MeshFailure:
 
     def __reduce__(self) -> tuple:
         return (MeshFailure, (*self._flat(), self.causes))
+
+
+def report_failure(runtime: ProcRuntime, owner_address: str, record: FailureRecord) -> None:
+    """Send a failure record to the supervisor of the process at ``owner_address`` (any thread)."""
+    from . import _wire
+
+    runtime.send_later(owner_address, [_wire.header(_wire.SYS, "supervise", "failure", None, None),
+                                       *_serial.dumps(record)])
 
 
 def default_fault_hook(failure: MeshFailure) -> None:
