@@ -312,8 +312,7 @@ class ActorInstance:
             report_failure(rt, self.owner_address, record)
         else:
             print(f"tetrarch: {self.failed} (it has no owner to report to)", file=sys.stderr)
-        for fut in self._stop_children():
-            fut.add_done_callback(lambda f: None)
+        self._stop_children()  # not awaited: the owner hears of the failure meanwhile
 
     def _stop_children(self) -> list[Any]:
         futures = []

@@ -16,8 +16,8 @@ from typing import Any
 
 from .._config import HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT
 from .._errors import ProcessStartError, _describe_exit
-from . import _serial
-from ._proc import ProcRuntime
+from . import _serial, _wire
+from ._proc import PeerUnreachable, ProcRuntime
 
 __all__ = ["Owner", "ProcRecord", "Waiter", "start_heartbeat"]
 
@@ -217,9 +217,6 @@ def start_heartbeat(runtime: ProcRuntime, owner: str, on_orphan: Callable[[str],
     ``on_orphan(reason)`` runs once if the owner cannot be reached or leaves pings
     unanswered for ``TETRARCH_ORPHAN_TIMEOUT`` s. Set the returned event to stop.
     """
-    from . import _wire
-    from ._proc import PeerUnreachable
-
     last = [time.monotonic()]
     port = runtime.open_port(lambda _hdr, _payload: last.__setitem__(0, time.monotonic()))
     stop = threading.Event()

@@ -30,6 +30,7 @@ class ProcAgent:
         self._on_exit = on_exit
         self._lock = threading.Lock()
         self.stopping = False
+        self._owner_watches: dict[str, tuple[str, int]] = {}  # actor key -> its owner's death watch
 
     def service(self, hdr: tuple, payload: list, _conn: Any) -> None:
         op, raddr, rport = hdr[2], hdr[3], hdr[4]
@@ -79,8 +80,9 @@ class ProcAgent:
         ActorInstance(rt, key, instance, cls, args, kwargs, on_init, owner_address)  # registers itself
         if owner_address and owner_address != rt.address:
             # A mesh cannot outlive its owner: if the owner's process dies, stop the actor.
-            rt.watch(owner_address, lambda why: self._stop_actor(key, None, None,
-                                                                 f"stopped because its owner died ({why})"))
+            token = rt.watch(owner_address, lambda why: self._stop_actor(key, None, None,
+                                                                         f"stopped because its owner died ({why})"))
+            self._owner_watches[key] = (owner_address, token)
 
     def _stop_actor(self, key: str, raddr: str | None, rport: int | None, why: str = "stopped") -> None:
         rt = self.runtime
@@ -94,9 +96,15 @@ class ProcAgent:
         def done() -> None:
             rt.stopped_actors[key] = f"{actor.display} {reason}"
             rt.actors.pop(key, None)
+            self._unwatch_owner(key)
             rt.reply(raddr, rport, actor.instance.rank.rank, _wire.OK, None)
 
         actor.stop(done, reason)
+
+    def _unwatch_owner(self, key: str) -> None:
+        watch = self._owner_watches.pop(key, None)
+        if watch is not None:
+            self.runtime.unwatch(*watch)
 
     def _stop_all(self, raddr: str | None, rport: int | None) -> None:
         rt = self.runtime

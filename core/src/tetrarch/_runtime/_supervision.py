@@ -75,10 +75,6 @@ class MeshFailure:
         return cls(key, name, rank, actor, host, pid, cause,
                    tuple(cls._from_record((*c, ())) for c in causes), mesh)
 
-    def _record(self) -> FailureRecord:
-        flat = tuple(c._flat() for c in self.causes)
-        return (*self._flat(), flat)
-
     def _flat(self) -> tuple:
         return (self.mesh_key, self.mesh_name, self.rank, self.actor, self.host, self.pid, self.cause)
 
@@ -263,10 +259,6 @@ class Supervisor:
                     if o.proc_mesh is not None and getattr(o.proc_mesh, "_state", None) is state]
         for key in keys:
             self.release(key)
-
-    def owned_by(self, owner: ActorInstance) -> list[Any]:
-        with self._lock:
-            return [o.mesh for o in self._owned.values() if o.owner is owner]
 
     # -- events -------------------------------------------------------------------
     def _proc_died(self, owned: _Owned, rank: int, reason: str) -> None:
