@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from tetrarch._runtime._proc import PeerUnreachable, ProcRuntime
-from tetrarch._runtime._wire import SYS, header
+from tetrarch._runtime._router import PeerUnreachable, Router
+from tetrarch._runtime._wire import SYS, sys_header
 from tetrarch._transport._socket import IpcTransport, TcpTransport
 
 pytestmark = pytest.mark.timeout(30)
@@ -36,7 +36,7 @@ def server(request):
     transport = request.param()
     calls: list[tuple] = []
     got = threading.Event()
-    rt = ProcRuntime(transport, b"s" * 32, name="server")
+    rt = Router(transport, b"s" * 32, name="server")
     rt.add_service("probe", lambda hdr, payload, conn: (calls.append(hdr), got.set()))
     yield rt, calls, got
     rt.close()
@@ -57,18 +57,18 @@ def _raw_connect(address: str) -> socket.socket:
 def test_wrong_secret_is_rejected_and_the_listener_keeps_serving(server):
     rt, calls, got = server
     transport = type(rt.transport)()
-    intruder = ProcRuntime(transport, b"x" * 32, name="intruder")
+    intruder = Router(transport, b"x" * 32, name="intruder")
     try:
         with pytest.raises(PeerUnreachable, match="authentication"):
-            intruder.send(rt.address, [header(SYS, "probe", "hi", None, None)])
+            intruder.send(rt.address, [sys_header("probe", "hi")])
     finally:
         intruder.close()
         transport.close()
     assert not calls
     friend_transport = type(rt.transport)()
-    friend = ProcRuntime(friend_transport, b"s" * 32, name="friend")
+    friend = Router(friend_transport, b"s" * 32, name="friend")
     try:
-        friend.send(rt.address, [header(SYS, "probe", "hi", None, None)])
+        friend.send(rt.address, [sys_header("probe", "hi")])
         assert got.wait(5) and calls[0][2] == "hi"
     finally:
         friend.close()

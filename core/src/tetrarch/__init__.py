@@ -21,11 +21,11 @@ _EXPORTS = {
     "unhandled_fault_hook": "tetrarch._runtime._supervision",
     "Endpoint": "tetrarch._runtime._endpoint",
     "Future": "tetrarch._runtime._future",
-    "Channel": "tetrarch._runtime._port",
+    "Channel": "tetrarch._runtime._channel",
     "Port": "tetrarch._runtime._port",
     "PortReceiver": "tetrarch._runtime._port",
-    "Accumulator": "tetrarch._runtime._port",
-    "send": "tetrarch._runtime._port",
+    "Accumulator": "tetrarch._runtime._channel",
+    "send": "tetrarch._runtime._channel",
     "ValueMesh": "tetrarch._runtime._valuemesh",
     "Extent": "tetrarch._runtime._shape",
     "Point": "tetrarch._runtime._shape",
@@ -60,7 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._runtime._endpoint import Endpoint
     from ._runtime._future import Future
     from ._runtime._mesh import ActorMesh
-    from ._runtime._port import Accumulator, Channel, Port, PortReceiver, send
+    from ._runtime._channel import Accumulator, Channel, send
+    from ._runtime._port import Port, PortReceiver
     from ._runtime._procmesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
     from ._runtime._shape import Extent, Point, Shape
     from ._runtime._valuemesh import ValueMesh

@@ -1,0 +1,77 @@
+"""The kernel, as a stack of layers. A module imports only from its own layer or below.
+
+That holds for every import: at module level, under ``TYPE_CHECKING`` and inside
+functions (``tests/kernel/test_layers.py`` checks it, and that no import cycle exists).
+A module that needs something from above takes it as an argument or a ``Protocol``.
+
+``foundation`` (outside ``_runtime``; import nothing of tetrarch above them)
+    ``tetrarch._errors``   every error tetrarch raises (one tree under ``TetrarchError``)
+    ``tetrarch._config``   every setting, declared once
+    ``tetrarch._log``      the ``tetrarch.*`` logger tree
+    ``tetrarch._lazy``     lazy module attributes for the public packages
+
+``values`` (plain data and pure functions, no runtime state)
+    ``_shape``      Extent, Point, Shape and the slicing shared by every mesh
+    ``_valuemesh``  ValueMesh: one value per rank
+    ``_future``     Future: a result usable from threads and asyncio
+    ``_wire``       every message kind, declared once as a named record
+    ``_serial``     pickling with out-of-band buffers
+    ``_outcome``    error records out, exceptions back
+    ``_context``    context(), current_rank(), Instance (what actor code sees)
+    ``_spawn``      child processes that die with their parent and report their exit
+    ``_alloc``      the allocator plugin interface
+
+``transport`` (outside ``_runtime``)
+    ``tetrarch._transport``  the transport interface, the builtin ipc/tcp transport, authentication
+
+``plugins`` (outside ``_runtime``)
+    ``tetrarch._plugins``    the plugin registry (pluggy): finds transports, allocators, RDMA backends
+
+``router``
+    ``_router``     one per process: connections, authentication, dispatch to ports, mailboxes, services
+
+``services`` (each handed a router explicitly)
+    ``_launch``       processes this one started: ready, exit, heartbeat
+    ``_supervision``  MeshFailure, the per-process Supervisor, the client's fault hook
+    ``_port``         Port and PortReceiver
+    ``_collect``      gathering the replies of one operation
+    ``_endpoint``     Endpoint[P, R] and its adverbs over a mesh
+
+``actors``
+    ``_actor``      Actor and the @endpoint decorators
+    ``_runner``     ActorRunner: one actor's thread, loop, mailbox and fate
+    ``_procagent``  the ``proc`` service: spawns and stops the actors of a process
+
+``process``
+    ``_root``       wires a process together (router + services) and holds it
+
+``meshes`` (what users call)
+    ``_mesh``       ActorMesh
+    ``_procmesh``   HostMesh, ProcMesh, this_host(), this_proc(), shutdown_context()
+    ``_channel``    Channel, send(), Accumulator
+
+``programs`` (entry points of the processes tetrarch starts)
+    ``_host_agent``  one per host: starts procs
+    ``_proc_main``   one per proc
+"""
+
+from __future__ import annotations
+
+__all__ = ["LAYERS"]
+
+#: The stack, bottom first: ``(layer, modules)``. Module names are absolute; a package
+#: name stands for every module in it.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._log", "tetrarch._lazy")),
+    ("values", tuple(f"tetrarch._runtime.{m}" for m in (
+        "_shape", "_valuemesh", "_future", "_wire", "_serial", "_outcome", "_context", "_spawn", "_alloc"))),
+    ("transport", ("tetrarch._transport",)),
+    ("plugins", ("tetrarch._plugins",)),
+    ("router", ("tetrarch._runtime._router",)),
+    ("services", tuple(f"tetrarch._runtime.{m}" for m in (
+        "_launch", "_supervision", "_port", "_collect", "_endpoint"))),
+    ("actors", tuple(f"tetrarch._runtime.{m}" for m in ("_actor", "_runner", "_procagent"))),
+    ("process", ("tetrarch._runtime._root",)),
+    ("meshes", tuple(f"tetrarch._runtime.{m}" for m in ("_mesh", "_procmesh", "_channel"))),
+    ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main")),
+)

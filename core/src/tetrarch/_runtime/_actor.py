@@ -1,15 +1,26 @@
-"""``Actor`` base class and the ``@endpoint`` decorator."""
+"""``Actor`` base class and the ``@endpoint`` decorators.
+
+``@endpoint`` leaves an :class:`EndpointProperty` on the class. Typed from the method's
+signature: on an actor mesh (which ``spawn`` returns typed as the actor class), the
+attribute is an ``Endpoint[P, R]`` whose adverbs take the method's parameters ``P`` and
+give futures of its return value ``R`` (awaited for ``async def``).
+"""
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
+
+if TYPE_CHECKING:
+    from ._endpoint import Endpoint
+    from ._port import Port
 
 __all__ = ["Actor", "EndpointProperty", "concurrent_endpoint", "endpoint", "endpoints_of"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Actor:
@@ -24,36 +35,51 @@ class Actor:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._tetrarch_endpoints = None  # recomputed lazily per class
+        cls._tetrarch_endpoints = None  # type: ignore[attr-defined]  # recomputed lazily per class
 
 
-class EndpointProperty(Generic[F]):
+def _check_options(propagate: Any, instrument: bool) -> None:
+    """Options Monarch accepts that tetrarch does not implement yet: refuse them, never ignore them."""
+    if propagate is not None:
+        raise NotImplementedError("@endpoint(propagate=...) is Monarch's tensor-engine shape propagation, which "
+                                  "tetrarch does not implement; remove the argument")
+    if instrument:
+        raise NotImplementedError("@endpoint(instrument=True) (per-endpoint tracing) is not implemented yet; "
+                                  "remove the argument")
+
+
+class EndpointProperty(Generic[P, R]):
     """What ``@endpoint`` leaves on the class: the method plus its calling options.
 
     On an instance (inside the actor) it is the plain bound method; on an
     ``ActorMesh`` the same name is an :class:`~tetrarch.Endpoint` with the adverbs.
     """
 
-    def __init__(self, fn: F, *, explicit_response_port: bool = False, propagate: Any = None,
-                 instrument: bool = True, concurrent: bool = False) -> None:
+    def __init__(self, fn: Callable[..., Any], *, explicit_response_port: bool = False, propagate: Any = None,
+                 instrument: bool = False, concurrent: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"@endpoint decorates a method, got {type(fn).__name__}")
+        _check_options(propagate, instrument)
         self.fn = fn
-        self.name = fn.__name__
+        self.name: str = fn.__name__
         self.is_async = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
         if concurrent and not inspect.iscoroutinefunction(fn):
             raise TypeError(f"@concurrent_endpoint needs an 'async def' method; {fn.__qualname__} is not one "
                             f"(a sync endpoint blocks the actor's thread, so it cannot overlap)")
         self.concurrent = concurrent
         self.explicit_response_port = explicit_response_port
-        self.propagate = propagate
-        self.instrument = instrument
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> EndpointProperty[P, R]: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> Endpoint[P, R]: ...
+
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
         if obj is None:
             return self
         return self.fn.__get__(obj, objtype)
@@ -65,18 +91,42 @@ class EndpointProperty(Generic[F]):
         return f"<endpoint {self.fn.__qualname__}>"
 
 
-@overload
-def endpoint(method: F) -> EndpointProperty[F]: ...
+class _Decorator(Protocol):
+    """``@endpoint(...)`` with options: typed like ``@endpoint``."""
+
+    @overload
+    def __call__(self, method: Callable[Concatenate[Any, P], Awaitable[R]]) -> EndpointProperty[P, R]: ...
+
+    @overload
+    def __call__(self, method: Callable[Concatenate[Any, P], R]) -> EndpointProperty[P, R]: ...
+
+
+class _PortDecorator(Protocol):
+    """``@endpoint(explicit_response_port=True)``: the method answers through its first argument."""
+
+    def __call__(self, method: Callable[Concatenate[Any, Port[R], P], object]) -> EndpointProperty[P, R]: ...
 
 
 @overload
-def endpoint(
-    *, propagate: Any = None, explicit_response_port: bool = False, instrument: bool = True
-) -> Callable[[F], EndpointProperty[F]]: ...
+def endpoint(method: Callable[Concatenate[Any, P], Awaitable[R]]) -> EndpointProperty[P, R]: ...
+
+
+@overload
+def endpoint(method: Callable[Concatenate[Any, P], R]) -> EndpointProperty[P, R]: ...
+
+
+@overload
+def endpoint(*, propagate: Any = None, explicit_response_port: Literal[False] = False,
+             instrument: bool = False) -> _Decorator: ...
+
+
+@overload
+def endpoint(*, propagate: Any = None, explicit_response_port: Literal[True],
+             instrument: bool = False) -> _PortDecorator: ...
 
 
 def endpoint(method: Any = None, *, propagate: Any = None, explicit_response_port: bool = False,
-             instrument: bool = True) -> Any:
+             instrument: bool = False) -> Any:
     """Mark an actor method as callable on meshes (sync or ``async def``).
 
     With ``explicit_response_port=True`` the method receives a reply ``Port`` first and
@@ -84,17 +134,33 @@ def endpoint(method: Any = None, *, propagate: Any = None, explicit_response_por
 
     Raises:
         TypeError: applied to something that is not callable.
+        NotImplementedError: ``propagate=`` or ``instrument=True`` (Monarch options
+            tetrarch does not implement yet).
     """
 
-    def wrap(fn: F) -> EndpointProperty[F]:
+    def wrap(fn: Callable[..., Any]) -> EndpointProperty[Any, Any]:
         return EndpointProperty(fn, explicit_response_port=explicit_response_port, propagate=propagate,
                                 instrument=instrument)
 
     return wrap(method) if method is not None else wrap
 
 
+@overload
+def concurrent_endpoint(method: Callable[Concatenate[Any, P], Awaitable[R]]) -> EndpointProperty[P, R]: ...
+
+
+@overload
+def concurrent_endpoint(*, propagate: Any = None, explicit_response_port: Literal[False] = False,
+                        instrument: bool = False) -> _Decorator: ...
+
+
+@overload
+def concurrent_endpoint(*, propagate: Any = None, explicit_response_port: Literal[True],
+                        instrument: bool = False) -> _PortDecorator: ...
+
+
 def concurrent_endpoint(method: Any = None, *, propagate: Any = None, explicit_response_port: bool = False,
-                        instrument: bool = True) -> Any:
+                        instrument: bool = False) -> Any:
     """Like :func:`endpoint`, for an ``async def`` whose handlers may overlap.
 
     Messages still start in arrival order, but a concurrent handler does not wait
@@ -105,21 +171,22 @@ def concurrent_endpoint(method: Any = None, *, propagate: Any = None, explicit_r
 
     Raises:
         TypeError: the method is not an ``async def``.
+        NotImplementedError: ``propagate=`` or ``instrument=True``.
     """
 
-    def wrap(fn: F) -> EndpointProperty[F]:
+    def wrap(fn: Callable[..., Any]) -> EndpointProperty[Any, Any]:
         return EndpointProperty(fn, explicit_response_port=explicit_response_port, propagate=propagate,
                                 instrument=instrument, concurrent=True)
 
     return wrap(method) if method is not None else wrap
 
 
-def endpoints_of(cls: type) -> dict[str, EndpointProperty]:
+def endpoints_of(cls: type) -> dict[str, EndpointProperty[Any, Any]]:
     """The endpoints of an actor class (inherited ones included), by name."""
     cached = cls.__dict__.get("_tetrarch_endpoints")
     if cached is not None:
         return cached
-    found: dict[str, EndpointProperty] = {}
+    found: dict[str, EndpointProperty[Any, Any]] = {}
     for klass in reversed(cls.__mro__):
         for name, value in vars(klass).items():
             if isinstance(value, EndpointProperty):

@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ._shape import Extent, Point
 
-__all__ = ["Context", "Instance", "context", "current_actor_name", "current_rank", "current_size"]
+__all__ = ["Context", "Instance", "ProcMeshLike", "context", "current_actor_name", "current_rank", "current_size"]
+
+
+class ProcMeshLike(Protocol):
+    """What an actor knows of the proc mesh it was spawned on (a ``ProcMesh``)."""
+
+    def slice(self, **kw: Any) -> Any:
+        """The sub-mesh at the given coordinates."""
+        ...
+
+    def spawn(self, name: str, cls: type, *args: Any, **kwargs: Any) -> Any:
+        """Spawn an actor mesh on these procs."""
+        ...
+
+
+class Abortable(Protocol):
+    """The runtime side of a running actor, as :meth:`Instance.abort` needs it."""
+
+    def fail(self, cause: str) -> None:
+        """The actor dies with ``cause``."""
+        ...
 
 _EMPTY = Extent([], [])
 
@@ -22,8 +42,10 @@ class Instance:
     class_name: str
     rank: Point
     proc_id: str
-    proc_mesh: Any = None  # the ProcMesh it was spawned on, when known
+    proc_mesh: ProcMeshLike | None = None  # the ProcMesh it was spawned on, when known
     key: str = ""  # the actor's key in its proc (empty for the client)
+    #: The runner executing this actor (None for the client); set by the runner.
+    _runner: Abortable | None = field(default=None, compare=False, repr=False)
 
     @property
     def proc(self) -> Any:
@@ -39,15 +61,16 @@ class Instance:
         Raises:
             RuntimeError: called outside an actor (on the client).
         """
-        from ._root import get_root
-
-        actor = get_root().runtime.actors.get(self.key) if self.key else None
-        if actor is None:
+        if self._runner is None:
             raise RuntimeError("abort() must be called from inside an actor; the client has no owner to report to")
-        actor.fail(f"aborted: {reason or 'no reason provided'}")
+        self._runner.fail(f"aborted: {reason or 'no reason provided'}")
 
     def __str__(self) -> str:
         return self.actor_id
+
+    def __reduce__(self) -> tuple:  # the runner stays in its process
+        return (Instance, (self.name, self.actor_id, self.class_name, self.rank, self.proc_id, self.proc_mesh,
+                           self.key))
 
 
 class _MessageInfo:

@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 from typing import Any
 
-from .._errors import _describe_exit
+from .._log import get_logger
 from . import _serial, _wire
-from ._owner import start_heartbeat
-from ._proc import PeerUnreachable
+from ._launch import announce_ready, report_exit, start_heartbeat
 from ._root import ENV_SECRET, ENV_TRANSPORT, Root, child_env, install_root
+from ._router import PeerUnreachable
 from ._spawn import ExitInfo, WatchedProcess, spawn_watched
 
-__all__ = ["main"]
+__all__ = ["HostAgent", "main"]
+
+_log = get_logger("host")
 
 
 class HostAgent:
+    """The ``host`` service: starts procs for their owners, kills them, reports their ends."""
+
     def __init__(self, root: Root, client: str) -> None:
         self.root = root
         self.client = client
@@ -33,23 +36,25 @@ class HostAgent:
         self.lock = threading.Lock()
         self.done = threading.Event()
 
-    def service(self, hdr: tuple, payload: list, _conn: Any) -> None:
-        op = hdr[2]
-        args = _serial.loads(payload) if payload else ()
-        if op == "spawn_procs":
-            threading.Thread(target=self.spawn, args=args, name="tetrarch-spawn", daemon=True).start()
-        elif op == "kill_procs":
-            ids, sig = args
+    def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
+        """``host`` messages (I/O thread)."""
+        if hdr.op == "spawn_procs":
+            request: _wire.SpawnProcs = _serial.loads(payload)
+            threading.Thread(target=self.spawn, args=(request,), name="tetrarch-spawn", daemon=True).start()
+        elif hdr.op == "kill_procs":
+            kill: _wire.KillProcs = _serial.loads(payload)
             with self.lock:
-                targets = [self.procs[i] for i in ids if i in self.procs]
+                targets = [self.procs[i] for i in kill.idents if i in self.procs]
             for p in targets:
-                p.signal(sig)
-        elif op == "shutdown":
+                p.signal(kill.signal)
+        elif hdr.op == "shutdown":
             self.done.set()
 
-    def spawn(self, owner: str, specs: list[tuple[str, dict[str, str], int | None]]) -> None:
+    def spawn(self, request: _wire.SpawnProcs) -> None:
+        """Start the procs of ``request``; each reports ready to ``request.owner``, and we report its exit."""
+        owner = request.owner
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-        for ident, extra, gpu in specs:
+        for ident, extra, gpu in request.specs:
             env = child_env(self.root, extra)
             env.update({"TETRARCH_OWNER_ADDR": owner, "TETRARCH_PROC_ID": ident,
                         "TETRARCH_HOST_AGENT_ADDR": self.root.runtime.address})
@@ -59,22 +64,15 @@ class HostAgent:
             def on_exit(info: ExitInfo, ident: str = ident) -> None:
                 with self.lock:
                     self.procs.pop(ident, None)
-                self.report(owner, ident, info.returncode, info.stderr_tail)
+                report_exit(self.root.runtime, owner, ident, info.returncode, info.stderr_tail)
 
             try:
                 proc = spawn_watched([sys.executable, "-m", "tetrarch._runtime._proc_main"], env, on_exit)
             except OSError as exc:
-                self.report(owner, ident, 127, f"cannot start {sys.executable}: {exc}\n")
+                report_exit(self.root.runtime, owner, ident, 127, f"cannot start {sys.executable}: {exc}\n")
                 continue
             with self.lock:
                 self.procs[ident] = proc
-
-    def report(self, owner: str, ident: str, returncode: int, tail: str) -> None:
-        frames = [_wire.header(_wire.SYS, "owner", "exit", None, None), *_serial.dumps((ident, returncode, tail))]
-        try:
-            self.root.runtime.send(owner, frames)
-        except PeerUnreachable:
-            pass
 
     def kill_all(self, grace: float) -> None:
         with self.lock:
@@ -96,17 +94,16 @@ def main() -> int:
     root = Root("host", secret, os.environ.get(ENV_TRANSPORT) or None, name=f"host{index}")
     install_root(root)
     agent = HostAgent(root, client)
-    root.runtime.add_service("host", agent.service)
+    root.runtime.add_service(_wire.SVC_HOST, agent.service)
     root.runtime.on_peer_lost(lambda addr, _err: agent.done.set() if addr == client else None)
-    ready = (f"{alloc_id}/{index}", root.runtime.address, os.getpid(), socket.gethostname())
     try:
-        root.runtime.send(client, [_wire.header(_wire.SYS, "owner", "ready", None, None), *_serial.dumps(ready)])
+        announce_ready(root.runtime, client, f"{alloc_id}/{index}")
     except PeerUnreachable as exc:
-        print(f"tetrarch host agent: cannot reach the client at {client}: {exc}", file=sys.stderr)
+        _log.error("host agent %d cannot reach the client at %s: %s", index, client, exc)
         return 2
 
     def orphan(reason: str) -> None:
-        print(f"tetrarch host agent {index}: exiting: {reason}", file=sys.stderr)
+        _log.warning("host agent %d exiting: %s", index, reason)
         agent.done.set()
 
     start_heartbeat(root.runtime, client, orphan)

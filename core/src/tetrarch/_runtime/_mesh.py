@@ -3,32 +3,29 @@
 from __future__ import annotations
 
 import pickle
-import threading
-from typing import Any
+from typing import Any, Protocol
 
 from .._errors import SupervisionError
 from . import _wire
 from ._actor import endpoints_of
-from ._endpoint import Endpoint, _Collector, group_by_address
+from ._collect import Collector, group_by_address
+from ._endpoint import Endpoint
 from ._future import Future
-from ._proc import PeerUnreachable, ProcRuntime
 from ._root import get_root
+from ._router import PeerUnreachable, Router
 from ._shape import MeshTrait, Shape
+from ._supervision import MeshState
 
 __all__ = ["ActorMesh"]
 
 _RESERVED = {"stop", "slice", "initialized", "extent", "sizes", "size", "split", "rename", "flatten"}
 
 
-class _MeshState:
-    """State shared by a mesh and all its slices."""
+class _ProcMeshState(Protocol):
+    """What an actor mesh needs of the proc mesh it lives on (a ``ProcMesh``)."""
 
-    __slots__ = ("stopped", "lock", "failed")
-
-    def __init__(self) -> None:
-        self.stopped = False
-        self.lock = threading.Lock()
-        self.failed: dict[int, Any] = {}  # underlying rank -> MeshFailure (owner's process only)
+    _name: str
+    _state: MeshState
 
 
 class ActorMesh(MeshTrait):
@@ -39,14 +36,14 @@ class ActorMesh(MeshTrait):
     """
 
     def __init__(self, name: str, cls: type, shape: Shape, ids: list[tuple[str, str]], *,
-                 initialized: Future[None] | None = None, owned: bool = True, state: _MeshState | None = None,
-                 proc_mesh: Any = None) -> None:
+                 initialized: Future[None] | None = None, owned: bool = True, state: MeshState | None = None,
+                 proc_mesh: _ProcMeshState | None = None) -> None:
         self._name = name
         self._cls = cls
         self._shape = shape
         self._ids = ids
         self._owned = owned
-        self._state = state or _MeshState()
+        self._state = state or MeshState()
         self._initialized = initialized
         self._proc_mesh = proc_mesh
         self._endpoints = endpoints_of(cls)
@@ -73,7 +70,7 @@ class ActorMesh(MeshTrait):
         return hit
 
     @staticmethod
-    def _runtime() -> ProcRuntime:
+    def _runtime() -> Router:
         return get_root().runtime
 
     def _check_usable(self, shape: Shape) -> None:
@@ -103,7 +100,7 @@ class ActorMesh(MeshTrait):
         return [r for r in self._shape.ranks() if r not in self._state.failed]
 
     # -- endpoints ------------------------------------------------------------
-    def __getattr__(self, name: str) -> Endpoint[Any]:
+    def __getattr__(self, name: str) -> Endpoint[..., Any]:
         if name.startswith("__") or name.startswith("_"):
             raise AttributeError(name)
         if name in self._endpoints:
@@ -140,11 +137,11 @@ class ActorMesh(MeshTrait):
             self._state.stopped = True
         rt = self._runtime()
         targets, by_addr = self._targets(self._shape)
-        coll = _Collector(rt, len(targets), self._shape, f"{self._name}.stop", False, False)
+        coll = Collector(rt, len(targets), self._shape, f"{self._name}.stop", False, False)
         coll.watch_targets(by_addr)
         for i, (addr, key) in enumerate(targets):
             try:
-                rt.send(addr, [_wire.header(_wire.SYS, "proc", "stop_actor", rt.address, coll.port),
+                rt.send(addr, [_wire.sys_header(_wire.SVC_PROC, "stop_actor", rt.address, coll.port),
                                pickle.dumps(key)])
             except PeerUnreachable:
                 coll.fail(i, "proc unreachable")

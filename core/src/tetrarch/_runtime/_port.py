@@ -9,10 +9,10 @@ Wire format: a port message is ``[(PORT, port_id, tag, status), *payload]`` — 
 as the replies of endpoint calls, so a port can stand in for a call's reply port
 (``@endpoint(explicit_response_port=True)`` and :func:`send`). ``OK`` carries a value,
 ``ERR`` an error record (``(exception, traceback text, actor, method)``, see
-:func:`tetrarch._runtime._instance.error_record`), ``DEAD`` the reason a sender died.
+:func:`tetrarch._runtime._outcome.error_record`), ``DEAD`` the reason a sender died.
 
-Also here: :func:`send` (cast a call whose replies go to a user port) and
-:class:`Accumulator` (client-side fold over ``Endpoint.stream``).
+This module is the services layer's part (a port works with any router); the user
+entry points ``Channel``, :func:`send` and ``Accumulator`` are in :mod:`._channel`.
 """
 
 from __future__ import annotations
@@ -21,32 +21,29 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .._errors import SupervisionError
 from . import _serial, _wire
-from ._endpoint import Endpoint, _decode_error
+from ._context import _current
 from ._future import Future
+from ._outcome import decode_error, error_record
+from ._router import PeerUnreachable, Router, current_router
 
-if TYPE_CHECKING:
-    from ._proc import ProcRuntime
-
-__all__ = ["Accumulator", "Channel", "Port", "PortReceiver", "send"]
+__all__ = ["Port", "PortReceiver", "link_service"]
 
 R = TypeVar("R")
-A = TypeVar("A")
 
 
-def _runtime() -> ProcRuntime:
-    from ._root import get_root
-
-    return get_root().runtime
+def _runtime() -> Router:
+    router = current_router()
+    if router is None:  # a Port exists only where a runtime made or unpickled it
+        raise RuntimeError("no tetrarch runtime in this process; open ports with Channel.open()")
+    return router
 
 
 def _here() -> str:
     """A name for the code that is running (the current actor, or ``client``)."""
-    from ._context import _current
-
     info = _current.get()
     return info.instance.name if info is not None else "client"
 
@@ -104,8 +101,6 @@ class Port(Generic[R]):
         """
         if not isinstance(exc, BaseException):
             raise TypeError(f"Port.exception needs an exception instance, got {type(exc).__qualname__}")
-        from ._instance import error_record
-
         if self._what:
             actor, _, method = self._what.rpartition(".")
         else:
@@ -120,16 +115,14 @@ class Port(Generic[R]):
             self._used = True
         if self._address is None or self._port is None:
             return  # a dropping port
-        from ._proc import PeerUnreachable
-
         rt = _runtime()
-        if self._address == rt.address:
+        if rt.is_local(self._address):
             receiver = _receivers.get(self._port)
             if receiver is not None and receiver._closed:
                 raise ValueError(f"cannot send on port #{self._port}: its receiver was closed; open a new channel "
                                  f"(a receiver in another process that was closed drops messages instead)")
-        frames = [_wire.header(_wire.PORT, self._port, self._tag, status), *payload]
-        if getattr(rt._dialing, "in_dispatch", False):  # on the I/O thread: it must not dial
+        frames = [_wire.port_header(self._port, self._tag, status), *payload]
+        if rt.on_io_thread():  # it must not dial
             rt.send_later(self._address, frames)
             return
         try:
@@ -154,39 +147,36 @@ def _rebuild_port(address: str | None, port: int | None, tag: int, once: bool) -
     """Unpickle a port; in another process than its receiver's, link the two (once per process)
     so that the receiver learns if this process dies."""
     if address is not None and port is not None:
-        from ._root import root_if_any
-
-        root = root_if_any()
-        if root is not None and root.runtime.address != address and (address, port) not in _linked:
+        rt = current_router()
+        if rt is not None and not rt.is_local(address) and (address, port) not in _linked:
             _linked.add((address, port))
-            rt = root.runtime
-            rt.send_later(address, [_wire.header(_wire.SYS, "port", "link", rt.address, port)])
+            rt.send_later(address, [_wire.sys_header(_wire.SVC_PORT, "link", rt.address, port)])
     return Port(address, port, tag, once)
 
 
-def link_service(rt: ProcRuntime) -> Callable[[tuple, list, Any], None]:
-    """The ``port`` service: a process that holds one of our ports links to its receiver.
+def link_service(rt: Router) -> None:
+    """Serve ``port``/``link`` on ``rt``: a process that holds one of our ports links to its receiver.
 
     If that process dies, the receiver gets one SupervisionError in its stream (after
     the messages that process already sent), so a ``recv()`` waiting for it does not hang.
     """
 
-    def service(hdr: tuple, _payload: list, _conn: Any) -> None:
-        holder, port = hdr[3], hdr[4]
-        receiver = _receivers.get(port) if hdr[2] == "link" else None
-        if receiver is None or not holder or holder == rt.address:
+    def service(hdr: _wire.SysHeader, _payload: list, _conn: Any) -> None:
+        holder, port = hdr.reply_addr, hdr.reply_port
+        receiver = _receivers.get(port) if hdr.op == "link" and port is not None else None
+        if receiver is None or port is None or not holder or rt.is_local(holder):
             return
         ref = weakref.ref(receiver)
 
-        def died(why: str) -> None:
+        def died(why: str, port: int = port) -> None:
             me = ref()
             if me is not None:
-                me._on_message((_wire.PORT, port, 0, _wire.DEAD),
+                me._on_message(_wire.PortHeader(_wire.PORT, port, 0, _wire.DEAD),
                                _serial.dumps(f"the process at {holder} that held this port died ({why})"))
 
         rt.watch(holder, died)
 
-    return service
+    rt.add_service(_wire.SVC_PORT, service)
 
 
 class PortReceiver(Generic[R]):
@@ -201,7 +191,7 @@ class PortReceiver(Generic[R]):
     __slots__ = ("_port", "_rt", "_lock", "_queue", "_waiters", "_closed", "_once", "_ranked", "_keep",
                  "_finalizer", "__weakref__")
 
-    def __init__(self, rt: ProcRuntime, once: bool = False, ranked: bool = False) -> None:
+    def __init__(self, rt: Router, once: bool = False, ranked: bool = False) -> None:
         self._rt = rt
         self._lock = threading.Lock()
         self._queue: deque[tuple[int, int, list]] = deque()
@@ -212,7 +202,7 @@ class PortReceiver(Generic[R]):
         self._keep: PortReceiver[R] | None = None  # self, while futures wait on us
         ref = weakref.ref(self)
 
-        def handler(hdr: tuple, payload: list) -> None:
+        def handler(hdr: _wire.PortHeader, payload: list) -> None:
             me = ref()
             if me is not None:
                 me._on_message(hdr, payload)
@@ -222,8 +212,8 @@ class PortReceiver(Generic[R]):
         # A receiver nobody can reach any more closes its port (its messages are dropped).
         self._finalizer = weakref.finalize(self, rt.close_port, self._port)
 
-    def _on_message(self, hdr: tuple, payload: list) -> None:
-        _, _port, tag, status = hdr
+    def _on_message(self, hdr: _wire.PortHeader, payload: list) -> None:
+        tag, status = hdr.tag, hdr.status
         with self._lock:
             if self._closed:
                 return
@@ -242,7 +232,7 @@ class PortReceiver(Generic[R]):
         if status == _wire.DEAD:
             raise SupervisionError(f"a sender to this port died: {_serial.loads(payload)}", "port")
         if status != _wire.OK:
-            raise _decode_error(status, payload, "port")
+            raise decode_error(status, payload, "port")
         value = _serial.loads(payload)
         return (tag, value) if self._ranked else value
 
@@ -289,120 +279,3 @@ class PortReceiver(Generic[R]):
 
     def __repr__(self) -> str:
         return f"<PortReceiver #{self._port}{' closed' if self._closed else ''}>"
-
-
-class Channel(Generic[R]):
-    """Opens port/receiver pairs: ``port, receiver = Channel.open()``."""
-
-    @staticmethod
-    def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
-        """A new channel whose receiver lives in this process.
-
-        With ``once=True`` the port accepts a single message (a second send raises
-        ValueError) and the receiver closes after it.
-        """
-        rt = _runtime()
-        receiver: PortReceiver[R] = PortReceiver(rt, once=once)
-        return Port(rt.address, receiver._port, 0, once), receiver
-
-    @staticmethod
-    def open_ranked(once: bool = False) -> tuple[Port[R], PortReceiver[tuple[int, R]]]:
-        """Like :meth:`open`, but ``recv()`` gives ``(rank, value)``.
-
-        ``rank`` is the sender's index in the mesh a :func:`send` went to (0 for plain
-        ``Port.send``).
-        """
-        rt = _runtime()
-        receiver: PortReceiver[Any] = PortReceiver(rt, once=once, ranked=True)
-        return Port(rt.address, receiver._port, 0, once), receiver
-
-
-def send(endpoint: Endpoint[R], args: tuple = (), kwargs: dict[str, Any] | None = None,
-         port: Port[R] | None = None, selection: str = "all") -> None:
-    """Call ``endpoint`` and direct every reply to ``port`` (one message per actor).
-
-    ``selection="all"`` casts to every actor of the endpoint's mesh, ``"choose"`` to one
-    picked at random. Without a port the call is a ``broadcast``. An actor that raises
-    sends an error (``recv()`` raises ActorError); one that dies, a SupervisionError.
-
-    Raises:
-        TypeError: ``endpoint`` is not an endpoint of a mesh, ``port`` is not a Port,
-            ``args``/``kwargs`` are of the wrong kind, or an argument cannot be pickled.
-        ValueError: ``selection`` is neither ``"all"`` nor ``"choose"``.
-    """
-    if not isinstance(endpoint, Endpoint):
-        raise TypeError(f"send() needs an @endpoint of an actor mesh (mesh.method), got {type(endpoint).__qualname__}")
-    if port is not None and not isinstance(port, Port):
-        raise TypeError(f"send() port must be a Port from Channel.open(), got {type(port).__qualname__}")
-    if not isinstance(args, tuple):
-        raise TypeError(f"send() args must be a tuple, got {type(args).__qualname__}")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise TypeError(f"send() kwargs must be a dict, got {type(kwargs).__qualname__}")
-    if selection not in ("all", "choose"):
-        raise ValueError(f"send() selection must be 'all' or 'choose', got {selection!r}")
-    endpoint._send_to_port(args, kwargs or {}, port, selection == "choose")
-
-
-class Accumulator(Generic[R, A]):
-    """Fold the replies of an endpoint's ``stream`` into one value, on the client.
-
-    ``Accumulator(mesh.method, identity, combine).accumulate(*args)`` calls every actor
-    and gives a future for ``combine(...combine(combine(identity, r1), r2)..., rn)``
-    with the replies in arrival order (``identity`` for an empty mesh). ``combine`` runs
-    in the thread that reads the future.
-    """
-
-    def __init__(self, endpoint: Endpoint[R], identity: A, combine: Callable[[A, R], A]) -> None:
-        """Raises:
-            TypeError: ``endpoint`` is not an ``@endpoint`` of a mesh, or ``combine`` is
-                not callable.
-        """
-        if not isinstance(endpoint, Endpoint):
-            raise TypeError(f"Accumulator needs an @endpoint of an actor mesh (mesh.method), "
-                            f"got {type(endpoint).__qualname__}")
-        if not callable(combine):
-            raise TypeError(f"Accumulator combine must be callable, got {type(combine).__qualname__}")
-        self._endpoint = endpoint
-        self._identity = identity
-        self._combine = combine
-
-    def accumulate(self, *args: Any, **kwargs: Any) -> Future[A]:
-        """Stream the call and fold the replies.
-
-        Raises (from the future): the first reply's error (ActorError /
-        SupervisionError), or what ``combine`` raised. Raises now: TypeError
-        (unpicklable argument).
-        """
-        futures = list(self._endpoint.stream(*args, **kwargs))
-        identity, combine = self._identity, self._combine
-        out: Future[A] = Future._new()
-        if not futures:
-            out._set_result(identity)
-            return out
-
-        def fold() -> A:
-            acc = identity
-            for f in futures:
-                acc = combine(acc, f.get())
-            return acc
-
-        _when_all(futures, lambda: out._set_lazy(fold))
-        return out
-
-
-def _when_all(futures: Iterable[Future[Any]], then: Callable[[], None]) -> None:
-    """Run ``then()`` once every future is done (on the thread completing the last)."""
-    futures = list(futures)
-    left = [len(futures)]
-    lock = threading.Lock()
-
-    def one(_: Future[Any]) -> None:
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            then()
-
-    for f in futures:
-        f.add_done_callback(one)
-

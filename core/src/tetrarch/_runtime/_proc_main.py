@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 
-from . import _serial, _wire
-from ._owner import start_heartbeat
-from ._proc import PeerUnreachable
+from .._log import get_logger
+from ._launch import announce_ready, start_heartbeat
 from ._root import ENV_SECRET, ENV_TRANSPORT, Root, adopt_client_sys_path, install_root
+from ._router import PeerUnreachable
 
 __all__ = ["main"]
+
+_log = get_logger("proc")
 
 
 def main() -> int:
@@ -33,15 +34,14 @@ def main() -> int:
     root.runtime.on_peer_lost(lost)
 
     def orphan(reason: str) -> None:
-        print(f"tetrarch proc {ident}: exiting: {reason}", file=sys.stderr)
+        _log.warning("proc %s exiting: %s", ident, reason)
         orphaned.append(reason)
         done.set()
 
-    ready = (ident, root.runtime.address, os.getpid(), socket.gethostname())
     try:
-        root.runtime.send(owner, [_wire.header(_wire.SYS, "owner", "ready", None, None), *_serial.dumps(ready)])
+        announce_ready(root.runtime, owner, ident)
     except PeerUnreachable as exc:
-        print(f"tetrarch proc {ident}: cannot reach its owner at {owner}: {exc}", file=sys.stderr)
+        _log.error("proc %s cannot reach its owner at %s: %s", ident, owner, exc)
         return 2
     start_heartbeat(root.runtime, owner, orphan)
     done.wait()

@@ -1,6 +1,6 @@
-"""The ``proc`` service: spawns and stops actors in this process.
+"""The ``proc`` service: spawns and stops the actors of this process.
 
-Ops (``SYS`` messages): ``spawn`` (payload ``[meta, *pickled (cls, args, kwargs)]``),
+Ops (``SYS`` messages): ``spawn`` (payload ``[SpawnMeta, *pickled (cls, args, kwargs)]``),
 ``stop_actor`` (drain, ``__cleanup__``, then gone) and ``stop`` (every actor, then the
 process exits so interpreter finalizers run).
 """
@@ -16,8 +16,9 @@ from typing import Any
 
 from . import _serial, _wire
 from ._context import Instance
-from ._instance import ActorInstance, error_record
-from ._proc import ProcRuntime
+from ._outcome import error_record
+from ._router import Router
+from ._runner import ActorRunner
 from ._shape import Extent, Point
 from ._supervision import report_failure
 
@@ -25,15 +26,19 @@ __all__ = ["ProcAgent"]
 
 
 class ProcAgent:
-    def __init__(self, runtime: ProcRuntime, on_exit: Callable[[], None] | None) -> None:
+    """The actors of one process (any process: actors may run in the client too)."""
+
+    def __init__(self, runtime: Router, on_exit: Callable[[], None] | None) -> None:
         self.runtime = runtime
         self._on_exit = on_exit
-        self._lock = threading.Lock()
         self.stopping = False
+        self.runners: dict[str, ActorRunner] = {}  # actor key -> its runner
         self._owner_watches: dict[str, tuple[str, int]] = {}  # actor key -> its owner's death watch
+        runtime.add_service(_wire.SVC_PROC, self.service)
 
-    def service(self, hdr: tuple, payload: list, _conn: Any) -> None:
-        op, raddr, rport = hdr[2], hdr[3], hdr[4]
+    def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
+        """``proc`` messages (I/O thread)."""
+        op, raddr, rport = hdr.op, hdr.reply_addr, hdr.reply_port
         if op == "spawn":
             self._spawn(payload, raddr, rport)
         elif op == "stop_actor":
@@ -42,7 +47,9 @@ class ProcAgent:
             self._stop_all(raddr, rport)
 
     def _spawn(self, payload: list, raddr: str | None, rport: int | None) -> None:
-        key, name, rank, labels, sizes, mesh_ref, owner_address = pickle.loads(payload[0])
+        meta: _wire.SpawnMeta = pickle.loads(payload[0])
+        key, name, rank, labels, sizes = meta.key, meta.name, meta.rank, meta.labels, meta.sizes
+        owner_address = meta.owner_address
         rt = self.runtime
         point = Point(rank, Extent(labels, sizes))
         display = f"{name}{point}" if labels else name
@@ -58,13 +65,13 @@ class ProcAgent:
                         f"PYTHONPATH; the client's sys.path is appended to the proc's)")
             why = f"spawning {display} failed: {type(exc).__name__}: {exc}{hint}"
             rt.stopped_actors[key] = why
-            rt._reply_later(raddr, rport, rank, _wire.DEAD, why)
+            rt.reply_later(raddr, rport, rank, _wire.DEAD, why)
             if owner_address:
-                report_failure(rt, owner_address, (key, name, rank, display, socket.gethostname(), os.getpid(),
-                                                   why, ()))
+                report_failure(rt, owner_address, _wire.FailureRecord(key, name, rank, display, socket.gethostname(),
+                                                                      os.getpid(), why))
             return
         try:
-            proc_mesh = pickle.loads(mesh_ref) if mesh_ref else None
+            proc_mesh = pickle.loads(meta.proc_mesh) if meta.proc_mesh else None
         except Exception:  # noqa: BLE001 - only context().actor_instance.proc needs it
             proc_mesh = None
         instance = Instance(name, f"{rt.name}.{display}", cls.__qualname__, point, rt.name, proc_mesh, key)
@@ -77,7 +84,7 @@ class ProcAgent:
             else:
                 rt.reply(raddr, rport, rank, _wire.ERR, error_record(exc, display, "__init__"))
 
-        ActorInstance(rt, key, instance, cls, args, kwargs, on_init, owner_address)  # registers itself
+        self.runners[key] = ActorRunner(rt, key, instance, cls, args, kwargs, on_init, owner_address)
         if owner_address and owner_address != rt.address:
             # A mesh cannot outlive its owner: if the owner's process dies, stop the actor.
             token = rt.watch(owner_address, lambda why: self._stop_actor(key, None, None,
@@ -86,20 +93,24 @@ class ProcAgent:
 
     def _stop_actor(self, key: str, raddr: str | None, rport: int | None, why: str = "stopped") -> None:
         rt = self.runtime
-        actor = rt.actors.get(key)
+        actor = self.runners.get(key)
         if actor is None:
-            rt._reply_later(raddr, rport, 0, _wire.OK, None)
+            rt.reply_later(raddr, rport, 0, _wire.OK, None)
             return
 
         reason = "was stopped" if why == "stopped" else why
 
         def done() -> None:
             rt.stopped_actors[key] = f"{actor.display} {reason}"
-            rt.actors.pop(key, None)
+            self._forget(key)
             self._unwatch_owner(key)
             rt.reply(raddr, rport, actor.instance.rank.rank, _wire.OK, None)
 
         actor.stop(done, reason)
+
+    def _forget(self, key: str) -> None:
+        self.runners.pop(key, None)
+        self.runtime.mailboxes.pop(key, None)
 
     def _unwatch_owner(self, key: str) -> None:
         watch = self._owner_watches.pop(key, None)
@@ -109,7 +120,7 @@ class ProcAgent:
     def _stop_all(self, raddr: str | None, rport: int | None) -> None:
         rt = self.runtime
         self.stopping = True
-        actors = list(rt.actors.items())
+        actors = list(self.runners.items())
         remaining = [len(actors)]
         lock = threading.Lock()
 
@@ -122,10 +133,10 @@ class ProcAgent:
             threading.Thread(target=finish, daemon=True).start()
             return
 
-        def one_done(key: str, actor: ActorInstance) -> Callable[[], None]:
+        def one_done(key: str, actor: ActorRunner) -> Callable[[], None]:
             def done() -> None:
                 rt.stopped_actors[key] = f"{actor.display} was stopped (its proc mesh was stopped)"
-                rt.actors.pop(key, None)
+                self._forget(key)
                 with lock:
                     remaining[0] -= 1
                     last = remaining[0] == 0

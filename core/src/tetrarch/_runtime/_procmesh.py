@@ -18,15 +18,18 @@ from .._plugins import get_registry
 from .._plugins._specs import BackendKind
 from . import _serial, _wire
 from ._actor import Actor
-from ._alloc import AgentCommand, Allocation, AllocRequest
-from ._endpoint import _Collector, group_by_address
+from ._alloc import AgentCommand, Allocation, Allocator, AllocRequest
+from ._collect import Collector, group_by_address
+from ._context import _current
 from ._future import Future
-from ._instance import current_actor
-from ._mesh import ActorMesh, _MeshState
-from ._owner import ProcRecord
-from ._proc import PeerUnreachable
-from ._root import Root, child_env, get_root
+from ._launch import ProcRecord
+from ._mesh import ActorMesh
+from ._root import ENV_SPANS_HOSTS, Root, child_env, get_root, on_client_exit
+from ._router import PeerUnreachable
+from ._runner import current_actor
 from ._shape import Extent, MeshTrait, Shape
+from ._spawn import ExitInfo
+from ._supervision import MeshState
 
 __all__ = ["HostMesh", "ProcMesh", "shutdown_context", "this_host", "this_proc"]
 
@@ -41,6 +44,16 @@ class _Host:
     address: str
     hostname: str
     pid: int
+
+
+class _ThisProcess:
+    """This process's ``this_host()`` and ``this_proc()`` meshes, made on first use."""
+
+    host: HostMesh | None = None
+    proc: ProcMesh | None = None
+
+
+_this = _ThisProcess()
 
 
 def _uid(name: str) -> str:
@@ -82,7 +95,8 @@ class HostMesh(MeshTrait):
                     why = get_root().runtime.dead_peers.get(rec.address) or rec.describe_exit()
                     raise RuntimeError(f"the {rec.what} of this HostMesh died ({why}); allocate a new HostMesh")
             if self._hosts is None:
-                self._hosts = _start_hosts(get_root(), self._allocator, len(self._shape) or 1, self)
+                allocator: Allocator = get_registry().create(BackendKind.ALLOCATOR, self._allocator)
+                self._hosts = _start_hosts(get_root(), allocator, len(self._shape) or 1, self)
             return self._hosts
 
     def _restart(self) -> None:
@@ -92,7 +106,7 @@ class HostMesh(MeshTrait):
             allocation.stop(grace=1.0)
         root = get_root()
         for rec in self._host_records:
-            root.owner.forget(rec.ident)
+            root.launches.forget(rec.ident)
         self._host_records = []
         self._hosts = None
 
@@ -125,7 +139,7 @@ class HostMesh(MeshTrait):
         world = len(host_ranks) * per
         config = config_env()
         records: list[ProcRecord] = []
-        requests: list[tuple[_Host, list[tuple[str, dict[str, str], int | None]]]] = []
+        requests: list[tuple[_Host, list[_wire.ProcSpec]]] = []
         for h, host_rank in enumerate(host_ranks):
             specs = []
             for lp in local.points():
@@ -141,13 +155,13 @@ class HostMesh(MeshTrait):
                     env[f"TETRARCH_RANK_{label.upper()}"] = str(point[label])
                     env[f"TETRARCH_SIZE_{label.upper()}"] = str(size)
                 gpu = lp["gpus"] if "gpus" in local.labels else None
-                specs.append((ident, env, gpu))
+                specs.append(_wire.ProcSpec(ident, env, gpu))
                 records.append(ProcRecord(ident, f"proc {mesh_name}{point}"))
             requests.append((hosts[host_rank], specs))
-        waiter = root.owner.expect(records)
+        waiter = root.launches.expect(records)
         for host, specs in requests:
-            frames = [_wire.header(_wire.SYS, "host", "spawn_procs", None, None),
-                      *_serial.dumps((root.runtime.address, specs))]
+            frames = [_wire.sys_header(_wire.SVC_HOST, "spawn_procs"),
+                      *_serial.dumps(_wire.SpawnProcs(root.runtime.address, specs))]
             try:
                 root.runtime.send(host.address, frames)
             except PeerUnreachable as exc:
@@ -158,7 +172,7 @@ class HostMesh(MeshTrait):
             _kill_records(root, records, requests)
             raise
         pm = ProcMesh(self, Shape(extent), records, owned=True, name=mesh_name)
-        owner = current_actor(root.runtime)
+        owner = current_actor()
         if owner is not None:
             owner.children.append(pm)
         return pm
@@ -185,10 +199,10 @@ class HostMesh(MeshTrait):
         if allocation is not None:
             root = get_root()
             agents = [r for r in self._host_records if r.returncode is None]
-            waiter = root.owner.expect_exits(agents)
+            waiter = root.launches.expect_exits(agents)
             for rec in agents:
                 try:
-                    root.runtime.send(rec.address, [_wire.header(_wire.SYS, "host", "shutdown", None, None)])
+                    root.runtime.send(rec.address, [_wire.sys_header(_wire.SVC_HOST, "shutdown")])
                 except PeerUnreachable:
                     pass
             if not waiter.wait(STOP_TIMEOUT()):
@@ -196,7 +210,7 @@ class HostMesh(MeshTrait):
             else:
                 allocation.stop(grace=2.0)  # reaps the exited agents
             for rec in self._host_records:
-                root.owner.forget(rec.ident)
+                root.launches.forget(rec.ident)
         _live_host_meshes.discard(self)
         return Future._completed(None)
 
@@ -212,18 +226,31 @@ def _rebuild_host_mesh(shape: Shape, hosts: list[_Host], allocator: str) -> Host
     return HostMesh(shape, hosts, allocator=allocator, owned=False)
 
 
-def _start_hosts(root: Root, allocator: str, n: int, mesh: HostMesh) -> list[_Host]:
-    alloc_obj: Any = get_registry().create(BackendKind.ALLOCATOR, allocator)
+def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> list[_Host]:
+    """Bring up ``n`` host agents through ``allocator`` and wait until each connected back.
+
+    When the allocation spans hosts the client first listens on a routable address too
+    (``Allocator.spans_hosts``), and the agents and their procs listen routably.
+
+    Raises:
+        ProcessStartError: an agent exited first, or not all connected within
+            ``TETRARCH_HOST_START_TIMEOUT``.
+        TransportError: the transport cannot span hosts (e.g. ``ipc``).
+    """
+    extra = {}
+    if allocator.spans_hosts:
+        root.runtime.listen_routable()
+        extra[ENV_SPANS_HOSTS] = "1"
     alloc_id = _uid("hosts")
     records = [ProcRecord(f"{alloc_id}/{i}", f"host agent {i}") for i in range(n)]
-    waiter = root.owner.expect(records)
-    env = child_env(root, {"TETRARCH_CLIENT_ADDR": root.runtime.address, "TETRARCH_ALLOC_ID": alloc_id})
+    waiter = root.launches.expect(records)
+    env = child_env(root, {"TETRARCH_CLIENT_ADDR": root.runtime.address, "TETRARCH_ALLOC_ID": alloc_id, **extra})
     command = AgentCommand((sys.executable, "-m", "tetrarch._runtime._host_agent"), env)
 
-    def on_exit(index: int, info: Any) -> None:
-        root.owner.exited(f"{alloc_id}/{index}", info.returncode, info.stderr_tail)
+    def on_exit(index: int, info: ExitInfo) -> None:
+        root.launches.exited(f"{alloc_id}/{index}", info.returncode, info.stderr_tail)
 
-    mesh._allocation = alloc_obj.allocate(AllocRequest(n, command), on_exit)
+    mesh._allocation = allocator.allocate(AllocRequest(n, command), on_exit)
     try:
         waiter.wait(HOST_START_TIMEOUT())
     except BaseException:
@@ -237,8 +264,8 @@ def _kill_records(root: Root, records: list[ProcRecord], requests: list) -> None
     ids = [r.ident for r in records]
     for host, _specs in requests:
         try:
-            root.runtime.send(host.address, [_wire.header(_wire.SYS, "host", "kill_procs", None, None),
-                                             *_serial.dumps((ids, 9))])
+            root.runtime.send(host.address, [_wire.sys_header(_wire.SVC_HOST, "kill_procs"),
+                                             *_serial.dumps(_wire.KillProcs(ids, 9))])
         except PeerUnreachable:
             pass
 
@@ -247,13 +274,13 @@ class ProcMesh(MeshTrait):
     """OS processes (procs) on a host mesh; spawn actors on them."""
 
     def __init__(self, host_mesh: HostMesh | None, shape: Shape, procs: list[ProcRecord], *, owned: bool,
-                 name: str, state: _MeshState | None = None) -> None:
+                 name: str, state: MeshState | None = None) -> None:
         self._host_mesh = host_mesh
         self._shape = shape
         self._procs = procs
         self._owned = owned
         self._name = name
-        self._state = state or _MeshState()
+        self._state = state or MeshState()
         self._stop_future: Future[None] | None = None
         if owned:
             _live_proc_meshes.add(self)
@@ -308,20 +335,20 @@ class ProcMesh(MeshTrait):
         ids = [(p.address, key) for p in procs]
         extent = self._shape.extent
         labels, sizes = self._shape.labels, self._shape.sizes
-        owner = current_actor(rt)
-        coll = _Collector(rt, len(ids), self._shape, f"{name}.__init__", False, False)
+        owner = current_actor()
+        coll = Collector(rt, len(ids), self._shape, f"{name}.__init__", False, False)
         coll.watch_targets(group_by_address(ids))
         mesh = ActorMesh(name, cls, Shape(extent), ids, initialized=Future._new(), proc_mesh=self)
-        root.supervisor.adopt(key, mesh, owner, self, [
+        root.supervisor.adopt(key, name, mesh, mesh._state, owner, self._state, [
             (p.address, i, f"{name}{extent.point(i)}" if labels else name, p.hostname, p.pid)
             for i, p in enumerate(procs)])
         if owner is not None:
             owner.children.append(mesh)
         mesh_ref = pickle.dumps(self, 5)
         for i, (addr, _) in enumerate(ids):
-            meta = pickle.dumps((key, name, i, labels, sizes, mesh_ref, rt.address), 5)
+            meta = pickle.dumps(_wire.SpawnMeta(key, name, i, labels, sizes, mesh_ref, rt.address), 5)
             try:
-                rt.send(addr, [_wire.header(_wire.SYS, "proc", "spawn", rt.address, coll.port), meta, *body])
+                rt.send(addr, [_wire.sys_header(_wire.SVC_PROC, "spawn", rt.address, coll.port), meta, *body])
             except PeerUnreachable as exc:
                 coll.fail(i, str(exc))
         initialized = mesh.initialized
@@ -362,10 +389,10 @@ class ProcMesh(MeshTrait):
         root = get_root()
         rt = root.runtime
         alive = [p for p in self._procs if p.returncode is None]
-        waiter = root.owner.expect_exits(alive)
+        waiter = root.launches.expect_exits(alive)
         for p in alive:
             try:
-                rt.send(p.address, [_wire.header(_wire.SYS, "proc", "stop", None, None)])
+                rt.send(p.address, [_wire.sys_header(_wire.SVC_PROC, "stop")])
             except PeerUnreachable:
                 pass
         if not waiter.wait(STOP_TIMEOUT()):
@@ -373,7 +400,7 @@ class ProcMesh(MeshTrait):
             _kill_records(root, [p for p in alive if p.returncode is None], [(h, None) for h in hosts or []])
             waiter.wait(5.0)
         for p in self._procs:
-            root.owner.forget(p.ident)
+            root.launches.forget(p.ident)
         root.supervisor.release_proc_mesh(self._state)
         _live_proc_meshes.discard(self)
         fut._set_result(None)
@@ -395,14 +422,14 @@ def _rebuild_proc_mesh(host_mesh: HostMesh | None, shape: Shape, procs: list[tup
 def this_host() -> HostMesh:
     """The host this code runs on (a mesh without dimensions); spawn procs on it."""
     root = get_root()
-    if root.this_host_mesh is None:
+    mesh = _this.host
+    if mesh is None:
         if root.role == "proc" and root.host_agent_address:
-            root.this_host_mesh = HostMesh(Shape(Extent([], [])), [_Host(root.host_agent_address, "", 0)],
-                                           owned=False)
+            mesh = HostMesh(Shape(Extent([], [])), [_Host(root.host_agent_address, "", 0)], owned=False)
         else:
-            root.this_host_mesh = HostMesh(Shape(Extent([], [])), None, allocator="local", owned=True,
-                                           implicit=True)
-    return root.this_host_mesh
+            mesh = HostMesh(Shape(Extent([], [])), None, allocator="local", owned=True, implicit=True)
+        _this.host = mesh
+    return mesh
 
 
 def this_proc() -> ProcMesh:
@@ -411,16 +438,14 @@ def this_proc() -> ProcMesh:
     Inside an actor it is ``context().actor_instance.proc``: the actor's proc as a
     slice of the proc mesh it was spawned on.
     """
-    from ._context import _current
-
     info = _current.get()
     if info is not None and info.instance.proc_mesh is not None:
         return info.instance.proc
     root = get_root()
-    if root.this_proc_mesh is None:
+    if _this.proc is None:
         rec = ProcRecord("self", "this proc", address=root.runtime.address, pid=os.getpid(), ready=True)
-        root.this_proc_mesh = ProcMesh(None, Shape(Extent([], [])), [rec], owned=False, name="this_proc")
-    return root.this_proc_mesh
+        _this.proc = ProcMesh(None, Shape(Extent([], [])), [rec], owned=False, name="this_proc")
+    return _this.proc
 
 
 def _shutdown_all() -> None:
@@ -450,7 +475,9 @@ def shutdown_context() -> Future[None]:
     Afterwards ``this_host()`` starts a fresh host agent on its next use.
     """
     _shutdown_all()
-    root = get_root()
-    if root.this_host_mesh is not None and root.this_host_mesh._owned:
-        root.this_host_mesh = None
+    if _this.host is not None and _this.host._owned:
+        _this.host = None
     return Future._completed(None)
+
+
+on_client_exit(_shutdown_all)

@@ -1,8 +1,9 @@
-"""The process-wide runtime: the client's (created lazily) or a proc's / host agent's.
+"""The one module that wires a process together: the client's (created lazily), a proc's, a host agent's.
 
-Every process that takes part in a mesh has exactly one :class:`Root`: its proc
-runtime, the allocation secret, and the ``owner`` service that tracks the host
-agents and procs this process started (spawning is allowed from actors too).
+Every process that takes part in a mesh has exactly one :class:`Root`: its router, the
+allocation secret, and the services handed that router — launches (the processes this
+one started), supervision, the actors of this process, and ports. User-facing meshes
+sit above this layer and reach it through :func:`get_root`.
 """
 
 from __future__ import annotations
@@ -15,18 +16,22 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .._log import set_process_name
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
-from ._owner import Owner
-from ._proc import ProcRuntime
+from ._launch import LaunchTracker
 from ._port import link_service
 from ._procagent import ProcAgent
+from ._router import Router, install_router
 from ._supervision import Supervisor, install_exit_path
 
-__all__ = ["ENV_SECRET", "Root", "child_env", "get_root", "install_root", "root_if_any"]
+__all__ = ["ENV_SECRET", "ENV_SPANS_HOSTS", "ENV_TRANSPORT", "Root", "adopt_client_sys_path", "child_env", "get_root", "install_root",
+           "on_client_exit", "root_if_any"]
 
 ENV_SECRET = "TETRARCH_SECRET"
 ENV_TRANSPORT = "TETRARCH_TRANSPORT"
+#: Set ("1") for the host agents and procs of an allocation that spans hosts: they listen routably.
+ENV_SPANS_HOSTS = "TETRARCH_SPANS_HOSTS"
 
 _root: Root | None = None
 _lock = threading.Lock()
@@ -42,15 +47,13 @@ class Root:
         spec = get_registry().select(BackendKind.TRANSPORT, transport_name)
         self.transport_name = spec.name
         transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name)
-        self.runtime = ProcRuntime(transport, secret, name=name)
-        self.owner = Owner(self.runtime)
-        self.runtime.add_service("owner", self.owner.service)
+        set_process_name(name)
+        spans_hosts = role != "client" and os.environ.get(ENV_SPANS_HOSTS) == "1"
+        self.runtime = Router(transport, secret, name=name, spans_hosts=spans_hosts)
+        self.launches = LaunchTracker(self.runtime)
         self.supervisor = Supervisor(self.runtime, role)
         self.proc_agent = ProcAgent(self.runtime, on_exit=on_proc_exit)
-        self.runtime.add_service("proc", self.proc_agent.service)
-        self.runtime.add_service("port", link_service(self.runtime))
-        self.this_host_mesh: Any = None  # HostMesh, set lazily by this_host()
-        self.this_proc_mesh: Any = None
+        link_service(self.runtime)
         self.host_agent_address = os.environ.get("TETRARCH_HOST_AGENT_ADDR") if role == "proc" else None
         self.closed = False
 
@@ -82,6 +85,7 @@ def install_root(root: Root) -> None:
     global _root
     with _lock:
         _root = root
+        install_router(root.runtime)
 
 
 def root_if_any() -> Root | None:
@@ -97,14 +101,23 @@ def get_root() -> Root:
     with _lock:
         if _root is None:
             _root = Root("client", secrets.token_bytes(32), os.environ.get(ENV_TRANSPORT) or None, name="client")
+            install_router(_root.runtime)
             atexit.register(_shutdown_at_exit)
             install_exit_path()
         return _root
 
 
-def _shutdown_at_exit() -> None:
-    from ._procmesh import _shutdown_all
+_exit_hooks: list[Callable[[], None]] = []
 
+
+def on_client_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` when the client process exits (the mesh layer stops what it started)."""
+    if hook not in _exit_hooks:
+        _exit_hooks.append(hook)
+
+
+def _shutdown_at_exit() -> None:
     if _root is not None:
         _root.supervisor.quiet = True  # stopping everything is not a failure
-    _shutdown_all()
+    for hook in list(_exit_hooks):
+        hook()

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["Extent", "MeshTrait", "Point", "Shape"]
 
@@ -389,7 +392,7 @@ class MeshTrait:
 
     _shape: Shape
 
-    def _new_with_shape(self, shape: Shape) -> Any:  # pragma: no cover - abstract
+    def _new_with_shape(self, shape: Shape) -> Self:  # pragma: no cover - abstract
         raise NotImplementedError
 
     @property
@@ -419,7 +422,7 @@ class MeshTrait:
     def __len__(self) -> int:
         return len(self._shape)
 
-    def slice(self, **kw: int | slice) -> Any:
+    def slice(self, **kw: int | slice) -> Self:
         """A view of some ranks: ``mesh.slice(hosts=0, gpus=slice(0, 2))``.
 
         Raises:
@@ -427,7 +430,7 @@ class MeshTrait:
         """
         return self._new_with_shape(self._shape.slice(**kw))
 
-    def split(self, **kw: Sequence[str] | int) -> Any:
+    def split(self, **kw: Sequence[str] | int) -> Self:
         """Split dimensions: ``mesh.split(host=("dp", "pp"), pp=16)`` (see ``Shape.split``).
 
         Raises:
@@ -437,7 +440,7 @@ class MeshTrait:
         """
         return self._new_with_shape(self._shape.split(**kw))
 
-    def rename(self, **kw: str) -> Any:
+    def rename(self, **kw: str) -> Self:
         """Rename dimensions: ``mesh.rename(host="dp")``.
 
         Raises:
@@ -445,7 +448,7 @@ class MeshTrait:
         """
         return self._new_with_shape(self._shape.rename(**kw))
 
-    def flatten(self, name: str) -> Any:
+    def flatten(self, name: str) -> Self:
         """Collapse all dimensions into one named ``name``: ``mesh.flatten("rank")``.
 
         Raises:

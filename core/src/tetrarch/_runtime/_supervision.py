@@ -11,8 +11,11 @@ meshes spawned there and by whom. A failure reaches it two ways:
 
 The supervisor records the failure on the mesh (so calls on slices that contain the
 rank fail fast), then hands a :class:`MeshFailure` to the owner: an actor's
-``__supervise__`` (see :mod:`tetrarch._runtime._instance`), or on the client, the
+``__supervise__`` (see :mod:`tetrarch._runtime._runner`), or on the client, the
 :func:`unhandled_fault_hook`. Each failed rank of a mesh is reported once.
+
+Here "owner" always means the supervising actor (or client) of a mesh; the process that
+*started* a proc is its launcher (:mod:`tetrarch._runtime._launch`).
 """
 
 from __future__ import annotations
@@ -25,19 +28,36 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from . import _serial
+from .._log import get_logger
+from . import _serial, _wire
+from ._router import Router
+from ._wire import FailureRecord
 
-if TYPE_CHECKING:
-    from ._instance import ActorInstance
-    from ._proc import ProcRuntime
+__all__ = ["MeshFailure", "MeshState", "Supervised", "Supervisor", "default_fault_hook", "report_failure",
+           "unhandled_fault_hook"]
 
-__all__ = ["MeshFailure", "Supervisor", "default_fault_hook", "report_failure", "unhandled_fault_hook"]
+_log = get_logger("supervision")
 
-#: ``(mesh_key, mesh_name, rank, actor, host, pid, cause, causes)``; ``causes`` holds
-#: earlier records (without their own causes), the root event first.
-FailureRecord = tuple
+
+class MeshState:
+    """State shared by a mesh (actor or proc mesh) and all its slices, in the owner's process."""
+
+    __slots__ = ("failed", "lock", "stopped")
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.lock = threading.Lock()
+        self.failed: dict[int, MeshFailure] = {}  # underlying rank -> its failure
+
+
+class Supervised(Protocol):
+    """An owner that handles failures itself: an actor (its ``__supervise__``)."""
+
+    def supervise(self, failure: MeshFailure) -> None:
+        """Hand ``failure`` to the owner (any thread; must not block)."""
+        ...
 
 
 class MeshFailure:
@@ -71,15 +91,15 @@ class MeshFailure:
 
     @classmethod
     def _from_record(cls, record: FailureRecord, mesh: Any = None) -> MeshFailure:
-        key, name, rank, actor, host, pid, cause, causes = record
-        return cls(key, name, rank, actor, host, pid, cause,
-                   tuple(cls._from_record((*c, ())) for c in causes), mesh)
+        r = record
+        return cls(r.mesh_key, r.mesh_name, r.rank, r.actor, r.host, r.pid, r.cause,
+                   tuple(cls._from_record(c) for c in r.causes), mesh)
 
-    def _flat(self) -> tuple:
-        return (self.mesh_key, self.mesh_name, self.rank, self.actor, self.host, self.pid, self.cause)
+    def _flat(self) -> FailureRecord:
+        return FailureRecord(self.mesh_key, self.mesh_name, self.rank, self.actor, self.host, self.pid, self.cause)
 
-    def _chain(self) -> tuple:
-        """Flat records of the causes and of this failure, the root event first."""
+    def _chain(self) -> tuple[FailureRecord, ...]:
+        """Records (without causes) of the causes and of this failure, the root event first."""
         return (*(c._flat() for c in self.causes), self._flat())
 
     @property
@@ -115,12 +135,9 @@ class MeshFailure:
         return (MeshFailure, (*self._flat(), self.causes))
 
 
-def report_failure(runtime: ProcRuntime, owner_address: str, record: FailureRecord) -> None:
+def report_failure(runtime: Router, owner_address: str, record: FailureRecord) -> None:
     """Send a failure record to the supervisor of the process at ``owner_address`` (any thread)."""
-    from . import _wire
-
-    runtime.send_later(owner_address, [_wire.header(_wire.SYS, "supervise", "failure", None, None),
-                                       *_serial.dumps(record)])
+    runtime.send_later(owner_address, [_wire.sys_header(_wire.SVC_SUPERVISE, "failure"), *_serial.dumps(record)])
 
 
 def default_fault_hook(failure: MeshFailure) -> None:
@@ -129,8 +146,8 @@ def default_fault_hook(failure: MeshFailure) -> None:
     The client ends as if its main thread raised ``SystemExit(1)``: ``finally`` blocks
     and atexit handlers run, and the procs it started are stopped.
     """
-    print(f"tetrarch: unhandled failure reached the client (pid {os.getpid()} on {socket.gethostname()})\n"
-          f"{failure.report()}", file=sys.stderr, flush=True)
+    _log.error("unhandled failure reached the client (pid %d on %s)\n%s", os.getpid(), socket.gethostname(),
+               failure.report())
     exit_client(1)
 
 
@@ -199,14 +216,16 @@ def exit_client(code: int) -> None:
 class _Owned:
     """A mesh spawned in this process, as its supervisor tracks it."""
 
-    __slots__ = ("key", "mesh", "owner", "proc_mesh", "ranks", "watches", "reported")
+    __slots__ = ("key", "name", "mesh", "state", "owner", "proc_state", "ranks", "watches", "reported")
 
-    def __init__(self, key: str, mesh: Any, owner: ActorInstance | None, proc_mesh: Any,
-                 ranks: list[tuple[str, int, str, str, int]]) -> None:
+    def __init__(self, key: str, name: str, mesh: Any, state: MeshState, owner: Supervised | None,
+                 proc_state: MeshState | None, ranks: list[tuple[str, int, str, str, int]]) -> None:
         self.key = key
+        self.name = name
         self.mesh = mesh
+        self.state = state
         self.owner = owner
-        self.proc_mesh = proc_mesh
+        self.proc_state = proc_state
         self.ranks = ranks  # per rank: (address, rank, actor display, host, pid)
         self.watches: list[tuple[str, int]] = []
         self.reported: set[int] = set()
@@ -215,20 +234,25 @@ class _Owned:
 class Supervisor:
     """Failures of the meshes spawned in this process, and their delivery to owners."""
 
-    def __init__(self, runtime: ProcRuntime, role: str) -> None:
+    def __init__(self, runtime: Router, role: str) -> None:
         self.runtime = runtime
         self.role = role
         self._lock = threading.Lock()
         self._owned: dict[str, _Owned] = {}
         self._hooks: queue.SimpleQueue[MeshFailure] | None = None
         self.quiet = False  # set while the client shuts down: stops are not failures
-        runtime.add_service("supervise", self.service)
+        runtime.add_service(_wire.SVC_SUPERVISE, self.service)
 
     # -- registration -----------------------------------------------------------
-    def adopt(self, key: str, mesh: Any, owner: ActorInstance | None, proc_mesh: Any,
-              ranks: list[tuple[str, int, str, str, int]]) -> None:
-        """Track ``mesh`` (owned by ``owner``, None = this process's root) and watch its procs."""
-        owned = _Owned(key, mesh, owner, proc_mesh, ranks)
+    def adopt(self, key: str, name: str, mesh: Any, state: MeshState, owner: Supervised | None,
+              proc_state: MeshState | None, ranks: list[tuple[str, int, str, str, int]]) -> None:
+        """Track the actor mesh ``key`` (owned by ``owner``, None = this process's root) and watch its procs.
+
+        ``mesh`` is what a :class:`MeshFailure` carries as ``.mesh``; ``state`` records its
+        failed ranks; ``proc_state`` is the state of the proc mesh it lives on; ``ranks``
+        says per rank ``(address, rank, actor display, host, pid)``.
+        """
+        owned = _Owned(key, name, mesh, state, owner, proc_state, ranks)
         with self._lock:
             self._owned[key] = owned
         by_addr: dict[str, list[int]] = {}
@@ -252,47 +276,42 @@ class Supervisor:
             for addr, token in owned.watches:
                 self.runtime.unwatch(addr, token)
 
-    def release_proc_mesh(self, state: Any) -> None:
+    def release_proc_mesh(self, state: MeshState) -> None:
         """Forget every mesh spawned on the proc mesh whose shared state is ``state`` (it stopped)."""
         with self._lock:
-            keys = [k for k, o in self._owned.items()
-                    if o.proc_mesh is not None and getattr(o.proc_mesh, "_state", None) is state]
+            keys = [k for k, o in self._owned.items() if o.proc_state is state]
         for key in keys:
             self.release(key)
 
     # -- events -------------------------------------------------------------------
     def _proc_died(self, owned: _Owned, rank: int, reason: str) -> None:
         _addr, _rank, actor, host, pid = owned.ranks[rank]
-        self.failure((owned.key, getattr(owned.mesh, "_name", "?"), rank, actor, host, pid, reason, ()))
+        self.failure(FailureRecord(owned.key, owned.name, rank, actor, host, pid, reason))
 
-    def service(self, hdr: tuple, payload: list, _conn: Any) -> None:
+    def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
         """``supervise``/``failure`` messages from the procs of meshes spawned here (I/O thread)."""
-        if hdr[2] == "failure":
+        if hdr.op == "failure":
             self.failure(_serial.loads(payload))
 
     def failure(self, record: FailureRecord) -> None:
         """Record a failure and deliver it to the mesh's owner (once per rank)."""
-        key, rank = record[0], record[2]
+        key, rank = record.mesh_key, record.rank
         with self._lock:
             owned = self._owned.get(key)
             if owned is None or rank in owned.reported:
                 return
-            mesh = owned.mesh
-            state = getattr(mesh, "_state", None)
-            pm = owned.proc_mesh
-            if (state is not None and state.stopped) or (pm is not None and pm._state.stopped):
+            state = owned.state
+            if state.stopped or (owned.proc_state is not None and owned.proc_state.stopped):
                 return  # being stopped: not a failure
             owned.reported.add(rank)
-        failure = MeshFailure._from_record(record, mesh)
-        if state is not None:
-            state.failed[rank] = failure
+        failure = MeshFailure._from_record(record, owned.mesh)
+        state.failed[rank] = failure
         if owned.owner is not None:
             owned.owner.supervise(failure)
         elif self.role == "client":
             self._to_client_hook(failure)
         else:
-            print(f"tetrarch[{self.runtime.name}]: a mesh spawned outside any actor failed and has no owner "
-                  f"to tell:\n{failure.report()}", file=sys.stderr)
+            _log.error("a mesh spawned outside any actor failed and has no owner to tell:\n%s", failure.report())
 
     def _to_client_hook(self, failure: MeshFailure) -> None:
         if self.quiet:
@@ -313,8 +332,8 @@ class Supervisor:
             try:
                 hook(failure)
             except BaseException as exc:  # noqa: BLE001 - a raising hook ends the client
-                print(f"tetrarch: unhandled failure on the client (pid {os.getpid()} on {socket.gethostname()}); "
-                      f"the fault hook {getattr(hook, '__qualname__', hook)!r} raised {exc!r}\n"
-                      f"{failure.report()}", file=sys.stderr, flush=True)
+                _log.error("unhandled failure on the client (pid %d on %s); the fault hook %r raised %r\n%s",
+                           os.getpid(), socket.gethostname(), getattr(hook, "__qualname__", hook), exc,
+                           failure.report())
                 exit_client(1)
 

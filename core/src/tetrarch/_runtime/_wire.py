@@ -1,37 +1,210 @@
-"""Message kinds and header layouts.
+"""Every message kind on the wire, declared once with named fields.
 
-Every message is ``[header, *payload]``: the header is a small tuple pickled with the
-C pickler (only ints, strings and tuples of them), the payload is what
-:func:`tetrarch._runtime._serial.dumps` produced (possibly empty).
+A message is ``[header, *payload]``. The header is one of the three ``*Header`` records
+below, pickled by the C pickler as a *plain* tuple (:func:`encode`), so the bytes stay
+as compact as a hand-written tuple; :func:`decode` rebuilds the named record.
+The payload is what :func:`tetrarch._runtime._serial.dumps` produced (possibly empty);
+for ``SYS`` messages it is one of the payload records further down.
 
-* ``CALL``: ``(CALL, actor_key, method, reply_addr, reply_port, rank, labels, sizes, sender)``
-  — ``rank`` is the receiver's index in the mesh slice the message was sent to, whose
-  extent is ``labels``/``sizes``; ``reply_addr`` is None for ``broadcast``.
-* ``PORT``: ``(PORT, port_id, tag, status)`` — a value (``OK``), an error (``ERR``) or
-  a death notice (``DEAD``) for a port: a call's reply port or a user ``Channel``'s
-  (:mod:`tetrarch._runtime._port`); ``tag`` is the sender's rank for gathered replies.
-* ``SYS``: ``(SYS, service, op, reply_addr, reply_port)`` — control plane (spawn, stop,
-  proc ready/exit) handled on the I/O thread by a registered service.
+Readers use field names, never positions: adding a field is an edit to this file and
+to the places that build the record.
 """
 
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["CALL", "ERR", "OK", "PORT", "SYS", "header", "read_header"]
+__all__ = [
+    "CALL", "DEAD", "ERR", "OK", "PORT", "SYS",
+    "CallHeader", "ErrorRecord", "FailureRecord", "Header", "KillProcs", "PortHeader", "ProcExit", "ProcReady",
+    "ProcSpec", "SpawnMeta", "SpawnProcs", "SysHeader", "call_header", "decode", "encode", "port_header",
+    "sys_header",
+    "SVC_HOST", "SVC_LAUNCH", "SVC_PORT", "SVC_PROC", "SVC_SUPERVISE",
+]
 
-CALL = 1
-PORT = 2
-SYS = 3
+# -- message kinds (first field of every header) ---------------------------------
+CALL = 1  #: an endpoint call to one actor
+PORT = 2  #: a value, error or death notice for a port (a call's reply port or a Channel's)
+SYS = 3  #: control plane, handled on the I/O thread by a registered service
 
-OK = 0
-ERR = 1  # payload: an ActorError-like record (exception, traceback, actor, method)
-DEAD = 2  # payload: a message saying why the target is gone (→ SupervisionError)
+# -- PORT statuses -------------------------------------------------------------
+OK = 0  #: payload: the value
+ERR = 1  #: payload: an :class:`ErrorRecord` (the endpoint raised; the caller gets ActorError)
+DEAD = 2  #: payload: a string saying why the target is gone (the caller gets SupervisionError)
+
+# -- SYS services and their ops ------------------------------------------------------
+SVC_PROC = "proc"  #: actors of a process: ``spawn`` (SpawnMeta + class), ``stop_actor`` (key), ``stop``
+SVC_LAUNCH = "launch"  #: processes this one started: ``ready`` (ProcReady), ``exit`` (ProcExit), ``ping``
+SVC_HOST = "host"  #: a host agent: ``spawn_procs`` (SpawnProcs), ``kill_procs`` (KillProcs), ``shutdown``
+SVC_SUPERVISE = "supervise"  #: supervision: ``failure`` (FailureRecord)
+SVC_PORT = "port"  #: ports: ``link`` (the sender holds a port of ours; watch it)
 
 
-def header(*fields: Any) -> bytes:
-    return pickle.dumps(fields, 5)
+class CallHeader(NamedTuple):
+    """``CALL``: run ``method`` of the actor ``actor`` with the pickled ``(args, kwargs)`` payload."""
+
+    kind: int
+    #: The receiving actor's key in its proc.
+    actor: str
+    #: The endpoint's name.
+    method: str
+    #: Where the reply goes; None for ``broadcast`` (nobody waits).
+    reply_addr: str | None
+    #: The reply port at ``reply_addr``; None for ``broadcast``.
+    reply_port: int | None
+    #: The receiver's index in the mesh slice the call went to (also the reply's tag).
+    rank: int
+    #: That slice's dimension names ...
+    labels: tuple[str, ...]
+    #: ... and sizes (``current_rank()`` / ``current_size()`` inside the actor).
+    sizes: tuple[int, ...]
 
 
-read_header = pickle.loads
+class PortHeader(NamedTuple):
+    """``PORT``: one message for the port ``port`` of the receiving process."""
+
+    kind: int
+    #: The port id in the receiving process.
+    port: int
+    #: The sender's rank for gathered replies (0 for plain ``Port.send``).
+    tag: int
+    #: :data:`OK`, :data:`ERR` or :data:`DEAD`.
+    status: int
+
+
+class SysHeader(NamedTuple):
+    """``SYS``: operation ``op`` of the service ``service`` (``SVC_*``)."""
+
+    kind: int
+    service: str
+    op: str
+    #: Where the answer goes (None: no answer wanted).
+    reply_addr: str | None
+    reply_port: int | None
+
+
+Header = CallHeader | PortHeader | SysHeader
+_BY_KIND: dict[int, Any] = {CALL: CallHeader, PORT: PortHeader, SYS: SysHeader}
+
+
+def encode(header: Header) -> bytes:
+    """The header's bytes: a plain tuple, so no class reference travels."""
+    return pickle.dumps(tuple(header), 5)
+
+
+def decode(data: Any) -> Header:
+    """Inverse of :func:`encode`.
+
+    Raises:
+        KeyError: unknown message kind.
+        TypeError: wrong number of fields for the kind.
+    """
+    fields = pickle.loads(data)
+    return _BY_KIND[fields[0]]._make(fields)  # type: ignore[no-any-return]
+
+
+def call_header(actor: str, method: str, reply_addr: str | None, reply_port: int | None, rank: int,
+         labels: tuple[str, ...], sizes: tuple[int, ...]) -> bytes:
+    """An encoded :class:`CallHeader`."""
+    return pickle.dumps((CALL, actor, method, reply_addr, reply_port, rank, labels, sizes), 5)
+
+
+def port_header(port_id: int, tag: int, status: int) -> bytes:
+    """An encoded :class:`PortHeader`."""
+    return pickle.dumps((PORT, port_id, tag, status), 5)
+
+
+def sys_header(service: str, op: str, reply_addr: str | None = None, reply_port: int | None = None) -> bytes:
+    """An encoded :class:`SysHeader`."""
+    return pickle.dumps((SYS, service, op, reply_addr, reply_port), 5)
+
+
+# -- SYS payload records (pickled as records: the control plane is not hot) --------------
+class ErrorRecord(NamedTuple):
+    """Payload of an ``ERR`` port message: what an endpoint (or ``Port.exception``) raised."""
+
+    #: The exception, or a ``RemoteException`` standing in for one that cannot be pickled.
+    exception: BaseException
+    #: The remote traceback, formatted.
+    traceback: str
+    #: The actor's display name (``trainer{'gpus': 1/4}``).
+    actor: str
+    #: The endpoint (``__init__`` for a failed spawn, ``port`` for ``Port.exception``).
+    method: str
+
+
+class SpawnMeta(NamedTuple):
+    """First payload frame of ``proc``/``spawn`` (the class and its arguments follow)."""
+
+    #: The actor mesh's key (the same in every proc of the mesh).
+    key: str
+    #: The name the mesh was spawned with.
+    name: str
+    #: This actor's rank in the mesh.
+    rank: int
+    labels: tuple[str, ...]
+    sizes: tuple[int, ...]
+    #: The pickled ProcMesh the actor lives on (b"" when unknown).
+    proc_mesh: bytes
+    #: Address of the process that owns (supervises) the mesh.
+    owner_address: str
+
+
+class FailureRecord(NamedTuple):
+    """Payload of ``supervise``/``failure``: an actor of a mesh (or its proc) failed."""
+
+    mesh_key: str
+    mesh_name: str
+    rank: int
+    #: The failed actor's display name.
+    actor: str
+    host: str
+    pid: int
+    cause: str
+    #: The earlier failures that led to this one, the root event first (their own
+    #: ``causes`` are empty).
+    causes: tuple[FailureRecord, ...] = ()
+
+
+class ProcReady(NamedTuple):
+    """Payload of ``launch``/``ready``: a started proc or host agent is serving."""
+
+    ident: str
+    address: str
+    pid: int
+    hostname: str
+
+
+class ProcExit(NamedTuple):
+    """Payload of ``launch``/``exit``: a host agent reports how a proc it started ended."""
+
+    ident: str
+    #: Exit status; negative: killed by that signal.
+    returncode: int
+    stderr_tail: str
+
+
+class ProcSpec(NamedTuple):
+    """One proc a host agent is asked to start."""
+
+    ident: str
+    #: Extra environment (rank variables, settings).
+    env: dict[str, str]
+    #: Index into the host's visible GPUs, or None.
+    gpu: int | None
+
+
+class SpawnProcs(NamedTuple):
+    """Payload of ``host``/``spawn_procs``."""
+
+    #: Address of the process that owns the procs (it gets their ready and exit reports).
+    owner: str
+    specs: list[ProcSpec]
+
+
+class KillProcs(NamedTuple):
+    """Payload of ``host``/``kill_procs``."""
+
+    idents: list[str]
+    signal: int

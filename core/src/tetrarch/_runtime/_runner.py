@@ -15,33 +15,46 @@ explicit-port endpoint), a ``BaseException``, ``__init__`` raising, a child fail
 its ``__supervise__`` did not handle, ``abort()`` — kills the actor: later messages
 get SupervisionError, the meshes it owns are stopped, and a failure record goes to
 its owner's supervisor (:mod:`tetrarch._runtime._supervision`).
+
+:class:`ActorRunner` is the runtime side of one actor; :class:`~._context.Instance` is
+what the actor's own code sees (``context().actor_instance``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
-import sys
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from .._config import CLEANUP_TIMEOUT, STOP_TIMEOUT
-from .._errors import RemoteException
+from .._log import get_logger
 from . import _serial, _wire
 from ._actor import endpoints_of
 from ._context import Instance, _current, _MessageInfo
+from ._future import Future
+from ._outcome import error_record
 from ._port import Port
-from ._supervision import report_failure
+from ._router import Router
+from ._supervision import MeshFailure, report_failure
 
-if TYPE_CHECKING:
-    from ._proc import ProcRuntime
-    from ._supervision import MeshFailure
+__all__ = ["ActorRunner", "Stoppable", "current_actor"]
 
-__all__ = ["ActorInstance", "current_actor", "error_record"]
+_log = get_logger("actor")
+
+
+class Stoppable(Protocol):
+    """A mesh an actor owns: it is stopped when the actor stops or dies."""
+
+    def stop(self) -> Future[None]:
+        """Stop the mesh."""
+        ...
+
 
 try:  # pragma: no cover - optional speedup
     import uvloop as _uvloop
@@ -54,27 +67,11 @@ _set_running_loop = asyncio.events._set_running_loop  # hide the loop inside syn
 _HOST = socket.gethostname()
 
 
-def error_record(exc: BaseException, actor: str, method: str, skip: int = 1) -> tuple:
-    """``(exception, remote traceback text, actor, method)``, always picklable."""
-    tb = exc.__traceback__
-    for _ in range(skip):
-        if tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-    text = "".join(traceback.TracebackException(type(exc), exc, tb).format())
-    try:
-        _serial.dumps(exc)
-        carried: BaseException = exc
-    except Exception:  # noqa: BLE001
-        carried = RemoteException(type(exc).__qualname__, str(exc))
-    return (carried, text, actor, method)
-
-
-def current_actor(rt: ProcRuntime) -> ActorInstance | None:
+def current_actor() -> ActorRunner | None:
     """The actor whose code is running (None on the client's own threads)."""
     info = _current.get()
-    if info is None or not info.instance.key:
-        return None
-    return rt.actors.get(info.instance.key)
+    runner = info.instance._runner if info is not None else None
+    return runner if isinstance(runner, ActorRunner) else None
 
 
 class _Once:
@@ -91,15 +88,15 @@ class _Once:
             fn()
 
 
-class ActorInstance:
+class ActorRunner:
     """Runs one actor object. Created by the proc agent on a ``spawn`` request."""
 
-    def __init__(self, runtime: ProcRuntime, key: str, instance: Instance, cls: type, args: tuple,
+    def __init__(self, runtime: Router, key: str, instance: Instance, cls: type, args: tuple,
                  kwargs: dict, on_init: Callable[[BaseException | None], None],
                  owner_address: str | None = None) -> None:
         self.runtime = runtime
         self.key = key
-        self.instance = instance
+        self.instance = instance = dataclasses.replace(instance, _runner=self)
         self.cls = cls
         self.owner_address = owner_address
         self.display = f"{instance.name}{instance.rank}" if len(instance.rank) else instance.name
@@ -109,7 +106,7 @@ class ActorInstance:
         self.failed: str | None = None  # why the actor is dead, once it is
         self.stopped = False
         self.stop_reason = "was stopped"
-        self.children: list[Any] = []  # meshes this actor spawned (it owns them)
+        self.children: list[Stoppable] = []  # meshes this actor spawned (it owns them)
         self._mailbox: deque = deque()
         self._scheduled = False
         self._busy = False
@@ -119,12 +116,12 @@ class ActorInstance:
                                   tuple(instance.rank.extent.sizes))
         self._mailbox.append((self._init, (args, kwargs, on_init)))
         self._scheduled = True
-        runtime.actors[key] = self  # before __init__ runs: it may spawn meshes this actor owns
+        runtime.mailboxes[key] = self  # before __init__ runs: it may spawn meshes this actor owns
         self._thread = threading.Thread(target=self._run, name=f"tetrarch-actor-{key}", daemon=True)
         self._thread.start()
 
     # -- delivery (any thread) ------------------------------------------------
-    def deliver(self, hdr: tuple, payload: list) -> None:
+    def deliver(self, hdr: _wire.CallHeader, payload: list) -> None:
         self._mailbox.append((self._handle_call, (hdr, payload)))
         if not self._scheduled:
             self._scheduled = True
@@ -172,7 +169,7 @@ class ActorInstance:
         mailbox = self._mailbox
         while mailbox and not self._busy:
             fn, args = mailbox[0]
-            concurrent = bool(self._concurrent) and fn == self._handle_call and args[0][2] in self._concurrent
+            concurrent = bool(self._concurrent) and fn == self._handle_call and args[0].method in self._concurrent
             if self._inflight and not concurrent:
                 if fn == self._stop_now:  # everything before the stop has started: cancel what still runs
                     self.stopped = True
@@ -218,8 +215,8 @@ class ActorInstance:
             del hidden
         on_init(None)
 
-    def _handle_call(self, hdr: tuple, payload: list) -> Any:
-        _, _key, method, raddr, rport, rank, labels, sizes, _sender = hdr
+    def _handle_call(self, hdr: _wire.CallHeader, payload: list) -> Coroutine[Any, Any, None] | None:
+        method, raddr, rport, rank = hdr.method, hdr.reply_addr, hdr.reply_port, hdr.rank
         if self.failed is not None or self.stopped:
             self._reject(hdr)
             return None
@@ -233,7 +230,7 @@ class ActorInstance:
             err = AttributeError(f"{self.cls.__name__} has no endpoint {method!r}")
             self.runtime.reply(raddr, rport, rank, _wire.ERR, error_record(err, self.display, method, skip=0))
             return None
-        info = _MessageInfo(self.instance, rank, labels, sizes)
+        info = _MessageInfo(self.instance, rank, hdr.labels, hdr.sizes)
         explicit = ep.explicit_response_port
         if explicit:
             # The body answers through this port (bound to the caller's reply port, or
@@ -291,37 +288,37 @@ class ActorInstance:
         else:
             why = "(a BaseException)"
         record = error_record(exc, self.display, method)
-        print(f"tetrarch: {self.display}.{method} raised {why}; the actor dies:\n{record[1]}", file=sys.stderr)
+        _log.error("%s.%s raised %s; the actor dies:\n%s", self.display, method, why, record.traceback)
         self.fail(f"{method} raised {type(exc).__name__}: {exc} {why}")
         self.runtime.reply(raddr, rport, rank, _wire.DEAD, self.failed)
 
-    def _reject(self, hdr: tuple) -> None:
+    def _reject(self, hdr: _wire.CallHeader) -> None:
         why = self.failed or f"{self.display} {self.stop_reason}"
-        self.runtime.reply(hdr[3], hdr[4], hdr[5], _wire.DEAD, why)
+        self.runtime.reply(hdr.reply_addr, hdr.reply_port, hdr.rank, _wire.DEAD, why)
 
     # -- failure and supervision ------------------------------------------------
-    def fail(self, cause: str, causes: tuple = ()) -> None:
+    def fail(self, cause: str, causes: tuple[_wire.FailureRecord, ...] = ()) -> None:
         """The actor dies: later messages are rejected, owned meshes stop, the owner hears of it."""
         if self.failed is not None or self.stopped:
             return
         self.failed = f"the actor {self.display} and all its descendants have failed: {cause}"
         rt = self.runtime
-        record = (self.key, self.instance.name, self.instance.rank.rank, self.display, _HOST, os.getpid(), cause,
-                  causes)
+        record = _wire.FailureRecord(self.key, self.instance.name, self.instance.rank.rank, self.display, _HOST,
+                                     os.getpid(), cause, causes)
         if self.owner_address:
             report_failure(rt, self.owner_address, record)
         else:
-            print(f"tetrarch: {self.failed} (it has no owner to report to)", file=sys.stderr)
+            _log.error("%s (it has no owner to report to)", self.failed)
         self._stop_children()  # not awaited: the owner hears of the failure meanwhile
 
-    def _stop_children(self) -> list[Any]:
+    def _stop_children(self) -> list[Future[None]]:
         futures = []
         children, self.children = self.children, []
         for mesh in reversed(children):
             try:
                 futures.append(mesh.stop())
-            except Exception as exc:  # noqa: BLE001
-                print(f"tetrarch: stopping {mesh!r} owned by {self.display} failed: {exc!r}", file=sys.stderr)
+            except Exception:  # noqa: BLE001 - the other children still get stopped
+                _log.exception("stopping %r owned by %s failed", mesh, self.display)
         return futures
 
     def _supervise(self, failure: MeshFailure) -> None:
@@ -365,7 +362,7 @@ class ActorInstance:
 
     def _supervise_raised(self, exc: BaseException, failure: MeshFailure) -> None:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        print(f"tetrarch: {self.display}.__supervise__ raised while handling {failure}:\n{text}", file=sys.stderr)
+        _log.error("%s.__supervise__ raised while handling %s:\n%s", self.display, failure, text)
         self.fail(f"__supervise__ raised {type(exc).__name__}: {exc} (while handling a failure of mesh "
                   f"{failure.mesh_name!r})", failure._chain())
 
@@ -402,8 +399,8 @@ class ActorInstance:
         limit = CLEANUP_TIMEOUT()
 
         def overdue() -> None:
-            print(f"tetrarch: {self.display}.__cleanup__ did not finish within {limit:g} s "
-                  f"(TETRARCH_CLEANUP_TIMEOUT); the stop goes on without it", file=sys.stderr)
+            _log.warning("%s.__cleanup__ did not finish within %g s (TETRARCH_CLEANUP_TIMEOUT); the stop goes on "
+                         "without it", self.display, limit)
             once()
 
         timer = threading.Timer(limit, overdue)
@@ -421,14 +418,14 @@ class ActorInstance:
                 await asyncio.wait_for(out, limit)
         except (asyncio.TimeoutError, TimeoutError):
             pass  # reported by the timer
-        except BaseException as exc:  # noqa: BLE001
-            print(f"tetrarch: {self.display}.__cleanup__ raised: {exc!r}", file=sys.stderr)
+        except BaseException as exc:  # noqa: BLE001 - a failing cleanup must not stop the stop
+            _log.error("%s.__cleanup__ raised: %r", self.display, exc)
         finally:
             timer.cancel()
             _current.reset(token)
 
 
-def _wait_all(futures: list[Any], timeout: float) -> None:
+def _wait_all(futures: list[Future[None]], timeout: float) -> None:
     for fut in futures:
         try:
             fut.get(timeout)

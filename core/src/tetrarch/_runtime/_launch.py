@@ -1,13 +1,18 @@
-"""The ``owner`` service: tracks host agents and procs this process started.
+"""The ``launch`` service: the processes (host agents, procs) this process started.
 
-Host agents report ``host_ready``; procs report ``proc_ready``; host agents report
-``proc_exit`` for every proc they started. Spawners wait on :class:`Waiter` objects,
-which fail with :class:`~tetrarch.ProcessStartError` (exit code + stderr tail) as
-soon as a process ends before it was ready — never a hang.
+Not to be confused with supervision's *owner* (the actor or client that owns a mesh):
+this is start-up and liveness bookkeeping. Started processes report ``ready``
+(:class:`~._wire.ProcReady`); host agents report the ``exit`` (:class:`~._wire.ProcExit`)
+of every proc they started; started processes ``ping`` their launcher
+(:func:`start_heartbeat`). Spawners wait on :class:`ReadyWaiter` objects, which fail
+with :class:`~tetrarch.ProcessStartError` (exit code + stderr tail) as soon as a
+process ends before it was ready — never a hang.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -17,14 +22,15 @@ from typing import Any
 from .._config import HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT
 from .._errors import ProcessStartError, _describe_exit
 from . import _serial, _wire
-from ._proc import PeerUnreachable, ProcRuntime
+from ._router import PeerUnreachable, Router
 
-__all__ = ["Owner", "ProcRecord", "Waiter", "start_heartbeat"]
+__all__ = ["ExitWaiter", "LaunchTracker", "ProcRecord", "ReadyWaiter", "announce_ready", "report_exit",
+           "start_heartbeat"]
 
 
 @dataclass
 class ProcRecord:
-    """A started process (proc or host agent) as its owner sees it."""
+    """A started process (proc or host agent) as the process that started it sees it."""
 
     ident: str  # proc id, or "alloc-id/index" for host agents
     what: str  # for messages: "proc counters[3]" / "host agent 0"
@@ -42,17 +48,16 @@ class ProcRecord:
         return _describe_exit(self.returncode)
 
 
-class Waiter:
+class ReadyWaiter:
     """Waits until every one of a set of processes is ready, or one of them failed."""
 
-    def __init__(self, owner: Owner, records: list[ProcRecord]) -> None:
-        self._owner = owner
+    def __init__(self, tracker: LaunchTracker, records: list[ProcRecord]) -> None:
         self.records = records
         self._pending = {r.ident for r in records}
         self.failed: ProcRecord | None = None
-        self._cond = threading.Condition(owner._lock)
+        self._cond = threading.Condition(tracker._lock)
 
-    def _update(self, rec: ProcRecord) -> None:  # owner lock held
+    def _update(self, rec: ProcRecord) -> None:  # tracker lock held
         if rec.returncode is not None and not rec.ready and self.failed is None:
             self.failed = rec
         if rec.ready:
@@ -87,19 +92,19 @@ class Waiter:
         return self.records
 
 
-class ExitWaiter(Waiter):
+class ExitWaiter:
     """Waits until every one of a set of processes has exited."""
 
-    def __init__(self, owner: Owner, records: list[ProcRecord]) -> None:
-        super().__init__(owner, records)
+    def __init__(self, tracker: LaunchTracker, records: list[ProcRecord]) -> None:
         self._pending = {r.ident for r in records if r.returncode is None}
+        self._cond = threading.Condition(tracker._lock)
 
-    def _update(self, rec: ProcRecord) -> None:  # owner lock held
+    def _update(self, rec: ProcRecord) -> None:  # tracker lock held
         if rec.returncode is not None:
             self._pending.discard(rec.ident)
         self._cond.notify_all()
 
-    def wait(self, timeout: float) -> bool:  # type: ignore[override]
+    def wait(self, timeout: float) -> bool:
         """True once all exited; False if ``timeout`` passed first."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -111,20 +116,21 @@ class ExitWaiter(Waiter):
         return True
 
 
-class Owner:
-    """Bookkeeping of the processes this process started (an instance per Root)."""
+class LaunchTracker:
+    """Bookkeeping of the processes this process started (one per process, see :mod:`._root`)."""
 
     #: How long to wait for a host agent's exit report (exit code, signal) after a
     #: proc's connection dropped, before declaring it dead with a generic reason.
     REPORT_GRACE_S = 0.5
 
-    def __init__(self, runtime: ProcRuntime) -> None:
+    def __init__(self, runtime: Router) -> None:
         self.runtime = runtime
         self._lock = threading.Lock()
         self._records: dict[str, ProcRecord] = {}
         self._by_address: dict[str, ProcRecord] = {}
-        self._waiters: dict[str, list[Waiter]] = {}
+        self._waiters: dict[str, list[ReadyWaiter | ExitWaiter]] = {}
         runtime.on_peer_lost(self._peer_lost)
+        runtime.add_service(_wire.SVC_LAUNCH, self.service)
 
     def _peer_lost(self, address: str, error: BaseException | None) -> None:
         """A started process's connection dropped: it (or its host) probably died."""
@@ -149,8 +155,9 @@ class Owner:
         timer.daemon = True
         timer.start()
 
-    def expect(self, records: list[ProcRecord]) -> Waiter:
-        waiter = Waiter(self, records)
+    def expect(self, records: list[ProcRecord]) -> ReadyWaiter:
+        """Track ``records`` (not started yet); the waiter completes when all are ready."""
+        waiter = ReadyWaiter(self, records)
         with self._lock:
             for rec in records:
                 self._records[rec.ident] = rec
@@ -158,6 +165,7 @@ class Owner:
         return waiter
 
     def expect_exits(self, records: list[ProcRecord]) -> ExitWaiter:
+        """A waiter that completes when every one of ``records`` has exited."""
         waiter = ExitWaiter(self, records)
         with self._lock:
             for rec in records:
@@ -199,20 +207,40 @@ class Owner:
             self.runtime.mark_dead(address, f"{rec.what} (pid {rec.pid}{where}) died: {rec.describe_exit()}")
 
     # -- the service (I/O thread) --------------------------------------------
-    def service(self, hdr: tuple, payload: list, _conn: Any) -> None:
-        op = hdr[2]
-        if op == "ping":  # heartbeat of a proc or host agent we started
-            self.runtime._reply_later(hdr[3], hdr[4], 0, 0, None)
+    def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
+        """``launch`` messages: ``ping``, ``ready`` and ``exit`` of processes we started."""
+        if hdr.op == "ping":  # heartbeat of a proc or host agent we started
+            self.runtime.reply_later(hdr.reply_addr, hdr.reply_port, 0, _wire.OK, None)
             return
-        args = _serial.loads(payload)
-        if op == "ready":
-            self.ready(*args)
-        elif op == "exit":
-            self.exited(*args)
+        record = _serial.loads(payload)
+        if hdr.op == "ready":
+            self.ready(record.ident, record.address, record.pid, record.hostname)
+        elif hdr.op == "exit":
+            self.exited(record.ident, record.returncode, record.stderr_tail)
 
 
-def start_heartbeat(runtime: ProcRuntime, owner: str, on_orphan: Callable[[str], None]) -> threading.Event:
-    """Ping ``owner`` every ``TETRARCH_HEARTBEAT_INTERVAL`` s from a daemon thread.
+def announce_ready(runtime: Router, launcher: str, ident: str) -> None:
+    """Tell the process that started us that we serve (``launch``/``ready``).
+
+    Raises:
+        PeerUnreachable: the launcher is gone.
+    """
+    ready = _wire.ProcReady(ident, runtime.address, os.getpid(), socket.gethostname())
+    runtime.send(launcher, [_wire.sys_header(_wire.SVC_LAUNCH, "ready"), *_serial.dumps(ready)])
+
+
+def report_exit(runtime: Router, owner: str, ident: str, returncode: int, stderr_tail: str) -> None:
+    """Tell ``owner`` how the proc ``ident`` ended (host agents); an unreachable owner is ignored."""
+    frames = [_wire.sys_header(_wire.SVC_LAUNCH, "exit"), *_serial.dumps(_wire.ProcExit(ident, returncode,
+                                                                                         stderr_tail))]
+    try:
+        runtime.send(owner, frames)
+    except PeerUnreachable:
+        pass
+
+
+def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None]) -> threading.Event:
+    """Ping ``owner`` (the process that started us) every ``TETRARCH_HEARTBEAT_INTERVAL`` s.
 
     ``on_orphan(reason)`` runs once if the owner cannot be reached or leaves pings
     unanswered for ``TETRARCH_ORPHAN_TIMEOUT`` s. Set the returned event to stop.
@@ -225,7 +253,7 @@ def start_heartbeat(runtime: ProcRuntime, owner: str, on_orphan: Callable[[str],
     def loop() -> None:
         while not stop.wait(interval):
             try:
-                runtime.send(owner, [_wire.header(_wire.SYS, "owner", "ping", runtime.address, port)])
+                runtime.send(owner, [_wire.sys_header(_wire.SVC_LAUNCH, "ping", runtime.address, port)])
             except PeerUnreachable as exc:
                 on_orphan(f"its owner at {owner} is unreachable: {exc}")
                 return

@@ -1,4 +1,4 @@
-"""The proc runtime: one per OS process that takes part in a mesh.
+"""The router: one per OS process that takes part in a mesh (client, host agent, proc).
 
 It listens on one address of the chosen transport, authenticates every connection
 (:mod:`tetrarch._transport._auth`), keeps one route per peer address, and dispatches
@@ -6,7 +6,10 @@ incoming messages on the transport's I/O thread:
 
 * ``PORT`` messages to registered port handlers (futures, receivers),
 * ``CALL`` messages to the mailbox of a local actor,
-* ``SYS`` messages to registered services (proc agent, host agent, client).
+* ``SYS`` messages to registered services (actors, launches, supervision, ports, host).
+
+Services are handed the router explicitly; the router knows none of them (see the
+layer map in :mod:`tetrarch._runtime`).
 
 Sending never hops threads: the calling thread pickles and writes to the socket. A
 message to our own address is dispatched in the calling thread.
@@ -15,24 +18,32 @@ message to our own address is dispatched in the calling thread.
 from __future__ import annotations
 
 import itertools
-from time import perf_counter as _perf_counter
-import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from time import perf_counter as _perf_counter
+from typing import Any, Protocol
 
 from .._config import CONNECT_TIMEOUT
+from .._log import get_logger
 from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role
 from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
-from . import _serial, _wire
+from . import _outcome, _serial, _wire
 
-if TYPE_CHECKING:
-    from ._instance import ActorInstance
+__all__ = ["Mailbox", "PeerUnreachable", "PortHandler", "Router", "ServiceHandler", "current_router",
+           "install_router"]
 
-__all__ = ["PeerUnreachable", "ProcRuntime", "PortHandler", "ServiceHandler"]
+_log = get_logger("router")
 
-PortHandler = Callable[[tuple, list], None]
-ServiceHandler = Callable[[tuple, list, "Connection | None"], None]
+PortHandler = Callable[[_wire.PortHeader, list], None]
+ServiceHandler = Callable[[_wire.SysHeader, list, "Connection | None"], None]
+
+
+class Mailbox(Protocol):
+    """Where the router puts ``CALL`` messages for one local actor."""
+
+    def deliver(self, hdr: _wire.CallHeader, payload: list) -> None:
+        """Queue the call (any thread; must not block)."""
+        ...
 
 _AUTH_TIMEOUT = 10.0
 
@@ -57,8 +68,8 @@ class PeerUnreachable(ConnectionError):
     """A peer could not be dialed or authenticated."""
 
 
-class ProcRuntime:
-    """Router and connection table of one process."""
+class Router:
+    """Routes and connections of one process."""
 
     def __init__(self, transport: Transport, secret: bytes, *, name: str, listen_address: str | None = None,
                  spans_hosts: bool = False) -> None:
@@ -70,7 +81,7 @@ class ProcRuntime:
         self._dial_locks: dict[str, threading.Lock] = {}
         self._ports: dict[int, PortHandler] = {}
         self._port_ids = itertools.count(1)
-        self.actors: dict[str, ActorInstance] = {}
+        self.mailboxes: dict[str, Mailbox] = {}  # actor key -> its mailbox
         self.stopped_actors: dict[str, str] = {}  # key -> why it is gone
         self._services: dict[str, ServiceHandler] = {}
         self._peer_lost: list[Callable[[str, BaseException | None], None]] = []
@@ -86,9 +97,12 @@ class ProcRuntime:
         self._flusher = threading.Thread(target=self._flush_loop, name=f"tetrarch-flush-{name}", daemon=True)
         self._flusher.start()
         self.address = ""  # set before the listener can accept anything we would answer
+        self.spans_hosts = spans_hosts
         listen = listen_address or transport.default_address(spans_hosts=spans_hosts)
         self._listener = transport.listen(listen, self)
+        self._listeners = [self._listener]
         self.address = self._listener.address
+        self._own_addresses = {self.address}
 
     # -- registration ---------------------------------------------------
     def open_port(self, handler: PortHandler) -> int:
@@ -138,8 +152,8 @@ class ProcRuntime:
         for cb in watchers.values():
             try:
                 cb(reason)
-            except Exception as exc:  # noqa: BLE001
-                print(f"tetrarch[{self.name}]: death watcher failed: {exc!r}", file=sys.stderr)
+            except Exception:  # noqa: BLE001 - one faulty watcher must not starve the others
+                _log.exception("a death watcher of %s failed", address)
 
     def revive(self, address: str) -> None:
         """Forget that ``address`` was dead (a new process listens there now)."""
@@ -153,7 +167,7 @@ class ProcRuntime:
         Raises:
             PeerUnreachable: the peer cannot be reached (dead, or never existed).
         """
-        if address == self.address:
+        if address in self._own_addresses:
             self.dispatch([memoryview(f) if not isinstance(f, memoryview) else f for f in frames], None)
             return
         conn = self._routes.get(address)
@@ -203,8 +217,8 @@ class ProcRuntime:
                     conn.send_many(batch)
                 except ConnectionClosed:
                     pass  # the peer is gone; pending calls fail through supervision
-                except Exception as exc:  # noqa: BLE001
-                    print(f"tetrarch[{self.name}]: flushing messages failed: {exc!r}", file=sys.stderr)
+                except Exception:  # noqa: BLE001 - the flusher thread must survive
+                    _log.exception("flushing messages failed")
                 with self._olock:
                     box.busy = False
                     box.last = _perf_counter()
@@ -219,14 +233,10 @@ class ProcRuntime:
         try:
             payload = _serial.dumps(value)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result becomes an error for the caller
-            from .._errors import RemoteException
-
             status = _wire.ERR
-            payload = _serial.dumps(
-                (RemoteException("PicklingError", f"the result could not be pickled: {exc!r}"), "", "", "")
-            )
+            payload = _serial.dumps(_outcome.unpicklable_result(exc))
         try:
-            self.send(address, [_wire.header(_wire.PORT, port, tag, status), *payload])
+            self.send(address, [_wire.port_header(port, tag, status), *payload])
         except PeerUnreachable:
             pass
 
@@ -289,7 +299,7 @@ class ProcRuntime:
             answer = auth.step(frames)
         except AuthError as exc:
             auth.error = str(exc)
-            print(f"tetrarch[{self.name}]: rejected connection from {conn.peer}: {exc}", file=sys.stderr)
+            _log.warning("rejected connection from %s: %s", conn.peer, exc)
             conn.close()
             auth.event.set()
             return
@@ -322,36 +332,64 @@ class ProcRuntime:
             for cb in list(self._peer_lost):
                 try:
                     cb(peer, error)
-                except Exception as exc:  # noqa: BLE001
-                    print(f"tetrarch[{self.name}]: peer-lost handler failed: {exc!r}", file=sys.stderr)
+                except Exception:  # noqa: BLE001 - one faulty handler must not starve the others
+                    _log.exception("a peer-lost handler failed for %s", peer)
 
     # -- dispatch -----------------------------------------------------------
     def dispatch(self, frames: list, conn: Connection | None) -> None:
-        hdr = _wire.read_header(frames[0])
-        kind = hdr[0]
-        if kind == _wire.PORT:
-            handler = self._ports.get(hdr[1])
+        """Hand one authenticated message to its port, actor or service."""
+        hdr = _wire.decode(frames[0])
+        if type(hdr) is _wire.PortHeader:
+            handler = self._ports.get(hdr.port)
             if handler is not None:
                 handler(hdr, frames[1:])
-        elif kind == _wire.CALL:
-            actor = self.actors.get(hdr[1])
-            if actor is not None:
-                actor.deliver(hdr, frames[1:])
+        elif type(hdr) is _wire.CallHeader:
+            mailbox = self.mailboxes.get(hdr.actor)
+            if mailbox is not None:
+                mailbox.deliver(hdr, frames[1:])
             else:
-                why = self.stopped_actors.get(hdr[1]) or f"no actor {hdr[1]!r} in proc {self.name}"
-                self._reply_later(hdr[3], hdr[4], hdr[5], _wire.DEAD, why)
-        elif kind == _wire.SYS:
-            service = self._services.get(hdr[1])
+                why = self.stopped_actors.get(hdr.actor) or f"no actor {hdr.actor!r} in proc {self.name}"
+                self.reply_later(hdr.reply_addr, hdr.reply_port, hdr.rank, _wire.DEAD, why)
+        elif type(hdr) is _wire.SysHeader:
+            service = self._services.get(hdr.service)
             if service is None:
-                self._reply_later(hdr[3], hdr[4], 0, _wire.DEAD, f"no service {hdr[1]!r} in {self.name}")
+                self.reply_later(hdr.reply_addr, hdr.reply_port, 0, _wire.DEAD,
+                                 f"no service {hdr.service!r} in {self.name}")
             else:
                 service(hdr, frames[1:], conn)
 
+    def listen_routable(self) -> None:
+        """Also listen where other hosts can reach us, and advertise that address from now on.
+
+        For a client whose allocation spans hosts (``Allocator.spans_hosts``); a no-op
+        when this router already listens routably. Connections to the old address keep
+        working.
+
+        Raises:
+            TransportError: the transport cannot span hosts (e.g. ``ipc``).
+        """
+        with self._lock:
+            if self.spans_hosts:
+                return
+            listener = self.transport.listen(self.transport.default_address(spans_hosts=True), self)
+            self._listeners.append(listener)
+            self._own_addresses.add(listener.address)
+            self.address = listener.address
+            self.spans_hosts = True
+
+    def is_local(self, address: str | None) -> bool:
+        """Whether ``address`` is one this router listens on."""
+        return address in self._own_addresses
+
+    def on_io_thread(self) -> bool:
+        """Whether the calling thread is dispatching a message (it must not dial: use the ``*_later`` sends)."""
+        return getattr(self._dialing, "in_dispatch", False)
+
     def _reachable_now(self, address: str) -> bool:
         conn = self._routes.get(address)
-        return (conn is not None and not conn.closed) or address == self.address
+        return (conn is not None and not conn.closed) or address in self._own_addresses
 
-    def _reply_later(self, address: str | None, port: int | None, tag: int, status: int, value: Any) -> None:
+    def reply_later(self, address: str | None, port: int | None, tag: int, status: int, value: Any) -> None:
         """:meth:`reply`, from a handler on the I/O thread (dials on a helper thread if needed)."""
         if address is None or port is None:
             return
@@ -383,9 +421,24 @@ class ProcRuntime:
             self._closed = True
             self._ocond.notify()
         self._flusher.join(timeout=2.0)  # let queued messages go out first
-        self._listener.close()
+        for listener in self._listeners:
+            listener.close()
         with self._lock:
             conns = list(self._routes.values())
             self._routes.clear()
         for conn in conns:
             conn.close()
+
+
+# -- this process's router -----------------------------------------------------------
+_current: list[Router] = []
+
+
+def install_router(router: Router) -> None:
+    """Make ``router`` the one objects found in this process (ports, unpickled meshes) use."""
+    _current[:] = [router]
+
+
+def current_router() -> Router | None:
+    """This process's router, once the process wiring (:mod:`._root`) installed one."""
+    return _current[0] if _current else None

@@ -1,0 +1,106 @@
+"""Gathering the replies of one operation on a reply port: calls, spawns, stops.
+
+A :class:`Collector` opens a port on the router, watches the processes it waits for
+(a death fails their share at once), and completes futures lazily: replies are decoded
+by whoever reads the future, not on the I/O thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from . import _serial, _wire
+from ._future import Future
+from ._outcome import decode_error
+from ._router import Router
+from ._shape import Shape
+from ._valuemesh import ValueMesh
+
+__all__ = ["Collector", "group_by_address"]
+
+
+def group_by_address(targets: list[tuple[str, str]]) -> dict[str, list[int]]:
+    """Indices of ``targets`` (``(address, actor key)`` pairs) by process address."""
+    by_addr: dict[str, list[int]] = {}
+    for i, (addr, _key) in enumerate(targets):
+        by_addr.setdefault(addr, []).append(i)
+    return by_addr
+
+
+class Collector:
+    """Gathers the replies of one call on its reply port (I/O thread)."""
+
+    __slots__ = ("rt", "port", "futures", "n", "frames", "count", "shape", "what", "watches", "lock", "single",
+                 "stream_next")
+
+    def __init__(self, rt: Router, n: int, shape: Shape, what: str, single: bool, stream: bool) -> None:
+        self.rt = rt
+        self.n = n
+        self.shape = shape
+        self.what = what
+        self.single = single
+        self.frames: list[Any] = [None] * n
+        self.count = 0
+        self.futures = [Future._new() for _ in range(n)] if stream else [Future._new()]
+        self.stream_next = 0 if stream else -1
+        self.watches: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
+        self.port = rt.open_port(self.on_reply)
+
+    def on_reply(self, hdr: _wire.PortHeader, payload: list) -> None:
+        tag, status = hdr.tag, hdr.status
+        with self.lock:
+            if self.count >= self.n or self.frames[tag] is not None:
+                return
+            self.frames[tag] = (status, payload)
+            self.count += 1
+            done = self.count == self.n
+            if self.stream_next >= 0:
+                fut = self.futures[self.stream_next]
+                self.stream_next += 1
+        if self.stream_next >= 0:
+            fut._set_lazy(lambda: self._decode_one(status, payload))
+        elif status != _wire.OK:
+            self.futures[0]._set_lazy(lambda: self._raise(status, payload))
+        elif done:
+            self.futures[0]._set_lazy(self._decode_all)
+        if done:
+            self.finish()
+
+    def _raise(self, status: int, payload: list) -> Any:
+        raise decode_error(status, payload, self.what)
+
+    def _decode_one(self, status: int, payload: list) -> Any:
+        if status != _wire.OK:
+            raise decode_error(status, payload, self.what)
+        return _serial.loads(payload)
+
+    def _decode_all(self) -> Any:
+        values = [_serial.loads(p) for _, p in self.frames]
+        if self.single:
+            return values[0]
+        return ValueMesh(self.shape.extent, values)
+
+    def fail(self, tag: int, reason: str) -> None:
+        payload = _serial.dumps(reason)
+        self.on_reply(_wire.PortHeader(_wire.PORT, self.port, tag, _wire.DEAD), payload)
+
+    def watch(self, address: str, tags: list[int]) -> None:
+        def dead(reason: str) -> None:
+            ranks = self.shape.ranks()
+            mesh = self.what.rsplit(".", 1)[0]
+            for t in tags:
+                self.fail(t, f"actor {mesh} rank {ranks[t]} is gone: {reason}")
+
+        self.watches.append((address, self.rt.watch(address, dead)))
+
+    def watch_targets(self, by_addr: dict[str, list[int]]) -> None:
+        """Fail the tags of every process in ``by_addr`` that dies before replying."""
+        for address, tags in by_addr.items():
+            self.watch(address, tags)
+
+    def finish(self) -> None:
+        self.rt.close_port(self.port)
+        for address, token in self.watches:
+            self.rt.unwatch(address, token)
