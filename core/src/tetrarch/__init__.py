@@ -42,8 +42,22 @@ _EXPORTS = {
     "current_size": "tetrarch._runtime._context",
     "current_actor_name": "tetrarch._runtime._context",
     "ActorError": "tetrarch._errors",
-    "SupervisionError": "tetrarch._errors",
+    "AllocatorError": "tetrarch._errors",
+    "ArgumentError": "tetrarch._errors",
+    "ArgumentTypeError": "tetrarch._errors",
+    "ConfigError": "tetrarch._errors",
+    "EndpointNotFoundError": "tetrarch._errors",
+    "FutureTimeoutError": "tetrarch._errors",
+    "MeshIndexError": "tetrarch._errors",
+    "MeshKeyError": "tetrarch._errors",
+    "MeshStoppedError": "tetrarch._errors",
+    "NotOwnerError": "tetrarch._errors",
+    "NotSupportedError": "tetrarch._errors",
     "ProcessStartError": "tetrarch._errors",
+    "RemoteException": "tetrarch._errors",
+    "SupervisionError": "tetrarch._errors",
+    "TetrarchError": "tetrarch._errors",
+    "UsageError": "tetrarch._errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -53,7 +67,25 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._errors import ActorError, ProcessStartError, SupervisionError
+    from ._errors import (
+        ActorError,
+        AllocatorError,
+        ArgumentError,
+        ArgumentTypeError,
+        ConfigError,
+        EndpointNotFoundError,
+        FutureTimeoutError,
+        MeshIndexError,
+        MeshKeyError,
+        MeshStoppedError,
+        NotOwnerError,
+        NotSupportedError,
+        ProcessStartError,
+        RemoteException,
+        SupervisionError,
+        TetrarchError,
+        UsageError,
+    )
     from ._runtime._actor import Actor, concurrent_endpoint, endpoint
     from ._runtime._supervision import MeshFailure, unhandled_fault_hook
     from ._runtime._context import Context, context, current_actor_name, current_rank, current_size

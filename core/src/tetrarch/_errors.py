@@ -1,15 +1,78 @@
-"""Errors users see. Each message says what went wrong and, where there is one, the fix."""
+"""Every error tetrarch raises, in one tree. Each message says what went wrong and the fix.
+
+All derive from :class:`TetrarchError` and keep the builtin parent a caller would
+expect (``SupervisionError`` is a ``RuntimeError``, ``TransportError`` an ``OSError``, a
+bad argument a ``ValueError`` or ``TypeError``), so ``except TetrarchError`` catches
+everything of ours and older ``except RuntimeError`` code keeps working.
+``docs/errors.md`` lists the tree and when each is raised.
+"""
 
 from __future__ import annotations
 
-__all__ = ["ActorError", "ProcessStartError", "RemoteException", "SupervisionError", "TetrarchError"]
+__all__ = [
+    "ActorError", "AllocatorError", "ArgumentError", "ArgumentTypeError", "ConfigError", "EndpointNotFoundError",
+    "FutureTimeoutError", "MeshIndexError", "MeshKeyError", "MeshStoppedError", "NotOwnerError",
+    "NotSupportedError", "ProcessStartError", "RemoteException", "SupervisionError", "TetrarchError",
+    "UsageError",
+]
 
 
 class TetrarchError(Exception):
-    """Base of tetrarch's own errors."""
+    """Base of every error tetrarch raises."""
 
 
-class RemoteException(Exception):
+class ArgumentError(TetrarchError, ValueError):
+    """An argument has a wrong value (e.g. ``call_one`` on a mesh of 4, a bad ``per_host``)."""
+
+
+class ArgumentTypeError(TetrarchError, TypeError):
+    """An argument has a wrong type, or cannot be pickled (the message names it)."""
+
+
+class ConfigError(TetrarchError, ValueError):
+    """A setting (``TETRARCH_*`` variable or ``configure()`` value) is invalid or unknown."""
+
+
+class EndpointNotFoundError(TetrarchError, AttributeError):
+    """The actor class has no ``@endpoint`` of that name (the message lists its endpoints)."""
+
+
+class MeshKeyError(TetrarchError, KeyError):
+    """Coordinates name a dimension the mesh lacks, or miss one it has."""
+
+
+class MeshIndexError(TetrarchError, IndexError):
+    """A rank or coordinate is out of range for the mesh."""
+
+
+class FutureTimeoutError(TetrarchError, TimeoutError):
+    """``Future.get(timeout)`` ran out of time; the future stays usable."""
+
+
+class NotSupportedError(TetrarchError, NotImplementedError):
+    """An option tetrarch accepts for Monarch compatibility but does not implement yet."""
+
+
+class UsageError(TetrarchError, RuntimeError):
+    """A call made where it cannot work (``abort()`` outside an actor, a port with no runtime)."""
+
+
+class NotOwnerError(TetrarchError, ValueError, RuntimeError):
+    """Only the owner of a mesh (the object ``spawn``/``spawn_procs`` returned) may stop it.
+
+    A ``ValueError`` and a ``RuntimeError``: both were raised for this before.
+    """
+
+
+class MeshStoppedError(TetrarchError, RuntimeError):
+    """The proc or host mesh was stopped (or shut down); spawn a new one."""
+
+
+class AllocatorError(TetrarchError, RuntimeError):
+    """An allocator could not start the host agents it was asked for."""
+
+
+class RemoteException(TetrarchError):
     """Stands in for a remote exception that could not be pickled back to the caller."""
 
     def __init__(self, type_name: str, message: str) -> None:
@@ -17,7 +80,7 @@ class RemoteException(Exception):
         self.type_name = type_name
         self.message = message
 
-    def __reduce__(self):  # keep it picklable with both fields
+    def __reduce__(self) -> tuple:  # keep it picklable with both fields
         return (RemoteException, (self.type_name, self.message))
 
 
@@ -41,22 +104,22 @@ class ActorError(TetrarchError):
             f"Traceback of where the remote call failed (most recent call last):\n{body}"
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple:
         return (ActorError, (self.exception, self.remote_traceback, self.actor, self.method))
 
 
-class SupervisionError(RuntimeError):
+class SupervisionError(TetrarchError, RuntimeError):
     """The target of a call died (its process exited, or the actor failed) or was stopped."""
 
     def __init__(self, message: str, endpoint: str = "") -> None:
         super().__init__(message)
         self.endpoint = endpoint
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple:
         return (SupervisionError, (self.args[0], self.endpoint))
 
 
-class ProcessStartError(RuntimeError):
+class ProcessStartError(TetrarchError, RuntimeError):
     """A host agent or proc exited before it was ready.
 
     ``returncode`` is its exit status (negative: killed by that signal) and
@@ -75,7 +138,7 @@ class ProcessStartError(RuntimeError):
             msg += "\n--- last lines of its stderr ---\n" + stderr_tail.rstrip()
         super().__init__(msg)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple:
         return (ProcessStartError, (self.what, self.returncode, self.stderr_tail))
 
 

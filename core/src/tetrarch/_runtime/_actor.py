@@ -11,7 +11,19 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
+
+from .._errors import ArgumentTypeError, NotSupportedError
 
 if TYPE_CHECKING:
     from ._endpoint import Endpoint
@@ -41,10 +53,10 @@ class Actor:
 def _check_options(propagate: Any, instrument: bool) -> None:
     """Options Monarch accepts that tetrarch does not implement yet: refuse them, never ignore them."""
     if propagate is not None:
-        raise NotImplementedError("@endpoint(propagate=...) is Monarch's tensor-engine shape propagation, which "
+        raise NotSupportedError("@endpoint(propagate=...) is Monarch's tensor-engine shape propagation, which "
                                   "tetrarch does not implement; remove the argument")
     if instrument:
-        raise NotImplementedError("@endpoint(instrument=True) (per-endpoint tracing) is not implemented yet; "
+        raise NotSupportedError("@endpoint(instrument=True) (per-endpoint tracing) is not implemented yet; "
                                   "remove the argument")
 
 
@@ -58,13 +70,13 @@ class EndpointProperty(Generic[P, R]):
     def __init__(self, fn: Callable[..., Any], *, explicit_response_port: bool = False, propagate: Any = None,
                  instrument: bool = False, concurrent: bool = False) -> None:
         if not callable(fn):
-            raise TypeError(f"@endpoint decorates a method, got {type(fn).__name__}")
+            raise ArgumentTypeError(f"@endpoint decorates a method, got {type(fn).__name__}")
         _check_options(propagate, instrument)
         self.fn = fn
         self.name: str = fn.__name__
         self.is_async = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
         if concurrent and not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"@concurrent_endpoint needs an 'async def' method; {fn.__qualname__} is not one "
+            raise ArgumentTypeError(f"@concurrent_endpoint needs an 'async def' method; {fn.__qualname__} is not one "
                             f"(a sync endpoint blocks the actor's thread, so it cannot overlap)")
         self.concurrent = concurrent
         self.explicit_response_port = explicit_response_port

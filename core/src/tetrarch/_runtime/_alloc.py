@@ -12,13 +12,10 @@ import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .._errors import AllocatorError, ArgumentError
 from ._spawn import ExitInfo
 
 __all__ = ["AgentCommand", "AllocRequest", "Allocation", "Allocator", "AllocatorError"]
-
-
-class AllocatorError(RuntimeError):
-    """An allocator could not start the host agents it was asked for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +70,7 @@ class Allocator(abc.ABC):
             AllocatorError: the agents could not be started.
         """
         if not isinstance(request.hosts, int) or request.hosts < 1:
-            raise ValueError(f"an allocation needs at least one host, got hosts={request.hosts!r}")
+            raise ArgumentError(f"an allocation needs at least one host, got hosts={request.hosts!r}")
         return self._allocate(request, on_exit)
 
     @abc.abstractmethod

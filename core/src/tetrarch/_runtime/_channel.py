@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
+from .._errors import ArgumentError, ArgumentTypeError
 from ._endpoint import Endpoint
 from ._future import Future
 from ._port import Port, PortReceiver
@@ -63,15 +64,15 @@ def send(endpoint: Endpoint[R], args: tuple = (), kwargs: dict[str, Any] | None 
         ValueError: ``selection`` is neither ``"all"`` nor ``"choose"``.
     """
     if not isinstance(endpoint, Endpoint):
-        raise TypeError(f"send() needs an @endpoint of an actor mesh (mesh.method), got {type(endpoint).__qualname__}")
+        raise ArgumentTypeError(f"send() needs an @endpoint of an actor mesh (mesh.method), got {type(endpoint).__qualname__}")
     if port is not None and not isinstance(port, Port):
-        raise TypeError(f"send() port must be a Port from Channel.open(), got {type(port).__qualname__}")
+        raise ArgumentTypeError(f"send() port must be a Port from Channel.open(), got {type(port).__qualname__}")
     if not isinstance(args, tuple):
-        raise TypeError(f"send() args must be a tuple, got {type(args).__qualname__}")
+        raise ArgumentTypeError(f"send() args must be a tuple, got {type(args).__qualname__}")
     if kwargs is not None and not isinstance(kwargs, dict):
-        raise TypeError(f"send() kwargs must be a dict, got {type(kwargs).__qualname__}")
+        raise ArgumentTypeError(f"send() kwargs must be a dict, got {type(kwargs).__qualname__}")
     if selection not in ("all", "choose"):
-        raise ValueError(f"send() selection must be 'all' or 'choose', got {selection!r}")
+        raise ArgumentError(f"send() selection must be 'all' or 'choose', got {selection!r}")
     endpoint._send_to_port(args, kwargs or {}, port, selection == "choose")
 
 
@@ -90,10 +91,10 @@ class Accumulator(Generic[R, A]):
                 not callable.
         """
         if not isinstance(endpoint, Endpoint):
-            raise TypeError(f"Accumulator needs an @endpoint of an actor mesh (mesh.method), "
+            raise ArgumentTypeError(f"Accumulator needs an @endpoint of an actor mesh (mesh.method), "
                             f"got {type(endpoint).__qualname__}")
         if not callable(combine):
-            raise TypeError(f"Accumulator combine must be callable, got {type(combine).__qualname__}")
+            raise ArgumentTypeError(f"Accumulator combine must be callable, got {type(combine).__qualname__}")
         self._endpoint = endpoint
         self._identity = identity
         self._combine = combine

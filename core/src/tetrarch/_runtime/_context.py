@@ -6,6 +6,7 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .._errors import UsageError
 from ._shape import Extent, Point
 
 __all__ = ["Context", "Instance", "ProcMeshLike", "context", "current_actor_name", "current_rank", "current_size"]
@@ -62,7 +63,7 @@ class Instance:
             RuntimeError: called outside an actor (on the client).
         """
         if self._runner is None:
-            raise RuntimeError("abort() must be called from inside an actor; the client has no owner to report to")
+            raise UsageError("abort() must be called from inside an actor; the client has no owner to report to")
         self._runner.fail(f"aborted: {reason or 'no reason provided'}")
 
     def __str__(self) -> str:

@@ -17,6 +17,7 @@ import random
 from collections.abc import Iterator
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
+from .._errors import ArgumentError
 from . import _serial, _wire
 from ._collect import Collector
 from ._future import Future
@@ -138,7 +139,7 @@ class Endpoint(Generic[P, R]):
         """
         n = len(self._mesh._shape)
         if n != 1:
-            raise ValueError(
+            raise ArgumentError(
                 f"call_one requires exactly 1 actor, but mesh {self._mesh._name} has {n} "
                 f"({self._mesh.extent!r}); slice it, e.g. .slice({self._mesh._shape.labels[0]}=0)"
             )

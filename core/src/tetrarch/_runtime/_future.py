@@ -15,6 +15,8 @@ import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
+from .._errors import ArgumentError, ArgumentTypeError, FutureTimeoutError
+
 __all__ = ["Future"]
 
 R = TypeVar("R")
@@ -31,7 +33,7 @@ class Future(Generic[R]):
 
     def __init__(self, _token: object = None) -> None:
         if _token is not _TOKEN:
-            raise TypeError("Future cannot be constructed directly; it is returned by endpoint calls and meshes")
+            raise ArgumentTypeError("Future cannot be constructed directly; it is returned by endpoint calls and meshes")
         self._latch = _thread.allocate_lock()
         self._latch.acquire()
         self._state = _PENDING
@@ -103,7 +105,7 @@ class Future(Generic[R]):
         """
         if self._state is not _DONE:
             if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
-                raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
+                raise ArgumentError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
             if _in_running_loop():
                 warnings.warn(
                     "Future.get() called from within an active event loop blocks it; use 'await' instead",
@@ -111,7 +113,7 @@ class Future(Generic[R]):
                     stacklevel=2,
                 )
             if not self._latch.acquire(timeout=-1 if timeout is None else timeout):
-                raise TimeoutError(f"result not ready after {timeout} s (the future is still pending)")
+                raise FutureTimeoutError(f"result not ready after {timeout} s (the future is still pending)")
             self._latch.release()
         return self._resolve()
 

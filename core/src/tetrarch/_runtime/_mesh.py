@@ -5,7 +5,12 @@ from __future__ import annotations
 import pickle
 from typing import Any, Protocol
 
-from .._errors import SupervisionError
+from .._errors import (
+    ArgumentError,
+    EndpointNotFoundError,
+    NotOwnerError,
+    SupervisionError,
+)
 from . import _wire
 from ._actor import endpoints_of
 from ._collect import Collector, group_by_address
@@ -50,7 +55,7 @@ class ActorMesh(MeshTrait):
         self._target_cache: dict[Shape, tuple[list[tuple[str, str]], dict[str, list[int]]]] = {}
         clash = _RESERVED.intersection(self._endpoints)
         if clash:
-            raise ValueError(f"{cls.__qualname__} has endpoints named {sorted(clash)}, which clash with ActorMesh "
+            raise ArgumentError(f"{cls.__qualname__} has endpoints named {sorted(clash)}, which clash with ActorMesh "
                              f"attributes; rename them")
 
     # -- mesh trait -----------------------------------------------------------
@@ -106,11 +111,11 @@ class ActorMesh(MeshTrait):
         if name in self._endpoints:
             return Endpoint(self, name)
         if hasattr(self._cls, name):
-            raise AttributeError(
+            raise EndpointNotFoundError(
                 f"{self._cls.__qualname__}.{name} is not an endpoint: decorate it with @endpoint to call it on a "
                 f"mesh (endpoints: {sorted(self._endpoints) or 'none'})"
             )
-        raise AttributeError(f"{self._cls.__qualname__} has no endpoint {name!r} (endpoints: "
+        raise EndpointNotFoundError(f"{self._cls.__qualname__} has no endpoint {name!r} (endpoints: "
                              f"{sorted(self._endpoints) or 'none'})")
 
     @property
@@ -129,7 +134,7 @@ class ActorMesh(MeshTrait):
             ValueError: this is a slice or a reference (only the owner may stop).
         """
         if not self._owned:
-            raise ValueError(f"actor mesh {self._name!r} is a slice or reference; only its owner (the full mesh "
+            raise NotOwnerError(f"actor mesh {self._name!r} is a slice or reference; only its owner (the full mesh "
                              f"returned by spawn) can stop it")
         with self._state.lock:
             if self._state.stopped:

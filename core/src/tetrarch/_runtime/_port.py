@@ -20,10 +20,9 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
-from .._errors import SupervisionError
+from .._errors import ArgumentError, ArgumentTypeError, SupervisionError, UsageError
 from . import _serial, _wire
 from ._context import _current
 from ._future import Future
@@ -38,7 +37,7 @@ R = TypeVar("R")
 def _runtime() -> Router:
     router = current_router()
     if router is None:  # a Port exists only where a runtime made or unpickled it
-        raise RuntimeError("no tetrarch runtime in this process; open ports with Channel.open()")
+        raise UsageError("no tetrarch runtime in this process; open ports with Channel.open()")
     return router
 
 
@@ -100,7 +99,7 @@ class Port(Generic[R]):
             ValueError: this is a ``once`` port and it was already used.
         """
         if not isinstance(exc, BaseException):
-            raise TypeError(f"Port.exception needs an exception instance, got {type(exc).__qualname__}")
+            raise ArgumentTypeError(f"Port.exception needs an exception instance, got {type(exc).__qualname__}")
         if self._what:
             actor, _, method = self._what.rpartition(".")
         else:
@@ -110,7 +109,7 @@ class Port(Generic[R]):
     def _post(self, status: int, payload: list) -> None:
         if self._once:
             if self._used:
-                raise ValueError("this port was opened with once=True and has already been used; "
+                raise ArgumentError("this port was opened with once=True and has already been used; "
                                  "open a new channel (or once=False) to send more")
             self._used = True
         if self._address is None or self._port is None:
@@ -119,7 +118,7 @@ class Port(Generic[R]):
         if rt.is_local(self._address):
             receiver = _receivers.get(self._port)
             if receiver is not None and receiver._closed:
-                raise ValueError(f"cannot send on port #{self._port}: its receiver was closed; open a new channel "
+                raise ArgumentError(f"cannot send on port #{self._port}: its receiver was closed; open a new channel "
                                  f"(a receiver in another process that was closed drops messages instead)")
         frames = [_wire.port_header(self._port, self._tag, status), *payload]
         if rt.on_io_thread():  # it must not dial
@@ -274,7 +273,7 @@ class PortReceiver(Generic[R]):
             fut._set_exception(EOFError(f"Port closed: receiver #{self._port} was closed"))
 
     def __reduce__(self) -> tuple:
-        raise TypeError("PortReceiver cannot be pickled: it stays in the process that opened the channel; "
+        raise ArgumentTypeError("PortReceiver cannot be pickled: it stays in the process that opened the channel; "
                         "pass its Port instead")
 
     def __repr__(self) -> str:

@@ -61,8 +61,8 @@ class ProcAgent:
         except Exception as exc:  # noqa: BLE001 - e.g. the class's module is missing here
             hint = ""
             if isinstance(exc, ImportError):
-                hint = (f" (the actor class's module must be importable in the proc: install it or put it on "
-                        f"PYTHONPATH; the client's sys.path is appended to the proc's)")
+                hint = (" (the actor class's module must be importable in the proc: install it or put it on "
+                        "PYTHONPATH; the client's sys.path is appended to the proc's)")
             why = f"spawning {display} failed: {type(exc).__name__}: {exc}{hint}"
             rt.stopped_actors[key] = why
             rt.reply_later(raddr, rport, rank, _wire.DEAD, why)

@@ -14,6 +14,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._config import HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, config_env
+from .._errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    MeshStoppedError,
+    NotOwnerError,
+    NotSupportedError,
+    SupervisionError,
+)
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
 from . import _serial, _wire
@@ -84,7 +92,7 @@ class HostMesh(MeshTrait):
     def _ensure_started(self) -> list[_Host]:
         with self._lock:
             if self._shut:
-                raise RuntimeError("HostMesh has already been shut down")
+                raise MeshStoppedError("HostMesh has already been shut down; allocate a new one")
             if self._hosts is not None and self._owned:
                 dead = [r for r in self._host_records if r.returncode is not None
                         or r.address in get_root().runtime.dead_peers]
@@ -93,7 +101,7 @@ class HostMesh(MeshTrait):
                 elif dead:
                     rec = dead[0]
                     why = get_root().runtime.dead_peers.get(rec.address) or rec.describe_exit()
-                    raise RuntimeError(f"the {rec.what} of this HostMesh died ({why}); allocate a new HostMesh")
+                    raise SupervisionError(f"the {rec.what} of this HostMesh died ({why}); allocate a new HostMesh")
             if self._hosts is None:
                 allocator: Allocator = get_registry().create(BackendKind.ALLOCATOR, self._allocator)
                 self._hosts = _start_hosts(get_root(), allocator, len(self._shape) or 1, self)
@@ -123,11 +131,11 @@ class HostMesh(MeshTrait):
             ProcessStartError: a proc exited before it was ready (exit code, stderr tail).
         """
         if bootstrap is not None:
-            raise NotImplementedError("spawn_procs(bootstrap=...) is not supported yet; run setup in an actor")
+            raise NotSupportedError("spawn_procs(bootstrap=...) is not supported yet; run setup in an actor")
         per_host = dict(per_host or {})
         clash = set(per_host) & set(self._shape.labels)
         if clash:
-            raise ValueError(f"per_host labels {sorted(clash)} clash with the host mesh's own dimensions")
+            raise ArgumentError(f"per_host labels {sorted(clash)} clash with the host mesh's own dimensions")
         local = Extent(list(per_host), list(per_host.values()))  # validates labels and sizes
         hosts = self._ensure_started()
         root = get_root()
@@ -165,7 +173,7 @@ class HostMesh(MeshTrait):
             try:
                 root.runtime.send(host.address, frames)
             except PeerUnreachable as exc:
-                raise RuntimeError(f"host agent at {host.address} is unreachable: {exc}") from exc
+                raise SupervisionError(f"host agent at {host.address} is unreachable: {exc}") from exc
         try:
             waiter.wait(PROC_START_TIMEOUT())
         except BaseException:
@@ -184,7 +192,7 @@ class HostMesh(MeshTrait):
             RuntimeError: this mesh is a slice or a reference.
         """
         if not self._owned:
-            raise RuntimeError("cannot shut down a HostMesh that is a reference or slice instead of owned")
+            raise NotOwnerError("cannot shut down a HostMesh that is a reference or slice instead of owned")
         with self._lock:
             if self._shut:
                 return Future._completed(None)
@@ -309,16 +317,16 @@ class ProcMesh(MeshTrait):
             RuntimeError: this proc mesh was stopped.
         """
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
-            raise TypeError(f"spawn() needs a subclass of tetrarch.Actor, got {cls!r} "
+            raise ArgumentTypeError(f"spawn() needs a subclass of tetrarch.Actor, got {cls!r} "
                             f"({type(cls).__name__}); define it as 'class {getattr(cls, '__name__', 'X')}(Actor)'")
         if not isinstance(name, str) or not name:
-            raise TypeError(f"spawn() needs a non-empty name string first, got {name!r}")
+            raise ArgumentTypeError(f"spawn() needs a non-empty name string first, got {name!r}")
         if self._state.stopped:
-            raise RuntimeError(f"ProcMesh {self._name!r} has already been stopped; spawn a new one")
+            raise MeshStoppedError(f"ProcMesh {self._name!r} has already been stopped; spawn a new one")
         try:
             inspect.signature(cls).bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"arguments do not match {cls.__qualname__}.__init__: {exc}") from None
+            raise ArgumentTypeError(f"arguments do not match {cls.__qualname__}.__init__: {exc}") from None
         except ValueError:
             pass  # no introspectable signature
         body = _serial.dumps_checked((cls, args, kwargs), f"spawn of {cls.__qualname__}",
@@ -329,7 +337,7 @@ class ProcMesh(MeshTrait):
         dead = [(p, rt.dead_peers[p.address]) for p in procs if p.address in rt.dead_peers]
         if dead:
             p, why = dead[0]
-            raise RuntimeError(f"cannot spawn {name!r}: ProcMesh {self._name!r} has {len(dead)} dead proc(s), "
+            raise SupervisionError(f"cannot spawn {name!r}: ProcMesh {self._name!r} has {len(dead)} dead proc(s), "
                                f"e.g. {p.what}: {why}; spawn on a slice without them or on a new proc mesh")
         key = _uid(name)
         ids = [(p.address, key) for p in procs]
@@ -374,7 +382,7 @@ class ProcMesh(MeshTrait):
             ValueError: this is a slice or a reference (only the owner may stop).
         """
         if not self._owned:
-            raise ValueError(f"ProcMesh {self._name!r} is not owned (a slice or reference); it must be stopped by "
+            raise NotOwnerError(f"ProcMesh {self._name!r} is not owned (a slice or reference); it must be stopped by "
                              f"its owner")
         with self._state.lock:
             if self._stop_future is not None:

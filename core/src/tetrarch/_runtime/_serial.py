@@ -19,6 +19,8 @@ from typing import Any
 
 import cloudpickle
 
+from .._errors import ArgumentTypeError
+
 __all__ = ["PicklingError", "arg_parts", "dumps", "dumps_checked", "loads"]
 
 PicklingError = pickle.PicklingError
@@ -134,12 +136,12 @@ def dumps_checked(obj: Any, what: str, parts: Sequence[tuple[str, Any]] = ()) ->
             try:
                 dumps(value)
             except Exception as inner:  # noqa: BLE001
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{what}: {desc} of type {type(value).__qualname__} cannot be pickled "
                     f"({type(inner).__name__}: {inner}); pass picklable values (or an RDMABuffer / "
                     f"an actor mesh reference) instead"
                 ) from inner
-        raise TypeError(f"{what} cannot be pickled ({type(exc).__name__}: {exc})") from exc
+        raise ArgumentTypeError(f"{what} cannot be pickled ({type(exc).__name__}: {exc})") from exc
 
 
 def loads(frames: Sequence[Any]) -> Any:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._errors import ArgumentError, ArgumentTypeError, MeshIndexError, MeshKeyError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -25,14 +27,14 @@ class Extent:
 
     def __init__(self, labels: Sequence[str], sizes: Sequence[int]) -> None:
         if len(labels) != len(sizes):
-            raise ValueError(f"extent needs one size per label, got labels={list(labels)} sizes={list(sizes)}")
+            raise ArgumentError(f"extent needs one size per label, got labels={list(labels)} sizes={list(sizes)}")
         if len(set(labels)) != len(labels):
-            raise ValueError(f"extent labels must be distinct, got {list(labels)}")
+            raise ArgumentError(f"extent labels must be distinct, got {list(labels)}")
         for label, size in zip(labels, sizes):
             if not isinstance(label, str) or not label.isidentifier():
-                raise ValueError(f"extent label {label!r} must be an identifier string")
+                raise ArgumentError(f"extent label {label!r} must be an identifier string")
             if not isinstance(size, int) or size < 1:
-                raise ValueError(f"size of {label!r} must be a positive integer, got {size!r}")
+                raise ArgumentError(f"size of {label!r} must be a positive integer, got {size!r}")
         self.labels: tuple[str, ...] = tuple(labels)
         self.sizes: tuple[int, ...] = tuple(sizes)
 
@@ -57,7 +59,7 @@ class Extent:
         try:
             return self.sizes[self.labels.index(label)]
         except ValueError:
-            raise KeyError(label) from None
+            raise MeshKeyError(label) from None
 
     def to_dict(self) -> dict[str, int]:
         return dict(zip(self.labels, self.sizes))
@@ -89,7 +91,7 @@ class Point(Mapping[str, int]):
 
     def __init__(self, rank: int, extent: Extent) -> None:
         if not 0 <= rank < max(extent.nelements, 1):
-            raise IndexError(f"rank {rank} out of range for extent {extent!r}")
+            raise MeshIndexError(f"rank {rank} out of range for extent {extent!r}")
         self.rank = rank
         self.extent = extent
         coords = []
@@ -102,7 +104,7 @@ class Point(Mapping[str, int]):
         try:
             return self._coords[self.extent.labels.index(label)]
         except ValueError:
-            raise KeyError(label) from None
+            raise MeshKeyError(label) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.extent.labels)
@@ -142,12 +144,12 @@ class Shape:
             ValueError: a negative offset, or not one positive stride per label.
         """
         if offset < 0:
-            raise ValueError(f"shape offset must be >= 0, got {offset}")
+            raise ArgumentError(f"shape offset must be >= 0, got {offset}")
         self.extent = extent
         self.offset = offset
         strides = _row_major(extent.sizes) if strides is None else tuple(strides)
         if len(strides) != len(extent.labels) or any(st < 1 for st in strides):
-            raise ValueError(f"shape needs one positive stride per label {list(extent.labels)}, got {list(strides)}")
+            raise ArgumentError(f"shape needs one positive stride per label {list(extent.labels)}, got {list(strides)}")
         self.strides: tuple[int, ...] = strides
 
     @classmethod
@@ -196,23 +198,23 @@ class Shape:
         offset = self.offset
         for label, sel in kw.items():
             if label not in labels:
-                raise TypeError(f"mesh has no dimension {label!r}; its dimensions are {list(self.labels)}")
+                raise ArgumentTypeError(f"mesh has no dimension {label!r}; its dimensions are {list(self.labels)}")
             i = labels.index(label)
             size, stride = sizes[i], strides[i]
             if isinstance(sel, bool) or not isinstance(sel, (int, slice)):
-                raise TypeError(f"{label}= takes an int or a slice, got {type(sel).__name__}")
+                raise ArgumentTypeError(f"{label}= takes an int or a slice, got {type(sel).__name__}")
             if isinstance(sel, int):
                 if not -size <= sel < size:
-                    raise IndexError(f"{label}={sel} out of range: dimension {label!r} has size {size}")
+                    raise MeshIndexError(f"{label}={sel} out of range: dimension {label!r} has size {size}")
                 offset += (sel % size) * stride
                 del labels[i], sizes[i], strides[i]
             else:
                 start, stop, step = sel.indices(size)
                 if step < 1:
-                    raise IndexError(f"{label}: only positive slice steps are supported, got {step}")
+                    raise MeshIndexError(f"{label}: only positive slice steps are supported, got {step}")
                 n = len(range(start, stop, step))
                 if n == 0:
-                    raise IndexError(f"{label}={sel!r} selects nothing from dimension of size {size}")
+                    raise MeshIndexError(f"{label}={sel!r} selects nothing from dimension of size {size}")
                 offset += start * stride
                 sizes[i], strides[i] = n, stride * step
         return Shape(Extent(labels, sizes), offset, strides)
@@ -242,23 +244,23 @@ class Shape:
         for key, value in kw.items():
             if key in labels:
                 if isinstance(value, int):
-                    raise ValueError(
+                    raise ArgumentError(
                         f"split: {key}={value!r} names an existing dimension; pass a tuple of new labels "
                         f"to split it, e.g. {key}=('a', 'b'); sizes can only be given for new labels"
                     )
                 if isinstance(value, str) or not isinstance(value, Sequence):
-                    raise TypeError(f"split: {key}= takes a sequence of new labels, got {value!r}")
+                    raise ArgumentTypeError(f"split: {key}= takes a sequence of new labels, got {value!r}")
                 if not value:
-                    raise ValueError(f"split: {key}= needs at least one new label")
+                    raise ArgumentError(f"split: {key}= needs at least one new label")
                 if not all(isinstance(v, str) for v in value):
-                    raise TypeError(f"split: {key}= takes strings as new labels, got {list(value)!r}")
+                    raise ArgumentTypeError(f"split: {key}= takes strings as new labels, got {list(value)!r}")
                 splits[key] = tuple(value)
             elif isinstance(value, bool) or not isinstance(value, int):
                 if isinstance(value, Sequence) and not isinstance(value, str):
-                    raise TypeError(f"mesh has no dimension {key!r} to split; its dimensions are {list(labels)}")
-                raise TypeError(f"split: size of new label {key!r} must be an int, got {type(value).__name__}")
+                    raise ArgumentTypeError(f"mesh has no dimension {key!r} to split; its dimensions are {list(labels)}")
+                raise ArgumentTypeError(f"split: size of new label {key!r} must be an int, got {type(value).__name__}")
             elif value < 1:
-                raise ValueError(f"split: size of {key!r} must be positive, got {value}")
+                raise ArgumentError(f"split: size of {key!r} must be positive, got {value}")
             else:
                 given[key] = value
 
@@ -266,12 +268,12 @@ class Shape:
         kept = [lab for lab in labels if lab not in splits]
         for n in set(new_names):
             if n in kept:
-                raise ValueError(f"split: new label {n!r} clashes with an existing dimension of {list(labels)}")
+                raise ArgumentError(f"split: new label {n!r} clashes with an existing dimension of {list(labels)}")
             if new_names.count(n) > 1:
-                raise ValueError(f"split: new label {n!r} appears more than once")
+                raise ArgumentError(f"split: new label {n!r} appears more than once")
         unused = [k for k in given if k not in new_names]
         if unused:
-            raise ValueError(f"split: sizes given for {unused}, which no split produces")
+            raise ArgumentError(f"split: sizes given for {unused}, which no split produces")
 
         out_labels: list[str] = []
         out_sizes: list[int] = []
@@ -285,7 +287,7 @@ class Shape:
                 continue
             unknown = [p for p in parts if p not in given]
             if len(unknown) > 1:
-                raise ValueError(
+                raise ArgumentError(
                     f"split: cannot infer the sizes of both {unknown[0]!r} and {unknown[1]!r} in "
                     f"{label}={parts!r}; give all but one, e.g. {unknown[1]}=..."
                 )
@@ -297,13 +299,13 @@ class Shape:
                 sizes[unknown[0]], rem = divmod(size, known)
                 if rem:
                     shown = tuple(given.get(p, "?") for p in parts)
-                    raise ValueError(
+                    raise ArgumentError(
                         f"split: dimension {label!r} of size {size} cannot be split into {parts!r} "
                         f"with sizes {shown!r}: {size} is not divisible by {known}"
                     )
             elif known != size:
                 shown = tuple(given[p] for p in parts)
-                raise ValueError(
+                raise ArgumentError(
                     f"split: dimension {label!r} of size {size} cannot be split into {parts!r} "
                     f"with sizes {shown!r}: they multiply to {known}"
                 )
@@ -325,13 +327,13 @@ class Shape:
         labels = self.extent.labels
         for old, new in kw.items():
             if old not in labels:
-                raise TypeError(f"mesh has no dimension {old!r} to rename; its dimensions are {list(labels)}")
+                raise ArgumentTypeError(f"mesh has no dimension {old!r} to rename; its dimensions are {list(labels)}")
             if not isinstance(new, str):
-                raise TypeError(f"rename: {old}= takes a string, got {type(new).__name__}")
+                raise ArgumentTypeError(f"rename: {old}= takes a string, got {type(new).__name__}")
         out = [kw.get(lab, lab) for lab in labels]
         for n in out:
             if out.count(n) > 1:
-                raise ValueError(f"rename: label {n!r} would appear more than once in {out}")
+                raise ArgumentError(f"rename: label {n!r} would appear more than once in {out}")
         return Shape(Extent(out, self.extent.sizes), self.offset, self.strides)
 
     def flatten(self, name: str) -> Shape:
@@ -347,11 +349,11 @@ class Shape:
                 are not evenly spaced) and cannot be flattened.
         """
         if not isinstance(name, str):
-            raise TypeError(f"flatten takes a string label, got {type(name).__name__}")
+            raise ArgumentTypeError(f"flatten takes a string label, got {type(name).__name__}")
         dims = [(sz, st) for sz, st in zip(self.extent.sizes, self.strides) if sz > 1]
         for (_, st), (nsz, nst) in zip(dims, dims[1:]):
             if st != nst * nsz:
-                raise ValueError(
+                raise ArgumentError(
                     f"cannot flatten sparse mesh {self.extent!r} with strides {list(self.strides)}: "
                     f"its ranks are not evenly spaced"
                 )
@@ -415,7 +417,7 @@ class MeshTrait:
         n = 1
         for d in dims:
             if d not in self._shape.labels:
-                raise KeyError(f"mesh has no dimension {d!r}; its dimensions are {list(self._shape.labels)}")
+                raise MeshKeyError(f"mesh has no dimension {d!r}; its dimensions are {list(self._shape.labels)}")
             n *= self._shape.extent[d]
         return n
 

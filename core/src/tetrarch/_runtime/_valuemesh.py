@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
+from .._errors import ArgumentError, MeshIndexError, MeshKeyError
 from ._shape import Extent, MeshTrait, Point, Shape
 
 __all__ = ["ValueMesh"]
@@ -33,7 +34,7 @@ class ValueMesh(MeshTrait, Generic[R]):
         self._values = list(values)
         if isinstance(shape, Extent):
             if len(self._values) != shape.nelements:
-                raise ValueError(
+                raise ArgumentError(
                     f"ValueMesh of extent {shape!r} needs {shape.nelements} values, got {len(self._values)}"
                 )
             shape = Shape(shape)
@@ -41,7 +42,7 @@ class ValueMesh(MeshTrait, Generic[R]):
 
     def _set_shape(self, shape: Shape) -> None:
         if shape.max_rank >= len(self._values):
-            raise ValueError(f"ValueMesh of shape {shape!r} needs a value per rank, got {len(self._values)}")
+            raise ArgumentError(f"ValueMesh of shape {shape!r} needs a value per rank, got {len(self._values)}")
         self._shape = shape
         # Dense: the view is exactly the whole list, so rank i is _values[i].
         self._dense = len(self._values) == len(shape) and shape.is_dense()
@@ -76,7 +77,7 @@ class ValueMesh(MeshTrait, Generic[R]):
         """
         if self._dense:
             if not 0 <= rank < len(self._values):
-                raise IndexError(f"rank {rank} out of range for extent {self.extent!r}")
+                raise MeshIndexError(f"rank {rank} out of range for extent {self.extent!r}")
             return self._values[rank]
         return self._values[self._shape.rank_of(rank)]
 
@@ -91,12 +92,12 @@ class ValueMesh(MeshTrait, Generic[R]):
         if set(coords) != set(labels):
             missing = [lab for lab in labels if lab not in coords]
             extra = [lab for lab in coords if lab not in labels]
-            raise KeyError(f"item() needs exactly the coordinates {list(labels)}; missing {missing}, unknown {extra}")
+            raise MeshKeyError(f"item() needs exactly the coordinates {list(labels)}; missing {missing}, unknown {extra}")
         rank = 0
         for lab, size in zip(labels, self._shape.sizes):
             c = coords[lab]
             if not 0 <= c < size:
-                raise IndexError(f"{lab}={c} out of range: dimension {lab!r} has size {size}")
+                raise MeshIndexError(f"{lab}={c} out of range: dimension {lab!r} has size {size}")
             rank = rank * size + c
         return self.get(rank)
 
