@@ -1,0 +1,58 @@
+"""Diagnostics go through the ``tetrarch.*`` loggers: capturable, redirectable, silenceable."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tetrarch._runtime._router import PeerUnreachable, Router
+from tetrarch._transport._socket import IpcTransport
+
+SCENARIO = Path(__file__).parent / "scenarios" / "log_output.py"
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_rejected_connection_is_a_warning_of_tetrarch_router(caplog: pytest.LogCaptureFixture) -> None:
+    transport, other = IpcTransport(), IpcTransport()
+    server = Router(transport, b"s" * 32, name="server")
+    intruder = Router(other, b"x" * 32, name="intruder")
+    try:
+        with caplog.at_level(logging.WARNING, logger="tetrarch"):
+            with pytest.raises(PeerUnreachable):
+                intruder.send(server.address, [b"never delivered"])
+        records = [r for r in caplog.records if r.name == "tetrarch.router" and "rejected connection" in r.message]
+        assert records and records[0].levelno == logging.WARNING, caplog.text
+    finally:
+        intruder.close()
+        server.close()
+        transport.close()
+        other.close()
+
+
+def _run(mode: str) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run([sys.executable, str(SCENARIO), mode], env=dict(os.environ), capture_output=True, text=True,
+                         timeout=50, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def test_unconfigured_clients_see_warnings_on_stderr_as_before() -> None:
+    res = _run("unconfigured")
+    assert "tetrarch[client]: rejected connection from peer-1: wrong secret" in res.stderr
+    assert "info line" not in res.stderr + res.stdout
+
+
+def test_an_application_that_configures_logging_gets_the_records_instead() -> None:
+    res = _run("configured")
+    assert "APP tetrarch.router WARNING rejected connection from peer-1" in res.stdout
+    assert "rejected connection" not in res.stderr, "the fallback must stay quiet once logging is configured"
+
+
+def test_tetrarch_can_be_silenced() -> None:
+    res = _run("silenced")
+    assert "rejected connection" not in res.stderr + res.stdout
