@@ -87,7 +87,7 @@ class _SocketConnection(Connection):
     def send(self, frames: Sequence[Buffer]) -> None:
         sizes = [_nbytes(f) for f in frames]
         bufs: list[Buffer] = [struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes)]
-        bufs.extend(f for f, n in zip(frames, sizes) if n)
+        bufs.extend(f for f, n in zip(frames, sizes, strict=True) if n)
         self._write(bufs)
 
     def send_many(self, messages: Sequence[Sequence[Buffer]]) -> None:
@@ -95,7 +95,7 @@ class _SocketConnection(Connection):
         for frames in messages:
             sizes = [_nbytes(f) for f in frames]
             bufs.append(struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes))
-            bufs.extend(f for f, n in zip(frames, sizes) if n)
+            bufs.extend(f for f, n in zip(frames, sizes, strict=True) if n)
         self._write(bufs)
 
     def _write(self, bufs: list[Buffer]) -> None:

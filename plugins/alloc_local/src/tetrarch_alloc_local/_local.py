@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tetrarch.plugins import AllocRequest, Allocation, Allocator, AllocatorError, ExitInfo, spawn_watched
+from tetrarch.plugins import Allocation, Allocator, AllocatorError, AllocRequest, ExitInfo, spawn_watched
 
 if TYPE_CHECKING:
     from tetrarch._runtime._spawn import WatchedProcess
