@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
@@ -85,7 +86,7 @@ class LocalAllocator(Allocator):
                     spawn_watched(
                         request.agent.argv,
                         request.agent.env_for(index),
-                        on_exit=lambda info, index=index: report(index, info),
+                        on_exit=functools.partial(report, index),
                     )
                 )
         except OSError as exc:
