@@ -2,9 +2,13 @@
 #
 #   make venv     build .venv (idempotent; redone when a pyproject.toml changes)
 #   make demo     run examples/quickstart.py
+#   make lint     ruff check and mypy (settings in the root pyproject.toml)
 #   make test     run the whole suite (tests/ and plugins/*/tests) with one pytest command
 #   make bench    run benchmarks/bench_calls.py
 #   make clean    remove build litter (keeps .venv; `make distclean` removes it too)
+#
+# VPY=/path/to/python on the command line (make lint VPY=...) runs lint, test, demo and
+# bench with that interpreter's environment as it is: no .venv is built or updated.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -23,6 +27,8 @@ TORCH := torch==2.13.0
 # installed with --no-deps (their only other requirement is tetrarch itself), so their
 # third-party dependencies are listed here explicitly. numpy: torch warns on import without it.
 THIRD_PARTY := pyzmq pynng pytest pytest-timeout psutil uvloop numpy
+# `make lint`'s tools, pinned: a new release may add findings, so upgrades are deliberate.
+LINT_TOOLS := ruff==0.17.5 mypy==2.4.1
 PLUGINS := transport_zmq transport_nng rdma_verbs rdma_efa alloc_local alloc_slurm
 PLUGIN_PYPROJECTS := $(wildcard $(foreach p,$(PLUGINS),plugins/$(p)/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGIN_PYPROJECTS))
@@ -30,9 +36,17 @@ PYPROJECTS := $(wildcard core/pyproject.toml) $(PLUGIN_PYPROJECTS)
 
 PYTEST_ARGS ?=
 
-.PHONY: venv deps-apt demo test bench clean distclean
+.PHONY: venv deps-apt demo lint test bench clean distclean
 
+# What the run targets need first: the venv, unless VPY names another interpreter.
+ifeq ($(origin VPY),command line)
+RUN_DEPS :=
+venv:
+	@echo "make venv builds $(VENV) with $(PYTHON); VPY= is for running with another environment" >&2; exit 1
+else
+RUN_DEPS := venv
 venv: $(STAMP)
+endif
 
 # Debian packages some backends need (libfabric, slurm, ...); a no-op when all are present.
 deps-apt:
@@ -43,7 +57,7 @@ $(STAMP): $(PYPROJECTS) Makefile | deps-apt
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install "$(TORCH)"
-	$(PIP) install $(THIRD_PARTY)
+	$(PIP) install $(THIRD_PARTY) $(LINT_TOOLS)
 	@# Register all seven local distributions first (no dependencies), then resolve
 	@# core[test]: requirements of core's extras that name plugin distributions are then
 	@# satisfied by these folders, never looked up on an index. Plugins stay --no-deps:
@@ -52,13 +66,21 @@ $(STAMP): $(PYPROJECTS) Makefile | deps-apt
 	$(PIP) install -e "core[test]"
 	touch $@
 
-demo: venv
+demo: $(RUN_DEPS)
 	$(VPY) examples/quickstart.py
 
-test: venv
+# Both tools always run (all findings in one go); the target fails if either found any.
+# Neither takes paths here: ruff's `include` and mypy's `files` in pyproject.toml say what.
+lint: $(RUN_DEPS)
+	@status=0; \
+	echo "$(VPY) -m ruff check"; $(VPY) -m ruff check || status=1; \
+	echo "$(VPY) -m mypy"; $(VPY) -m mypy || status=1; \
+	exit $$status
+
+test: $(RUN_DEPS)
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-bench: venv
+bench: $(RUN_DEPS)
 	$(VPY) benchmarks/bench_calls.py
 
 clean:
@@ -66,6 +88,7 @@ clean:
 	    \( -name __pycache__ -o -name '*.egg-info' -o -name .pytest_cache \) -type d -print0 \
 	    | xargs -0 rm -rf
 	rm -rf build dist core/build core/dist $(foreach p,$(PLUGINS),plugins/$(p)/build plugins/$(p)/dist)
+	rm -rf .mypy_cache .ruff_cache
 
 distclean: clean
 	rm -rf $(VENV)

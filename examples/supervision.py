@@ -72,8 +72,9 @@ class Manager(Actor):
     async def failures(self, at_least: int, timeout: float = 10.0) -> list[str]:
         """The failures ``__supervise__`` saw, once there are ``at_least`` of them."""
         deadline = time.monotonic() + timeout
-        while len(self.seen) < at_least and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)  # a safe point: __supervise__ may run here
+        # Polls on purpose: each await is a safe point where __supervise__ may run.
+        while len(self.seen) < at_least and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
         return list(self.seen)
 
     @endpoint

@@ -78,7 +78,7 @@ def main() -> None:
         assert [item for _, item, _ in sorted(seen, key=lambda r: r[1])] == list(range(n_items))
         assert all(square == item * item for _, item, square in seen)
         assert sum(counts.values()) == n_items
-        print("items per worker:", dict(zip(range(len(workers)), counts.values())))
+        print("items per worker:", dict(zip(range(len(workers)), counts.values(), strict=True)))
         print("queue idle, workers waiting:", queue.waiting_workers.call_one().get(timeout=30))
         print(f"work_queue: processed {n_items} items with {len(workers)} workers")
     finally:

@@ -19,7 +19,7 @@ import hmac
 import secrets
 import threading
 
-__all__ = ["Auth", "AuthError", "MAGIC", "PRE_AUTH_LIMIT", "Role"]
+__all__ = ["MAGIC", "PRE_AUTH_LIMIT", "Auth", "AuthError", "Role"]
 
 MAGIC = b"TETRARCH-AUTH/1"
 PRE_AUTH_LIMIT = 4096

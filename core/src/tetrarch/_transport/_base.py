@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import Protocol, Union
+from typing import Protocol
 
 __all__ = [
     "Buffer",
@@ -33,7 +33,7 @@ __all__ = [
     "TransportError",
 ]
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 
 
 class TransportError(OSError):
@@ -143,5 +143,5 @@ class Transport(abc.ABC):
     def default_address(self, *, spans_hosts: bool) -> str:
         """An address to listen on: loopback/local unless ``spans_hosts``."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: a transport without resources keeps this no-op
         """Release the transport's I/O resources (threads, contexts). Idempotent."""

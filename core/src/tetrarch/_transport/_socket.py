@@ -22,6 +22,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from ._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, Listener, Transport, TransportError
 
@@ -87,7 +88,7 @@ class _SocketConnection(Connection):
     def send(self, frames: Sequence[Buffer]) -> None:
         sizes = [_nbytes(f) for f in frames]
         bufs: list[Buffer] = [struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes)]
-        bufs.extend(f for f, n in zip(frames, sizes) if n)
+        bufs.extend(f for f, n in zip(frames, sizes, strict=True) if n)
         self._write(bufs)
 
     def send_many(self, messages: Sequence[Sequence[Buffer]]) -> None:
@@ -95,7 +96,7 @@ class _SocketConnection(Connection):
         for frames in messages:
             sizes = [_nbytes(f) for f in frames]
             bufs.append(struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes))
-            bufs.extend(f for f, n in zip(frames, sizes) if n)
+            bufs.extend(f for f, n in zip(frames, sizes, strict=True) if n)
         self._write(bufs)
 
     def _write(self, bufs: list[Buffer]) -> None:
@@ -304,7 +305,7 @@ class _IoLoop:
         except (BlockingIOError, OSError):
             pass
 
-    def register(self, obj) -> None:
+    def register(self, obj: _SocketConnection | _SocketListener) -> None:
         def do() -> None:
             if isinstance(obj, _SocketConnection):
                 if obj.closed:
@@ -400,7 +401,7 @@ class SocketTransport(Transport):
         io = self._loop()
         path = None
         if scheme == "tcp":
-            host, _port = sockaddr  # type: ignore[misc]
+            host, _port = cast("tuple[str, int]", sockaddr)
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -463,7 +464,7 @@ def _routable_ip() -> str:
     except OSError:
         infos = []
     for info in infos:
-        ip = info[4][0]
+        ip = str(info[4][0])  # an IPv4 sockaddr: (host, port)
         if not ip.startswith("127."):
             return ip
     return "127.0.0.1"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tetrarch.plugins import AllocRequest, Allocation, Allocator, AllocatorError, ExitInfo, spawn_watched
+from tetrarch.plugins import Allocation, Allocator, AllocatorError, AllocRequest, ExitInfo, spawn_watched
 
 if TYPE_CHECKING:
     from tetrarch._runtime._spawn import WatchedProcess
@@ -85,7 +86,7 @@ class LocalAllocator(Allocator):
                     spawn_watched(
                         request.agent.argv,
                         request.agent.env_for(index),
-                        on_exit=lambda info, index=index: report(index, info),
+                        on_exit=functools.partial(report, index),
                     )
                 )
         except OSError as exc:

@@ -19,7 +19,9 @@ def probe() -> ProbeResult:
     except Exception as exc:  # noqa: BLE001 - reported
         return ProbeResult.no(f"cannot look for libfabric: ctypes.util.find_library('fabric') raised {exc!r}", INSTALL)
     if library is None:
-        return ProbeResult.no("libfabric shared library not found (ctypes.util.find_library('fabric') returned None)", INSTALL)
+        return ProbeResult.no(
+            "libfabric shared library not found (ctypes.util.find_library('fabric') returned None)", INSTALL
+        )
     return not_implemented_yet(f"libfabric ({library})", "efa RDMA backend", ALTERNATIVE)
 
 
