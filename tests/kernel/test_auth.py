@@ -89,7 +89,7 @@ def test_frames_before_the_handshake_are_never_unpickled(server, tmp_path):
 
 
 def test_oversized_pre_auth_message_is_cut_off(server):
-    rt, calls, _ = server
+    rt, _calls, _ = server
     s = _raw_connect(rt.address)
     s.recv(4096)
     s.sendall(struct.pack("!IQ", 1, 1 << 30))  # announces 1 GiB before authenticating

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import tetrarch
+from kernel_actors import Counter
 from tetrarch import (
     ArgumentError,
     EndpointNotFoundError,
@@ -17,8 +18,6 @@ from tetrarch import (
     TetrarchError,
     this_host,
 )
-
-from kernel_actors import Counter
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 EXPORTED = sorted(n for n in tetrarch.__all__ if isinstance(getattr(tetrarch, n), type)

@@ -22,9 +22,8 @@ def test_a_rejected_connection_is_a_warning_of_tetrarch_router(caplog: pytest.Lo
     server = Router(transport, b"s" * 32, name="server")
     intruder = Router(other, b"x" * 32, name="intruder")
     try:
-        with caplog.at_level(logging.WARNING, logger="tetrarch"):
-            with pytest.raises(PeerUnreachable):
-                intruder.send(server.address, [b"never delivered"])
+        with caplog.at_level(logging.WARNING, logger="tetrarch"), pytest.raises(PeerUnreachable):
+            intruder.send(server.address, [b"never delivered"])
         records = [r for r in caplog.records if r.name == "tetrarch.router" and "rejected connection" in r.message]
         assert records and records[0].levelno == logging.WARNING, caplog.text
     finally:

@@ -50,7 +50,7 @@ class Channel(Generic[R]):
         return Port(rt.address, receiver._port, 0, once), receiver
 
 
-def send(endpoint: Endpoint[R], args: tuple = (), kwargs: dict[str, Any] | None = None,
+def send(endpoint: Endpoint[..., R], args: tuple = (), kwargs: dict[str, Any] | None = None,
          port: Port[R] | None = None, selection: str = "all") -> None:
     """Call ``endpoint`` and direct every reply to ``port`` (one message per actor).
 
@@ -64,7 +64,8 @@ def send(endpoint: Endpoint[R], args: tuple = (), kwargs: dict[str, Any] | None 
         ValueError: ``selection`` is neither ``"all"`` nor ``"choose"``.
     """
     if not isinstance(endpoint, Endpoint):
-        raise ArgumentTypeError(f"send() needs an @endpoint of an actor mesh (mesh.method), got {type(endpoint).__qualname__}")
+        raise ArgumentTypeError(f"send() needs an @endpoint of an actor mesh (mesh.method), "
+                                f"got {type(endpoint).__qualname__}")
     if port is not None and not isinstance(port, Port):
         raise ArgumentTypeError(f"send() port must be a Port from Channel.open(), got {type(port).__qualname__}")
     if not isinstance(args, tuple):
@@ -85,7 +86,7 @@ class Accumulator(Generic[R, A]):
     in the thread that reads the future.
     """
 
-    def __init__(self, endpoint: Endpoint[R], identity: A, combine: Callable[[A, R], A]) -> None:
+    def __init__(self, endpoint: Endpoint[..., R], identity: A, combine: Callable[[A, R], A]) -> None:
         """Raises:
             TypeError: ``endpoint`` is not an ``@endpoint`` of a mesh, or ``combine`` is
                 not callable.
@@ -119,7 +120,10 @@ class Accumulator(Generic[R, A]):
                 acc = combine(acc, f.get())
             return acc
 
-        _when_all(futures, lambda: out._set_lazy(fold))
+        def finish() -> None:
+            out._set_lazy(fold)
+
+        _when_all(futures, finish)
         return out
 
 

@@ -128,7 +128,7 @@ def current_rank() -> Point:
 def current_size() -> dict[str, int]:
     """Sizes of the mesh the current message was sent to, by dimension."""
     info = _current.get()
-    return dict(zip(info.labels, info.sizes)) if info is not None else {}
+    return dict(zip(info.labels, info.sizes, strict=True)) if info is not None else {}
 
 
 def current_actor_name() -> str:

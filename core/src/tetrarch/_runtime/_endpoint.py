@@ -81,6 +81,8 @@ class Endpoint(Generic[P, R]):
         targets, by_addr = mesh._targets(shape)
         what = f"{mesh._name}.{self._name}"
         labels, sizes = shape.labels, shape.sizes
+        raddr: str | None
+        rport: int | None
         coll = Collector(rt, len(targets), shape, what, single, stream) if reply and reply_to is None else None
         if coll is not None:
             raddr, rport = rt.address, coll.port

@@ -33,7 +33,7 @@ class Future(Generic[R]):
 
     def __init__(self, _token: object = None) -> None:
         if _token is not _TOKEN:
-            raise ArgumentTypeError("Future cannot be constructed directly; it is returned by endpoint calls and meshes")
+            raise ArgumentTypeError("Future cannot be constructed directly; endpoint calls and meshes return it")
         self._latch = _thread.allocate_lock()
         self._latch.acquire()
         self._state = _PENDING

@@ -106,7 +106,7 @@ class ActorMesh(MeshTrait):
 
     # -- endpoints ------------------------------------------------------------
     def __getattr__(self, name: str) -> Endpoint[..., Any]:
-        if name.startswith("__") or name.startswith("_"):
+        if name.startswith("_"):
             raise AttributeError(name)
         if name in self._endpoints:
             return Endpoint(self, name)

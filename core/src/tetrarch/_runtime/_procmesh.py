@@ -159,7 +159,7 @@ class HostMesh(MeshTrait):
                     "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lp.rank),
                     "LOCAL_WORLD_SIZE": str(per), "GROUP_RANK": str(h), "TETRARCH_PROC_MESH": mesh_name,
                 }
-                for label, size in zip(extent.labels, extent.sizes):
+                for label, size in zip(extent.labels, extent.sizes, strict=True):
                     env[f"TETRARCH_RANK_{label.upper()}"] = str(point[label])
                     env[f"TETRARCH_SIZE_{label.upper()}"] = str(size)
                 gpu = lp["gpus"] if "gpus" in local.labels else None

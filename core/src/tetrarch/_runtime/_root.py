@@ -25,8 +25,8 @@ from ._procagent import ProcAgent
 from ._router import Router, install_router
 from ._supervision import Supervisor, install_exit_path
 
-__all__ = ["ENV_SECRET", "ENV_SPANS_HOSTS", "ENV_TRANSPORT", "Root", "adopt_client_sys_path", "child_env", "get_root", "install_root",
-           "on_client_exit", "root_if_any"]
+__all__ = ["ENV_SECRET", "ENV_SPANS_HOSTS", "ENV_TRANSPORT", "Root", "adopt_client_sys_path", "child_env",
+           "get_root", "install_root", "on_client_exit", "root_if_any"]
 
 ENV_SECRET = "TETRARCH_SECRET"
 ENV_TRANSPORT = "TETRARCH_TRANSPORT"

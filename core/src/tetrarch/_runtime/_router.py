@@ -64,7 +64,7 @@ class _Outbox:
         self.conn: Connection | None = None
 
 
-class PeerUnreachable(ConnectionError):
+class PeerUnreachable(TransportError, ConnectionError):
     """A peer could not be dialed or authenticated."""
 
 
@@ -208,6 +208,7 @@ class Router:
                 boxes, self._flush_queue = self._flush_queue, []
                 batches = []
                 for box in boxes:
+                    assert box.conn is not None  # set with the first queued message
                     batches.append((box, box.conn, box.queue))
                     box.queue = []
                     box.busy = True
@@ -260,7 +261,8 @@ class Router:
                 self._dialing.auth = None
             if not auth.event.wait(CONNECT_TIMEOUT()) or not auth.done:
                 conn.close()
-                raise PeerUnreachable(f"{address} did not complete the authentication handshake ({auth.error or 'timeout'})")
+                why = auth.error or "timeout"
+                raise PeerUnreachable(f"{address} did not complete the authentication handshake ({why})")
             auth.peer_address = address
             with self._lock:
                 existing = self._routes.get(address)

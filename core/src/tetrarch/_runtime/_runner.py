@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from .._config import CLEANUP_TIMEOUT, STOP_TIMEOUT
 from .._log import get_logger
 from . import _serial, _wire
-from ._actor import endpoints_of
+from ._actor import Actor, endpoints_of
 from ._context import Instance, _current, _MessageInfo
 from ._future import Future
 from ._outcome import error_record
@@ -91,7 +91,7 @@ class _Once:
 class ActorRunner:
     """Runs one actor object. Created by the proc agent on a ``spawn`` request."""
 
-    def __init__(self, runtime: Router, key: str, instance: Instance, cls: type, args: tuple,
+    def __init__(self, runtime: Router, key: str, instance: Instance, cls: type[Actor], args: tuple,
                  kwargs: dict, on_init: Callable[[BaseException | None], None],
                  owner_address: str | None = None) -> None:
         self.runtime = runtime
@@ -202,9 +202,7 @@ class ActorRunner:
         token = _current.set(self._info)
         hidden = _set_running_loop(None)
         try:
-            obj = self.cls.__new__(self.cls)
-            obj.__init__(*args, **kwargs)
-            self.obj = obj
+            self.obj = self.cls(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - reported to the spawner and the owner
             on_init(exc)
             self.fail(f"__init__ raised {type(exc).__name__}: {exc}")

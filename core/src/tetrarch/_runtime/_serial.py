@@ -14,7 +14,7 @@ import ctypes
 import io
 import pickle
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -42,7 +42,7 @@ def _rebuild_tensor(buf: Any, dtype: str, shape: tuple[int, ...]) -> Any:
 def _tensor_bytes(t: Any) -> memoryview:
     """A zero-copy byte view of a contiguous CPU tensor that keeps the tensor alive."""
     arr = (ctypes.c_char * t.nbytes).from_address(t.data_ptr())
-    arr._tetrarch_owner = t  # type: ignore[attr-defined]
+    arr._tetrarch_owner = t  # keeps the tensor alive as long as the view
     return memoryview(arr).cast("B")
 
 
@@ -77,7 +77,7 @@ class _CloudPickler(cloudpickle.CloudPickler):
         return super().reducer_override(obj)
 
 
-def _buffer_callback(out: list, inline_small: bool = True):
+def _buffer_callback(out: list, inline_small: bool = True) -> Callable[[pickle.PickleBuffer], bool]:
     def cb(buf: pickle.PickleBuffer) -> bool:
         if inline_small and buf.raw().nbytes < _OOB_MIN:
             return True  # serialize in band
@@ -131,11 +131,11 @@ def dumps_checked(obj: Any, what: str, parts: Sequence[tuple[str, Any]] = ()) ->
     """
     try:
         return dumps(obj)
-    except Exception as exc:  # noqa: BLE001 - any pickling failure becomes one clear error
+    except Exception as exc:
         for desc, value in parts:
             try:
                 dumps(value)
-            except Exception as inner:  # noqa: BLE001
+            except Exception as inner:
                 raise ArgumentTypeError(
                     f"{what}: {desc} of type {type(value).__qualname__} cannot be pickled "
                     f"({type(inner).__name__}: {inner}); pass picklable values (or an RDMABuffer / "

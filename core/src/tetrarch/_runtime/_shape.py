@@ -30,7 +30,7 @@ class Extent:
             raise ArgumentError(f"extent needs one size per label, got labels={list(labels)} sizes={list(sizes)}")
         if len(set(labels)) != len(labels):
             raise ArgumentError(f"extent labels must be distinct, got {list(labels)}")
-        for label, size in zip(labels, sizes):
+        for label, size in zip(labels, sizes, strict=True):
             if not isinstance(label, str) or not label.isidentifier():
                 raise ArgumentError(f"extent label {label!r} must be an identifier string")
             if not isinstance(size, int) or size < 1:
@@ -62,7 +62,7 @@ class Extent:
             raise MeshKeyError(label) from None
 
     def to_dict(self) -> dict[str, int]:
-        return dict(zip(self.labels, self.sizes))
+        return dict(zip(self.labels, self.sizes, strict=True))
 
     def point(self, rank: int) -> Point:
         return Point(rank, self)
@@ -78,7 +78,7 @@ class Extent:
         return hash((self.labels, self.sizes))
 
     def __repr__(self) -> str:
-        return "{" + ", ".join(f"'{k}': {v}" for k, v in zip(self.labels, self.sizes)) + "}"
+        return "{" + ", ".join(f"'{k}': {v}" for k, v in zip(self.labels, self.sizes, strict=True)) + "}"
 
     def __reduce__(self):
         return (Extent, (self.labels, self.sizes))
@@ -114,7 +114,7 @@ class Point(Mapping[str, int]):
 
     def __str__(self) -> str:
         return "{" + ", ".join(
-            f"'{k}': {c}/{s}" for k, c, s in zip(self.extent.labels, self._coords, self.extent.sizes)
+            f"'{k}': {c}/{s}" for k, c, s in zip(self.extent.labels, self._coords, self.extent.sizes, strict=True)
         ) + "}"
 
     def __repr__(self) -> str:
@@ -159,7 +159,7 @@ class Shape:
     @property
     def max_rank(self) -> int:
         """The largest underlying rank this view addresses (strides are positive)."""
-        return self.offset + sum((size - 1) * st for size, st in zip(self.extent.sizes, self.strides))
+        return self.offset + sum((size - 1) * st for size, st in zip(self.extent.sizes, self.strides, strict=True))
 
     def is_dense(self) -> bool:
         """True when the view is exactly ranks ``0 .. len-1`` in row-major order."""
@@ -180,12 +180,12 @@ class Shape:
         """Underlying ranks of every point, in row-major order."""
         out = []
         for idx in itertools.product(*(range(s) for s in self.extent.sizes)):
-            out.append(self.offset + sum(i * st for i, st in zip(idx, self.strides)))
+            out.append(self.offset + sum(i * st for i, st in zip(idx, self.strides, strict=True)))
         return out
 
     def rank_of(self, point_rank: int) -> int:
         p = Point(point_rank, self.extent)
-        return self.offset + sum(c * st for c, st in zip(p._coords, self.strides))
+        return self.offset + sum(c * st for c, st in zip(p._coords, self.strides, strict=True))
 
     def slice(self, **kw: int | slice) -> Shape:
         """Select (int: drop the dimension) or restrict (slice: keep it) dimensions.
@@ -257,7 +257,8 @@ class Shape:
                 splits[key] = tuple(value)
             elif isinstance(value, bool) or not isinstance(value, int):
                 if isinstance(value, Sequence) and not isinstance(value, str):
-                    raise ArgumentTypeError(f"mesh has no dimension {key!r} to split; its dimensions are {list(labels)}")
+                    raise ArgumentTypeError(f"mesh has no dimension {key!r} to split; its dimensions are "
+                                            f"{list(labels)}")
                 raise ArgumentTypeError(f"split: size of new label {key!r} must be an int, got {type(value).__name__}")
             elif value < 1:
                 raise ArgumentError(f"split: size of {key!r} must be positive, got {value}")
@@ -278,7 +279,7 @@ class Shape:
         out_labels: list[str] = []
         out_sizes: list[int] = []
         out_strides: list[int] = []
-        for label, size, stride in zip(labels, self.extent.sizes, self.strides):
+        for label, size, stride in zip(labels, self.extent.sizes, self.strides, strict=True):
             parts = splits.get(label)
             if parts is None:
                 out_labels.append(label)
@@ -350,8 +351,8 @@ class Shape:
         """
         if not isinstance(name, str):
             raise ArgumentTypeError(f"flatten takes a string label, got {type(name).__name__}")
-        dims = [(sz, st) for sz, st in zip(self.extent.sizes, self.strides) if sz > 1]
-        for (_, st), (nsz, nst) in zip(dims, dims[1:]):
+        dims = [(sz, st) for sz, st in zip(self.extent.sizes, self.strides, strict=True) if sz > 1]
+        for (_, st), (nsz, nst) in itertools.pairwise(dims):
             if st != nst * nsz:
                 raise ArgumentError(
                     f"cannot flatten sparse mesh {self.extent!r} with strides {list(self.strides)}: "

@@ -92,9 +92,10 @@ class ValueMesh(MeshTrait, Generic[R]):
         if set(coords) != set(labels):
             missing = [lab for lab in labels if lab not in coords]
             extra = [lab for lab in coords if lab not in labels]
-            raise MeshKeyError(f"item() needs exactly the coordinates {list(labels)}; missing {missing}, unknown {extra}")
+            raise MeshKeyError(f"item() needs exactly the coordinates {list(labels)}; missing {missing}, "
+                               f"unknown {extra}")
         rank = 0
-        for lab, size in zip(labels, self._shape.sizes):
+        for lab, size in zip(labels, self._shape.sizes, strict=True):
             c = coords[lab]
             if not 0 <= c < size:
                 raise MeshIndexError(f"{lab}={c} out of range: dimension {lab!r} has size {size}")

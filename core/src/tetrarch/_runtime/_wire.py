@@ -16,11 +16,34 @@ import pickle
 from typing import Any, NamedTuple
 
 __all__ = [
-    "CALL", "DEAD", "ERR", "OK", "PORT", "SYS",
-    "CallHeader", "ErrorRecord", "FailureRecord", "Header", "KillProcs", "PortHeader", "ProcExit", "ProcReady",
-    "ProcSpec", "SpawnMeta", "SpawnProcs", "SysHeader", "call_header", "decode", "encode", "port_header",
+    "CALL",
+    "DEAD",
+    "ERR",
+    "OK",
+    "PORT",
+    "SVC_HOST",
+    "SVC_LAUNCH",
+    "SVC_PORT",
+    "SVC_PROC",
+    "SVC_SUPERVISE",
+    "SYS",
+    "CallHeader",
+    "ErrorRecord",
+    "FailureRecord",
+    "Header",
+    "KillProcs",
+    "PortHeader",
+    "ProcExit",
+    "ProcReady",
+    "ProcSpec",
+    "SpawnMeta",
+    "SpawnProcs",
+    "SysHeader",
+    "call_header",
+    "decode",
+    "encode",
+    "port_header",
     "sys_header",
-    "SVC_HOST", "SVC_LAUNCH", "SVC_PORT", "SVC_PROC", "SVC_SUPERVISE",
 ]
 
 # -- message kinds (first field of every header) ---------------------------------
@@ -101,7 +124,8 @@ def decode(data: Any) -> Header:
         TypeError: wrong number of fields for the kind.
     """
     fields = pickle.loads(data)
-    return _BY_KIND[fields[0]]._make(fields)  # type: ignore[no-any-return]
+    header: Header = _BY_KIND[fields[0]]._make(fields)
+    return header
 
 
 def call_header(actor: str, method: str, reply_addr: str | None, reply_port: int | None, rank: int,

@@ -19,6 +19,8 @@ import hmac
 import secrets
 import threading
 
+from .._errors import TetrarchError
+
 __all__ = ["MAGIC", "PRE_AUTH_LIMIT", "Auth", "AuthError", "Role"]
 
 MAGIC = b"TETRARCH-AUTH/1"
@@ -26,7 +28,7 @@ PRE_AUTH_LIMIT = 4096
 _NONCE = 32
 
 
-class AuthError(ConnectionError):
+class AuthError(TetrarchError, ConnectionError):
     """The peer failed the handshake (wrong secret, garbage, or out of order)."""
 
 

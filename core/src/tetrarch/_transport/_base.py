@@ -23,6 +23,8 @@ import abc
 from collections.abc import Sequence
 from typing import Protocol
 
+from .._errors import TetrarchError
+
 __all__ = [
     "Buffer",
     "Connection",
@@ -36,7 +38,7 @@ __all__ = [
 Buffer = bytes | bytearray | memoryview
 
 
-class TransportError(OSError):
+class TransportError(TetrarchError, OSError):
     """A transport could not listen, connect or send."""
 
 

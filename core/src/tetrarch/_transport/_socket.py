@@ -24,9 +24,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import cast
 
+from .._log import get_logger
 from ._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, Listener, Transport, TransportError
 
 __all__ = ["IpcTransport", "SocketTransport", "TcpTransport", "parse_address"]
+
+_log = get_logger("transport")
 
 _COUNT = struct.Struct("!I")
 _MAX_FRAMES = 1 << 16
@@ -363,7 +366,7 @@ class _IoLoop:
                     obj._on_readable()
                 except Exception as exc:  # noqa: BLE001 - a handler bug closes one connection only
                     if isinstance(obj, _SocketConnection):
-                        print(f"tetrarch: closing {obj.peer} after a handler error: {exc!r}", file=sys.stderr)
+                        _log.error("closing %s after a handler error: %r", obj.peer, exc)
                         self.drop(obj, exc)
             while self._calls:
                 self._calls.popleft()()
