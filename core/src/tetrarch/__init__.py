@@ -44,6 +44,8 @@ _EXPORTS = {
     "ActorError": "tetrarch._errors",
     "SupervisionError": "tetrarch._errors",
     "ProcessStartError": "tetrarch._errors",
+    "configure": "tetrarch._config",
+    "configured": "tetrarch._config",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -53,6 +55,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._config import configure, configured
     from ._errors import ActorError, ProcessStartError, SupervisionError
     from ._runtime._actor import Actor, concurrent_endpoint, endpoint
     from ._runtime._supervision import MeshFailure, unhandled_fault_hook
