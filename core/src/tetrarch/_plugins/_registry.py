@@ -11,7 +11,7 @@ import importlib
 import threading
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 
@@ -24,6 +24,10 @@ from ._known import KNOWN_BACKENDS, known_backend, known_for_distribution, norma
 from ._loader import DISABLED_REASON, PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
 from ._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
 
+if TYPE_CHECKING:  # pragma: no cover - the runtime is never imported with the plugin layer
+    from .._runtime._alloc import Allocator
+    from .._transport._base import Transport
+
 __all__ = [
     "DISABLE_ENV",
     "ENV_BY_KIND",
@@ -31,7 +35,9 @@ __all__ = [
     "SETTING_BY_KIND",
     "STRICT_ENV",
     "Registry",
+    "get_allocator",
     "get_registry",
+    "get_transport",
     "reset_registry",
     "split_address",
 ]
@@ -414,6 +420,49 @@ class Registry:
                 self._instances[key] = instance
         return instance
 
+    def get_transport(self, name: str | None = None) -> Transport:
+        """The transport to use: :meth:`create` for :attr:`BackendKind.TRANSPORT`, typed.
+
+        ``name`` chooses it; without one, the ``transport`` setting, then priority decide
+        (see :meth:`select`). One instance per process and backend.
+
+        Raises:
+            BackendNotFound: no transport of that name (lists the installed ones and the
+                ``pip install "tetrarch[X]"`` hint of a first-party one).
+            BackendUnavailable: as :meth:`create`.
+            TypeError: the backend's factory built something that is no ``Transport``.
+            Exception: whatever the factory raises (e.g. NotImplementedError).
+        """
+        from .._transport._base import Transport
+
+        return cast("Transport", self._typed(BackendKind.TRANSPORT, name, Transport))
+
+    def get_allocator(self, name: str | None = None) -> Allocator:
+        """The allocator to use: :meth:`create` for :attr:`BackendKind.ALLOCATOR`, typed.
+
+        ``name`` chooses it; without one, the ``allocator`` setting, then priority decide.
+        RDMA backends have no interface yet, so they have no typed accessor: use
+        :meth:`create` with :attr:`BackendKind.RDMA`.
+
+        Raises:
+            BackendNotFound, BackendUnavailable, TypeError, Exception: as
+                :meth:`get_transport`, for an allocator.
+        """
+        from .._runtime._alloc import Allocator
+
+        return cast("Allocator", self._typed(BackendKind.ALLOCATOR, name, Allocator))
+
+    def _typed(self, kind: BackendKind, name: str | None, interface: type) -> object:
+        instance = self.create(kind, name)
+        if not isinstance(instance, interface):
+            with self._lock:
+                backend = next((n for (k, n), obj in self._instances.items() if obj is instance), name)
+            raise TypeError(
+                f"{kind.value} backend {backend!r} built a {type(instance).__module__}.{type(instance).__qualname__}, "
+                f"which is no tetrarch.plugins.{interface.__name__}; a bug in its plugin"
+            )
+        return instance
+
     def _import_factory(self, spec: BackendSpec) -> Any:
         row = next((r for r in self.statuses(spec.kind) if r.spec is spec), None)
         origin = f"{row.distribution} {row.version}" if row else "unknown distribution"
@@ -471,6 +520,29 @@ def get_registry() -> Registry:
                 _registry = Registry()
             registry = _registry
     return registry
+
+
+def get_transport(name: str | None = None) -> Transport:
+    """The process-wide registry's transport: :meth:`Registry.get_transport`.
+
+    Raises:
+        PluginLoadError: as :func:`get_registry`.
+        BackendNotFound, BackendUnavailable, TypeError, Exception: as :meth:`Registry.get_transport`.
+    """
+    return get_registry().get_transport(name)
+
+
+def get_allocator(name: str | None = None) -> Allocator:
+    """The process-wide registry's allocator: :meth:`Registry.get_allocator`.
+
+    There is no ``get_rdma_backend``: RDMA backends have no interface yet; use
+    ``get_registry().create(BackendKind.RDMA, name)``.
+
+    Raises:
+        PluginLoadError: as :func:`get_registry`.
+        BackendNotFound, BackendUnavailable, TypeError, Exception: as :meth:`Registry.get_allocator`.
+    """
+    return get_registry().get_allocator(name)
 
 
 def reset_registry(*, close: bool = False) -> None:
