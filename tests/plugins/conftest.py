@@ -11,17 +11,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tetrarch._config import SETTINGS, configure
 from tetrarch._plugins import PluginSource, Registry, reset_registry
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 
-_ENV = (
-    "TETRARCH_TRANSPORT",
-    "TETRARCH_RDMA_BACKEND",
-    "TETRARCH_ALLOCATOR",
-    "TETRARCH_DISABLE_PLUGINS",
-    "TETRARCH_PLUGINS_STRICT",
-    "TETRARCH_RDMA_FALLBACK",
-)
+#: The plugin layer's settings (tetrarch._config).
+_KEYS = ("transport", "rdma_backend", "allocator", "disable_plugins", "plugins_strict", "rdma_fallback")
 _HOOK_BY_KIND = {
     BackendKind.TRANSPORT: "tetrarch_transports",
     BackendKind.RDMA: "tetrarch_rdma_backends",
@@ -31,11 +26,14 @@ _HOOK_BY_KIND = {
 
 @pytest.fixture(autouse=True)
 def clean_plugin_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No plugin switches from the outer environment; a fresh process registry."""
-    for name in _ENV:
-        monkeypatch.delenv(name, raising=False)
+    """No plugin switches from the outer environment or from code; a fresh process registry."""
+    for key in _KEYS:
+        monkeypatch.delenv(SETTINGS[key].env, raising=False)
+    unset = dict.fromkeys(_KEYS)
+    configure(**unset)
     reset_registry()
     yield
+    configure(**unset)
     reset_registry()
 
 

@@ -58,6 +58,8 @@ _EXPORTS = {
     "SupervisionError": "tetrarch._errors",
     "TetrarchError": "tetrarch._errors",
     "UsageError": "tetrarch._errors",
+    "configure": "tetrarch._config",
+    "configured": "tetrarch._config",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -67,6 +69,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._config import configure, configured
     from ._errors import (
         ActorError,
         AllocatorError,

@@ -1,6 +1,7 @@
-"""The ``tetrarch`` command line: ``tetrarch plugins [--json] [--verbose]``.
+"""The ``tetrarch`` command line: ``tetrarch plugins [--json] [--verbose]``, ``tetrarch config [--json]``.
 
-``--json`` rows carry the keys of :data:`COLUMNS` plus ``traceback`` (broken only).
+``plugins --json`` rows carry the keys of :data:`COLUMNS` plus ``traceback`` (broken
+only); ``config --json`` rows the keys of :data:`CONFIG_KEYS`.
 
 Listing plugins imports only their featherweight plugin modules and runs their
 probes; it never imports pyzmq, pynng, pyverbs or torch's runtime pieces and never
@@ -11,18 +12,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+from ._config import SETTINGS, Setting, display
 from ._plugins._errors import PluginLoadError
 from ._plugins._known import known_for_distribution
 from ._plugins._loader import PluginState
 from ._plugins._registry import Registry, get_registry
 from ._plugins._specs import Status
 
-__all__ = ["main", "plugin_rows"]
+__all__ = ["CONFIG_KEYS", "COLUMNS", "config_rows", "main", "plugin_rows"]
 
 COLUMNS = ("distribution", "version", "kind", "backend", "status", "reason", "hint")
+#: The keys of a ``tetrarch config --json`` row. ``value``, ``default``: JSON values (a list
+#: for a list of names, null for "chosen automatically"); ``error``: why the environment
+#: variable's text is no valid value (then ``value`` is that text), else empty.
+CONFIG_KEYS = ("key", "env", "value", "source", "doc", "type", "default", "propagate", "error")
 
 
 def plugin_rows(registry: Registry) -> list[dict[str, str]]:
@@ -61,6 +69,18 @@ def plugin_rows(registry: Registry) -> list[dict[str, str]]:
     return rows
 
 
+def _align(header: Sequence[str], body: Sequence[Sequence[str]], after: Sequence[Sequence[str]] = ()) -> str:
+    """Columns padded to their widest cell (the last one runs free); ``after[i]``: lines under body row i."""
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header) - 1)]
+    lines = []
+    for n, line in enumerate([header, *body]):
+        cells = [cell.ljust(w) for cell, w in zip(line, widths)]
+        lines.append("  ".join([*cells, line[-1]]).rstrip())
+        if 0 < n <= len(after):
+            lines.extend(after[n - 1])
+    return "\n".join(lines)
+
+
 def _table(rows: list[dict[str, str]], verbose: bool) -> str:
     header = ["DISTRIBUTION", "VERSION", "KIND", "BACKEND", "STATUS", "REASON / HINT"]
     body = [
@@ -68,14 +88,8 @@ def _table(rows: list[dict[str, str]], verbose: bool) -> str:
          "; ".join(x for x in (r["reason"], r["hint"]) if x)]
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header) - 1)]
-    lines = []
-    for line, row in zip([header, *body], [None, *rows]):
-        cells = [cell.ljust(w) for cell, w in zip(line, widths)]
-        lines.append("  ".join([*cells, line[-1]]).rstrip())
-        if verbose and row is not None and row["traceback"]:
-            lines.extend("    " + tb for tb in row["traceback"].rstrip().splitlines())
-    return "\n".join(lines)
+    after = [["    " + tb for tb in r["traceback"].rstrip().splitlines()] if verbose else [] for r in rows]
+    return _align(header, body, after)
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
@@ -86,12 +100,58 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         if args.verbose and exc.traceback:
             print(exc.traceback, file=sys.stderr)
         return 1
+    except ValueError as exc:  # a plugin setting's environment variable holds no valid value
+        print(f"tetrarch: {exc}", file=sys.stderr)
+        return 1
     rows = plugin_rows(registry)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(_table(rows, args.verbose))
     return 0
+
+
+def _json_value(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _settings_now() -> list[tuple[Setting[Any], object, str, str]]:
+    """``(setting, value, source, error)`` per setting; an invalid variable gives its text and the error."""
+    entries: list[tuple[Setting[Any], object, str, str]] = []
+    for s in SETTINGS.values():
+        try:
+            value, where = s.lookup()
+            entries.append((s, value, where, ""))
+        except ValueError as exc:
+            entries.append((s, os.environ.get(s.env, ""), "environment", str(exc)))
+    return entries
+
+
+def config_rows() -> list[dict[str, Any]]:
+    """The rows of ``tetrarch config --json``: one per setting, its current value and where it came from.
+
+    Never raises: an environment variable whose text is no valid value gives a row
+    whose ``error`` says so.
+    """
+    return [
+        {"key": s.key, "env": s.env, "value": _json_value(value), "source": where, "doc": s.doc,
+         "type": s.expected, "default": _json_value(s.default), "propagate": s.propagate, "error": error}
+        for s, value, where, error in _settings_now()
+    ]
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    entries = _settings_now()
+    if args.json:
+        print(json.dumps(config_rows(), indent=2))
+    else:
+        body = [[s.key, s.env, f"{value} (invalid)" if error else display(s, value), where, s.doc]
+                for s, value, where, error in entries]
+        print(_align(["KEY", "VARIABLE", "VALUE", "SOURCE", "MEANING"], body))
+    errors = [error for _, _, _, error in entries if error]
+    for error in errors:
+        print(f"tetrarch: {error}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -104,6 +164,9 @@ def _parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="print a JSON list of rows")
     plugins.add_argument("-v", "--verbose", action="store_true", help="show full tracebacks of broken plugins")
     plugins.set_defaults(func=_cmd_plugins)
+    config = sub.add_parser("config", help="list settings, their current values and where each came from")
+    config.add_argument("--json", action="store_true", help="print a JSON list of rows")
+    config.set_defaults(func=_cmd_config)
     return parser
 
 
@@ -114,4 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    return int(args.func(args))
+    try:
+        status = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``tetrarch plugins --json | head -1``): no traceback, and
+        # no second one when Python flushes stdout at exit (the recipe of Python's signal docs).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+    return status

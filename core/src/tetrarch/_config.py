@@ -1,76 +1,502 @@
-"""Timeouts and switches, each overridable by an environment variable."""
+"""tetrarch's settings, each declared once as a :class:`Setting`.
+
+A setting's value comes from, in this order: a value set from code
+(:func:`configure`, :func:`configured`), its ``TETRARCH_*`` environment variable, its
+default. Values are read at call time (``STOP_TIMEOUT()``), so a test's
+``monkeypatch.setenv`` or a later :func:`configure` is seen at once.
+
+:func:`config_env` renders the settings that reach procs spawned afterwards; the
+runtime passes it to every proc it starts. The ``TETRARCH_*`` variables the kernel
+itself sets for the processes it starts are no settings; they are declared here too
+(:data:`LAUNCH_VARS`) so that every ``TETRARCH_*`` name lives in this module.
+
+``python -m tetrarch._config --markdown`` prints the tables of ``docs/configuration.md``;
+``--update docs/configuration.md`` rewrites them there.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Generic, Literal, TypeVar
 
-__all__ = ["env_float", "HOST_START_TIMEOUT", "PROC_START_TIMEOUT", "STOP_TIMEOUT", "CONNECT_TIMEOUT",
-           "CLEANUP_TIMEOUT", "HEARTBEAT_INTERVAL", "ORPHAN_TIMEOUT", "CONFIG_VARS", "config_env"]
+__all__ = [
+    "ALLOCATOR",
+    "CLEANUP_TIMEOUT",
+    "CONFIG_VARS",
+    "CONNECT_TIMEOUT",
+    "DISABLE_PLUGINS",
+    "ENV_ALLOC_ID",
+    "ENV_CLIENT_ADDR",
+    "ENV_HOST_AGENT_ADDR",
+    "ENV_HOST_INDEX",
+    "ENV_OWNER_ADDR",
+    "ENV_PROC_ID",
+    "ENV_PROC_MESH",
+    "ENV_RANK_DIM",
+    "ENV_SECRET",
+    "ENV_SIZE_DIM",
+    "ENV_SYS_PATH",
+    "HEARTBEAT_INTERVAL",
+    "HOST_START_TIMEOUT",
+    "LAUNCH_VARS",
+    "ORPHAN_TIMEOUT",
+    "PLUGINS_STRICT",
+    "PROC_START_TIMEOUT",
+    "RDMA_BACKEND",
+    "RDMA_FALLBACK",
+    "SETTINGS",
+    "STOP_TIMEOUT",
+    "TEST_SLOWDOWN",
+    "TRANSPORT",
+    "LaunchVar",
+    "Setting",
+    "Source",
+    "config_env",
+    "configure",
+    "configured",
+    "display",
+    "env_float",
+    "markdown_tables",
+    "source",
+    "update_markdown",
+]
 
-#: The variables below; a spawner passes its values to the procs it starts, so a
-#: setting made in the client (even after its host agents started) applies to them.
-CONFIG_VARS = ("TETRARCH_HOST_START_TIMEOUT", "TETRARCH_PROC_START_TIMEOUT", "TETRARCH_STOP_TIMEOUT",
-               "TETRARCH_CONNECT_TIMEOUT", "TETRARCH_CLEANUP_TIMEOUT", "TETRARCH_HEARTBEAT_INTERVAL",
-               "TETRARCH_ORPHAN_TIMEOUT")
+T = TypeVar("T")
+
+#: Where a setting's current value came from.
+Source = Literal["code", "environment", "default"]
+
+_FALSE = frozenset({"0", "false", "no", "off"})
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_UNSET: Any = object()
+
+# ------------------------------------------------------------------ value types
+# A setting's ``type`` is one of these; ``tuple`` holds a list of names (``a,b``).
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(text)
+
+
+def _parse_names(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+_PARSERS: Mapping[type, Any] = {float: float, int: int, bool: _parse_bool, str: str, tuple: _parse_names}
+_ACCEPTED: Mapping[type, tuple[type, ...]] = {float: (int, float), int: (int,), bool: (bool,), str: (str,)}
+_TYPE_WORDS: Mapping[type, str] = {
+    float: "a number", int: "an integer", bool: "a boolean (1/0, true/false, yes/no, on/off)",
+    str: "a name", tuple: "comma-separated names",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Setting(Generic[T]):
+    """One user setting: its name in code and in the environment, type, default and meaning.
+
+    Call it for the current value: set from code > environment variable > default. An
+    environment variable that is empty or blank counts as unset.
+
+    Raises:
+        ValueError: (on construction) an inconsistent declaration: ``env`` is not
+            ``TETRARCH_<KEY>``, an unsupported ``type``, or a default of another type.
+    """
+
+    key: str  #: python identifier, the keyword of :func:`configure`
+    env: str  #: the environment variable, ``TETRARCH_<KEY>``
+    type: type  #: float, int, bool, str, or tuple (a list of names)
+    default: T  #: value when neither code nor the environment set one (``None``: chosen automatically)
+    doc: str  #: one line of meaning
+    propagate: bool = True  #: whether :func:`config_env` passes it to procs spawned afterwards
+    unit: str = ""  #: e.g. ``"seconds"``; part of the expected-type wording in errors
+
+    def __post_init__(self) -> None:
+        if not self.key.isidentifier() or self.env != f"TETRARCH_{self.key.upper()}":
+            raise ValueError(f"setting {self.key!r}: its variable must be TETRARCH_{self.key.upper()}, not {self.env}")
+        if self.type not in _PARSERS:
+            raise ValueError(f"setting {self.key!r}: unsupported type {self.type!r}")
+        if self.default is not None and type(self.default) is not self.type:
+            raise ValueError(f"setting {self.key!r}: default {self.default!r} is not a {self.type.__name__}")
+
+    @property
+    def expected(self) -> str:
+        """What a valid value is, in words (``"a number of seconds"``)."""
+        words = _TYPE_WORDS[self.type]
+        return f"{words} of {self.unit}" if self.unit else words
+
+    def __call__(self) -> T:
+        """The current value.
+
+        Raises:
+            ValueError: the environment variable holds no valid value (names the
+                variable, its value and the expected type).
+        """
+        return self.lookup()[0]
+
+    def source(self) -> Source:
+        """Where the current value comes from: ``"code"``, ``"environment"`` or ``"default"``."""
+        if self.key in _code_values:
+            return "code"
+        return "default" if self._env_text() is None else "environment"
+
+    def lookup(self) -> tuple[T, Source]:
+        """The current value and where it came from, read together.
+
+        Raises:
+            ValueError: as :meth:`__call__`.
+        """
+        value = _code_values.get(self.key, _UNSET)
+        if value is not _UNSET:
+            return value, "code"
+        raw = self._env_text()
+        if raw is None:
+            return self.default, "default"
+        return self.parse(raw), "environment"
+
+    def _env_text(self) -> str | None:
+        raw = os.environ.get(self.env)
+        return raw if raw is not None and raw.strip() else None
+
+    def parse(self, raw: str, *, origin: str | None = None) -> T:
+        """The value that the text ``raw`` (as in the environment) stands for.
+
+        Raises:
+            ValueError: ``raw`` is not a valid value; the message names ``origin``
+                (default: ``environment variable <ENV>='<raw>'``) and the expected type.
+        """
+        try:
+            value: T = _PARSERS[self.type](raw.strip())
+        except ValueError:
+            where = origin or f"environment variable {self.env}={raw!r}"
+            raise ValueError(f"{where} must be {self.expected}") from None
+        return value
+
+    def coerce(self, value: object) -> T:
+        """Validate a value given by code: one of the setting's type, or text read as :meth:`parse` does.
+
+        An int is accepted for a float setting; a list, tuple or set of strings, or one
+        comma-separated string, for a list of names.
+
+        Raises:
+            TypeError: a value of another type.
+            ValueError: text that is no valid value, or empty text.
+        """
+        what = f"configure({self.key}={value!r})"
+        if isinstance(value, str):
+            if not value.strip():
+                raise ValueError(f"{what}: an empty value; pass None to drop the value set from code")
+            return self.parse(value, origin=what)
+        if self.type is tuple:
+            if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+                return self.parse(",".join(sorted(value) if isinstance(value, (set, frozenset)) else value))
+        elif isinstance(value, _ACCEPTED[self.type]) and (self.type is bool or not isinstance(value, bool)):
+            return self.type(value)  # type: ignore[no-any-return]
+        raise TypeError(f"{what}: expected {self.expected}, got {type(value).__name__}")
+
+    def render(self, value: T) -> str:
+        """``value`` as the text of the environment variable (what :meth:`parse` reads back)."""
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, tuple):
+            return ",".join(value)
+        if isinstance(value, float):
+            return repr(value)
+        return "" if value is None else str(value)
+
+
+# ------------------------------------------------------------------ the settings
+
+
+def _seconds(key: str, default: float, doc: str) -> Setting[float]:
+    return Setting(key, f"TETRARCH_{key.upper()}", float, default, doc, unit="seconds")
+
+
+HOST_START_TIMEOUT = _seconds("host_start_timeout", 60.0, "seconds a host agent may take to connect back")
+PROC_START_TIMEOUT = _seconds("proc_start_timeout", 60.0, "seconds a proc may take to report ready")
+STOP_TIMEOUT = _seconds("stop_timeout", 10.0, "seconds a graceful stop may take before processes are killed")
+CONNECT_TIMEOUT = _seconds("connect_timeout", 10.0, "seconds to dial and authenticate a peer")
+CLEANUP_TIMEOUT = _seconds("cleanup_timeout", 5.0, "seconds an actor's `__cleanup__` may run during a stop")
+HEARTBEAT_INTERVAL = _seconds(
+    "heartbeat_interval", 1.0, "seconds between a proc's (or host agent's) pings of its owner"
+)
+ORPHAN_TIMEOUT = _seconds(
+    "orphan_timeout", 30.0, "seconds without an answer from its owner after which a proc or host agent exits"
+)
+TRANSPORT: Setting[str | None] = Setting(
+    "transport", "TETRARCH_TRANSPORT", str, None,
+    "transport backend (see `tetrarch plugins`); unset: by address scheme, then priority. "
+    "Procs always get their spawner's transport",
+    propagate=False,  # the runtime passes the transport actually in use, not this setting
+)
+ALLOCATOR: Setting[str | None] = Setting(
+    "allocator", "TETRARCH_ALLOCATOR", str, None,
+    "allocator backend that starts host agents; unset: the available one of highest priority",
+)
+RDMA_BACKEND: Setting[str | None] = Setting(
+    "rdma_backend", "TETRARCH_RDMA_BACKEND", str, None,
+    "RDMA backend; unset: the available one of highest priority",
+)
+DISABLE_PLUGINS: Setting[tuple[str, ...]] = Setting(
+    "disable_plugins", "TETRARCH_DISABLE_PLUGINS", tuple, (),
+    "entry point or distribution names whose plugins are skipped (read when the plugin registry loads)",
+)
+PLUGINS_STRICT: Setting[bool] = Setting(
+    "plugins_strict", "TETRARCH_PLUGINS_STRICT", bool, False,
+    "a plugin that fails to load raises PluginLoadError instead of being listed as broken",
+)
+RDMA_FALLBACK: Setting[bool] = Setting(
+    "rdma_fallback", "TETRARCH_RDMA_FALLBACK", bool, True,
+    "RDMA may fall back to core's backends when no hardware backend is usable (warns once)",
+)
+TEST_SLOWDOWN: Setting[float] = Setting(
+    "test_slowdown", "TETRARCH_TEST_SLOWDOWN", float, 1.0,
+    "multiplies the time bounds of tetrarch's own test suite", propagate=False,
+)
+
+#: Every user setting by key, in documentation order.
+SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
+    s.key: s
+    for s in (
+        HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
+        HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, TRANSPORT, ALLOCATOR, RDMA_BACKEND, DISABLE_PLUGINS,
+        PLUGINS_STRICT, RDMA_FALLBACK, TEST_SLOWDOWN,
+    )
+})
+
+#: The variables of the settings that :func:`config_env` may pass to procs.
+CONFIG_VARS = tuple(s.env for s in SETTINGS.values() if s.propagate)
+
+
+# ------------------------------------------------------------------ launch variables
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchVar:
+    """A variable the kernel sets for a process it starts; internal, not a user setting.
+
+    ``name`` is the variable; a ``<DIM>`` in it stands for a mesh dimension's label
+    (see :meth:`for_dim`).
+    """
+
+    name: str
+    doc: str
+
+    def for_dim(self, label: str) -> str:
+        """The variable for the mesh dimension ``label``: ``TETRARCH_RANK_<DIM>`` -> ``TETRARCH_RANK_GPUS``.
+
+        Raises:
+            ValueError: this variable has no ``<DIM>``.
+        """
+        if "<DIM>" not in self.name:
+            raise ValueError(f"{self.name} is not per dimension")
+        return self.name.replace("<DIM>", label.upper())
+
+
+ENV_SECRET = LaunchVar(
+    "TETRARCH_SECRET", "the allocation's secret (hex), which authenticates every connection; removed from "
+    "`os.environ` as the host agent or proc starts, so user code never sees it",
+)
+ENV_CLIENT_ADDR = LaunchVar("TETRARCH_CLIENT_ADDR", "address of the client a host agent connects back to")
+ENV_ALLOC_ID = LaunchVar("TETRARCH_ALLOC_ID", "identity of the allocation a host agent belongs to")
+ENV_HOST_INDEX = LaunchVar(
+    "TETRARCH_HOST_INDEX", "a host agent's index in its allocation, 0..hosts-1 (else `SLURM_PROCID`, else 0)"
+)
+ENV_OWNER_ADDR = LaunchVar("TETRARCH_OWNER_ADDR", "address of a proc's owner, which it reports ready to and pings")
+ENV_PROC_ID = LaunchVar("TETRARCH_PROC_ID", "a proc's identity, e.g. `procs-1a2b[3]`")
+ENV_HOST_AGENT_ADDR = LaunchVar("TETRARCH_HOST_AGENT_ADDR", "address of the host agent that started a proc")
+ENV_SYS_PATH = LaunchVar(
+    "TETRARCH_SYS_PATH", "the spawning client's `sys.path`; a proc appends the existing entries it lacks"
+)
+ENV_PROC_MESH = LaunchVar("TETRARCH_PROC_MESH", "name of the proc mesh a proc belongs to")
+ENV_RANK_DIM = LaunchVar(
+    "TETRARCH_RANK_<DIM>", "a proc's coordinate along the mesh dimension `<DIM>` (its label upper-cased)"
+)
+ENV_SIZE_DIM = LaunchVar("TETRARCH_SIZE_<DIM>", "the size of the mesh dimension `<DIM>`")
+
+#: Every launch variable by name, in documentation order.
+LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
+    v.name: v
+    for v in (
+        ENV_SECRET, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
+        ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM,
+    )
+})
+
+
+# ------------------------------------------------------------------ values set from code
+
+_code_values: dict[str, Any] = {}  # key -> value; replaced under _lock, read without it
+_lock = threading.Lock()
+
+
+def _staged(caller: str, values: Mapping[str, object]) -> dict[str, Any]:
+    """``values`` validated: key -> coerced value, or ``_UNSET`` for None (drop it)."""
+    unknown = sorted(set(values) - set(SETTINGS))
+    if unknown:
+        raise TypeError(f"{caller}() got unknown setting(s) {', '.join(unknown)}; valid: {', '.join(SETTINGS)}")
+    return {k: _UNSET if v is None else SETTINGS[k].coerce(v) for k, v in values.items()}
+
+
+def _apply(staged: Mapping[str, Any]) -> dict[str, Any]:
+    """Install ``staged`` (under the lock); returns the values it replaced (``_UNSET``: none)."""
+    global _code_values
+    with _lock:
+        new = dict(_code_values)
+        previous = {k: new.get(k, _UNSET) for k in staged}
+        for key, value in staged.items():
+            if value is _UNSET:
+                new.pop(key, None)
+            else:
+                new[key] = value
+        _code_values = new
+    return previous
+
+
+def configure(**values: object) -> None:
+    """Set settings for this process from code, e.g. ``configure(stop_timeout=30)``.
+
+    A value set from code beats the environment variable and the default, and
+    settings that propagate reach procs spawned afterwards (:func:`config_env`).
+    Values are validated as the environment's are (text is parsed the same way);
+    ``None`` drops a value set from code. Nothing is set unless every value is valid.
+
+    Raises:
+        TypeError: an unknown key (the message lists the valid ones), or a value of
+            the wrong type.
+        ValueError: a value that is not valid for its setting.
+    """
+    _apply(_staged("configure", values))
+
+
+@contextmanager
+def configured(**values: object) -> Iterator[None]:
+    """:func:`configure` for the ``with`` block; the previous values set from code come back on exit.
+
+    Restores also when the block raises; blocks nest. Threads share the values: one
+    thread's block is seen by the others while it lasts.
+
+    Raises:
+        TypeError, ValueError: as :func:`configure` (on entry; nothing is set).
+    """
+    previous = _apply(_staged("configured", values))
+    try:
+        yield
+    finally:
+        _apply(previous)
+
+
+def source(key: str) -> Source:
+    """Where the setting ``key``'s value comes from: ``"code"``, ``"environment"`` or ``"default"``.
+
+    Raises:
+        ValueError: an unknown key (the message lists the valid ones).
+    """
+    setting = SETTINGS.get(key)
+    if setting is None:
+        raise ValueError(f"unknown setting {key!r}; valid: {', '.join(SETTINGS)}")
+    return setting.source()
 
 
 def config_env() -> dict[str, str]:
-    """This process's settings of :data:`CONFIG_VARS`."""
-    return {k: os.environ[k] for k in CONFIG_VARS if k in os.environ}
+    """The variables to give procs spawned now: each propagating setting not at its default, rendered.
+
+    Raises:
+        ValueError: such a setting's environment variable holds no valid value.
+    """
+    env = {}
+    for setting in SETTINGS.values():
+        if setting.propagate:
+            value, where = setting.lookup()
+            if where != "default":
+                env[setting.env] = setting.render(value)
+    return env
 
 
 def env_float(name: str, default: float) -> float:
-    """``float(os.environ[name])`` or ``default``.
+    """``float(os.environ[name])``, or ``default`` when unset or blank; for a variable that is no setting.
 
     Raises:
-        ValueError: the variable is set but not a number (names the variable).
+        ValueError: the variable is set but not a number (names the variable and its value).
     """
     raw = os.environ.get(name)
-    if raw is None or raw == "":
+    if raw is None or not raw.strip():
         return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} must be a number of seconds") from None
+    return STOP_TIMEOUT.parse(raw, origin=f"environment variable {name}={raw!r}")  # any seconds setting parses
 
 
-def HOST_START_TIMEOUT() -> float:
-    """Seconds a host agent may take to connect back (``TETRARCH_HOST_START_TIMEOUT``)."""
-    return env_float("TETRARCH_HOST_START_TIMEOUT", 60.0)
+# ------------------------------------------------------------------ documentation
+
+_BEGIN = "<!-- BEGIN generated tables: python -m tetrarch._config --update docs/configuration.md -->"
+_END = "<!-- END generated tables -->"
 
 
-def PROC_START_TIMEOUT() -> float:
-    """Seconds a proc may take to report ready (``TETRARCH_PROC_START_TIMEOUT``)."""
-    return env_float("TETRARCH_PROC_START_TIMEOUT", 60.0)
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
-def STOP_TIMEOUT() -> float:
-    """Seconds a graceful stop may take before processes are killed (``TETRARCH_STOP_TIMEOUT``)."""
-    return env_float("TETRARCH_STOP_TIMEOUT", 10.0)
+def display(setting: Setting[Any], value: object) -> str:
+    """``value`` for people: the environment text, ``(auto)`` for an unset choice, ``(none)`` for no names."""
+    if value is None:
+        return "(auto)"
+    if value == ():
+        return "(none)"
+    return str(value).lower() if isinstance(value, bool) else setting.render(value)
 
 
-def CONNECT_TIMEOUT() -> float:
-    """Seconds to dial and authenticate a peer (``TETRARCH_CONNECT_TIMEOUT``)."""
-    return env_float("TETRARCH_CONNECT_TIMEOUT", 10.0)
+def markdown_tables() -> str:
+    """The settings table and the launch variables table of ``docs/configuration.md``, with their markers."""
+    lines = [_BEGIN, "", _md_row(["key", "environment variable", "type", "default", "reaches procs", "meaning"]),
+             _md_row(["---"] * 6)]
+    for s in SETTINGS.values():
+        lines.append(_md_row([f"`{s.key}`", f"`{s.env}`", s.expected, f"`{display(s, s.default)}`",
+                              "yes" if s.propagate else "no", s.doc]))
+    lines += ["", "Internal variables the kernel sets for the processes it starts (not settings):", "",
+              _md_row(["variable", "meaning"]), _md_row(["---"] * 2)]
+    lines += [_md_row([f"`{v.name}`", v.doc]) for v in LAUNCH_VARS.values()]
+    return "\n".join([*lines, "", _END])
 
 
-def CLEANUP_TIMEOUT() -> float:
-    """Seconds an actor's ``__cleanup__`` may run during a stop (``TETRARCH_CLEANUP_TIMEOUT``)."""
-    return env_float("TETRARCH_CLEANUP_TIMEOUT", 5.0)
+def update_markdown(text: str) -> str:
+    """``text`` (a markdown document) with its generated tables replaced by :func:`markdown_tables`.
 
-
-def HEARTBEAT_INTERVAL() -> float:
-    """Seconds between a proc's (or host agent's) pings of its owner (``TETRARCH_HEARTBEAT_INTERVAL``)."""
-    return env_float("TETRARCH_HEARTBEAT_INTERVAL", 1.0)
-
-
-def ORPHAN_TIMEOUT() -> float:
-    """Seconds without an answer from its owner after which a proc or host agent exits
-    (``TETRARCH_ORPHAN_TIMEOUT``).
-
-    A dead owner's connections drop at once (and same-host children get a parent-death
-    signal), so this bound only matters when the owner hangs or its host is cut off.
-    Long enough that an owner whose Python threads stall (a C call holding the GIL)
-    is not mistaken for a dead one.
+    Raises:
+        ValueError: ``text`` lacks the begin or end marker.
     """
-    return env_float("TETRARCH_ORPHAN_TIMEOUT", 30.0)
+    begin, end = text.find(_BEGIN), text.find(_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"no generated tables: the document needs the lines {_BEGIN!r} and {_END!r}")
+    return text[:begin] + markdown_tables() + text[end + len(_END):]
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tetrarch._config", description=__doc__.splitlines()[0])
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--markdown", action="store_true", help="print the generated tables")
+    what.add_argument("--update", metavar="FILE", help="rewrite the generated tables of FILE in place")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown_tables())
+        return 0
+    with open(args.update, encoding="utf-8") as f:
+        text = f.read()
+    with open(args.update, "w", encoding="utf-8") as f:
+        f.write(update_markdown(text))
+    return 0
+
+
+if __name__ == "__main__":
+    from tetrarch._config import _main as main  # the real module, not this __main__ copy
+
+    raise SystemExit(main())

@@ -34,6 +34,10 @@ only when the backend is used). Users pick it with ``TETRARCH_TRANSPORT=foo``, a
 address such as ``foo+tcp://host:port``, or by priority; ``tetrarch plugins`` shows
 its status. A ``tetrarch_select_backend`` hookimpl may replace the default policy.
 
+Code that needs a backend asks by kind: :func:`get_transport` returns a
+:class:`Transport`, :func:`get_allocator` an :class:`Allocator` (RDMA backends have
+no interface yet: ``get_registry().create(BackendKind.RDMA)``).
+
 The runtime interfaces (:class:`Transport`, :class:`Allocator`, ...) load lazily so
 importing this module stays cheap.
 """
@@ -53,7 +57,7 @@ from ._plugins._helpers import (
     python_library_found,
 )
 from ._plugins._hookspecs import hookimpl, hookspec
-from ._plugins._registry import get_registry
+from ._plugins._registry import get_allocator, get_registry, get_transport
 from ._plugins._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
 
 _LAZY = {
@@ -82,7 +86,9 @@ __all__ = sorted(
         "PluginLoadError",
         "ProbeResult",
         "Status",
+        "get_allocator",
         "get_registry",
+        "get_transport",
         "hookimpl",
         "hookspec",
         "module_present",

@@ -8,14 +8,14 @@ backend by kind with :meth:`Registry.select` / :meth:`Registry.create`.
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 
+from .._config import ALLOCATOR, DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_BACKEND, RDMA_FALLBACK, TRANSPORT, Setting
 from . import _hookspecs
 from ._builtin import BuiltinBackends, DefaultPolicy, required_capabilities
 from ._errors import BackendNotFound, BackendUnavailable
@@ -24,27 +24,35 @@ from ._known import KNOWN_BACKENDS, known_backend, known_for_distribution, norma
 from ._loader import DISABLED_REASON, PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
 from ._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
 
+if TYPE_CHECKING:  # pragma: no cover - the runtime is never imported with the plugin layer
+    from .._runtime._alloc import Allocator
+    from .._transport._base import Transport
+
 __all__ = [
     "DISABLE_ENV",
     "ENV_BY_KIND",
     "FALLBACK_ENV",
+    "SETTING_BY_KIND",
     "STRICT_ENV",
     "Registry",
+    "get_allocator",
     "get_registry",
+    "get_transport",
     "reset_registry",
     "split_address",
 ]
 
-DISABLE_ENV = "TETRARCH_DISABLE_PLUGINS"
-STRICT_ENV = "TETRARCH_PLUGINS_STRICT"
-FALLBACK_ENV = "TETRARCH_RDMA_FALLBACK"
-ENV_BY_KIND: Mapping[BackendKind, str] = {
-    BackendKind.TRANSPORT: "TETRARCH_TRANSPORT",
-    BackendKind.RDMA: "TETRARCH_RDMA_BACKEND",
-    BackendKind.ALLOCATOR: "TETRARCH_ALLOCATOR",
+#: The setting (``tetrarch._config``) that chooses the backend of each kind.
+SETTING_BY_KIND: Mapping[BackendKind, Setting[str | None]] = {
+    BackendKind.TRANSPORT: TRANSPORT,
+    BackendKind.RDMA: RDMA_BACKEND,
+    BackendKind.ALLOCATOR: ALLOCATOR,
 }
+ENV_BY_KIND: Mapping[BackendKind, str] = {kind: setting.env for kind, setting in SETTING_BY_KIND.items()}
+DISABLE_ENV = DISABLE_PLUGINS.env
+STRICT_ENV = PLUGINS_STRICT.env
+FALLBACK_ENV = RDMA_FALLBACK.env
 _CORE = "tetrarch"
-_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 def _core_version() -> str:
@@ -53,14 +61,19 @@ def _core_version() -> str:
     return __version__
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in _FALSE | {""}
-
-
-def _disabled_from_env() -> frozenset[str]:
-    raw = os.environ.get(DISABLE_ENV, "")
-    tokens = {t.strip() for t in raw.split(",") if t.strip()}
+def _disabled_plugins() -> frozenset[str]:
+    tokens = set(DISABLE_PLUGINS())
     return frozenset(tokens | {normalize_dist(t) for t in tokens})
+
+
+def _chosen_by_setting(setting: Setting[str | None]) -> tuple[str | None, str]:
+    """The backend name a setting chooses (``None``: none) and how to say where it came from."""
+    value, source = setting.lookup()
+    if value is None:
+        return None, ""
+    if source == "code":
+        return value, f"configure({setting.key}={value!r})"
+    return value, f"{setting.env}={value}"
 
 
 def split_address(address: str) -> tuple[str | None, str, str]:
@@ -107,10 +120,15 @@ class Registry:
             (tests use this to fake distributions).
         entry_points: load the ``tetrarch`` entry points of installed distributions.
         builtins: register core's builtin backends (the default policy always is).
-        strict: raise on any plugin load error; defaults to ``TETRARCH_PLUGINS_STRICT``.
+        strict: raise on any plugin load error; defaults to the ``plugins_strict`` setting
+            (``TETRARCH_PLUGINS_STRICT``).
+
+    Plugins named by the ``disable_plugins`` setting (``TETRARCH_DISABLE_PLUGINS``) are
+    skipped; both settings are read here, once.
 
     Raises:
         PluginLoadError: ``strict`` and a plugin failed to load.
+        ValueError: ``TETRARCH_PLUGINS_STRICT`` holds no boolean.
     """
 
     def __init__(
@@ -121,13 +139,13 @@ class Registry:
         builtins: bool = True,
         strict: bool | None = None,
     ) -> None:
-        self._strict = _env_flag(STRICT_ENV) if strict is None else strict
+        self._strict = PLUGINS_STRICT() if strict is None else strict
         self._pm = pluggy.PluginManager(PROJECT)
         self._pm.add_hookspecs(_hookspecs)
         self._lock = threading.RLock()
         self._rows: list[BackendStatus] | None = None
         self._instances: dict[tuple[BackendKind, str], object] = {}
-        disabled = _disabled_from_env()
+        disabled = _disabled_plugins()
         version = _core_version()
         core: list[PluginSource] = [PluginSource(DefaultPolicy(), "policy", _CORE, version)]
         if builtins:
@@ -247,9 +265,10 @@ class Registry:
     ) -> BackendSpec:
         """Choose the backend of ``kind`` to use.
 
-        Order: ``name`` > environment variable (``TETRARCH_TRANSPORT``,
-        ``TETRARCH_RDMA_BACKEND``, ``TETRARCH_ALLOCATOR``) > the backend named by a
-        qualified ``address`` (``zmq+tcp://...``) > the ``tetrarch_select_backend``
+        Order: ``name`` > the kind's setting (``transport``, ``rdma_backend``,
+        ``allocator``: a value set with ``tetrarch.configure`` or else the environment
+        variable ``TETRARCH_TRANSPORT``, ``TETRARCH_RDMA_BACKEND``, ``TETRARCH_ALLOCATOR``)
+        > the backend named by a qualified ``address`` (``zmq+tcp://...``) > the ``tetrarch_select_backend``
         hook over the available backends (for a plain ``tcp://`` / ``ipc://`` address,
         only those serving its scheme). Core's policy picks the highest priority with
         every capability in ``request["require"]``. An explicit choice is never
@@ -263,8 +282,9 @@ class Registry:
                 installed transport serves the address's scheme.
             BackendUnavailable: the chosen backend is unavailable, broken, disabled
                 or in conflict, or no backend of the kind is available.
-            ValueError: a malformed address, an address for a non-transport kind, or
-                an address contradicting the explicit choice.
+            ValueError: a malformed address, an address for a non-transport kind, an
+                address contradicting the explicit choice, or a setting's environment
+                variable holding no valid value.
         """
         kind = BackendKind(kind)
         req: Mapping[str, object] = request or {}
@@ -274,13 +294,11 @@ class Registry:
             if kind is not BackendKind.TRANSPORT:
                 raise ValueError(f"an address only selects a transport, not a {kind.value} backend")
             addr_backend, scheme, _ = split_address(address)
-        chosen, source = None, ""
-        env_name = ENV_BY_KIND[kind]
+        chosen: str | None
         if name:
             chosen, source = name, f"name={name!r}"
-        elif os.environ.get(env_name, "").strip():
-            chosen = os.environ[env_name].strip()
-            source = f"{env_name}={chosen}"
+        else:
+            chosen, source = _chosen_by_setting(SETTING_BY_KIND[kind])
         if addr_backend is not None:
             if chosen is None:
                 chosen, source = addr_backend, f"address {address!r}"
@@ -366,7 +384,7 @@ class Registry:
         if not skipped:
             return
         detail = "; ".join(_describe(r) for r in skipped)
-        if request.get("allow_fallback") is False or os.environ.get(FALLBACK_ENV, "").strip().lower() in _FALSE:
+        if request.get("allow_fallback") is False or not RDMA_FALLBACK():
             raise BackendUnavailable(
                 f"no RDMA hardware backend is usable ({detail}) and the fallback to {chosen.name!r} is "
                 f"disabled ({FALLBACK_ENV}=0 or allow_fallback=False)"
@@ -400,6 +418,49 @@ class Registry:
             if instance is None:
                 instance = self._import_factory(spec)()
                 self._instances[key] = instance
+        return instance
+
+    def get_transport(self, name: str | None = None) -> Transport:
+        """The transport to use: :meth:`create` for :attr:`BackendKind.TRANSPORT`, typed.
+
+        ``name`` chooses it; without one, the ``transport`` setting, then priority decide
+        (see :meth:`select`). One instance per process and backend.
+
+        Raises:
+            BackendNotFound: no transport of that name (lists the installed ones and the
+                ``pip install "tetrarch[X]"`` hint of a first-party one).
+            BackendUnavailable: as :meth:`create`.
+            TypeError: the backend's factory built something that is no ``Transport``.
+            Exception: whatever the factory raises (e.g. NotImplementedError).
+        """
+        from .._transport._base import Transport
+
+        return cast("Transport", self._typed(BackendKind.TRANSPORT, name, Transport))
+
+    def get_allocator(self, name: str | None = None) -> Allocator:
+        """The allocator to use: :meth:`create` for :attr:`BackendKind.ALLOCATOR`, typed.
+
+        ``name`` chooses it; without one, the ``allocator`` setting, then priority decide.
+        RDMA backends have no interface yet, so they have no typed accessor: use
+        :meth:`create` with :attr:`BackendKind.RDMA`.
+
+        Raises:
+            BackendNotFound, BackendUnavailable, TypeError, Exception: as
+                :meth:`get_transport`, for an allocator.
+        """
+        from .._runtime._alloc import Allocator
+
+        return cast("Allocator", self._typed(BackendKind.ALLOCATOR, name, Allocator))
+
+    def _typed(self, kind: BackendKind, name: str | None, interface: type) -> object:
+        instance = self.create(kind, name)
+        if not isinstance(instance, interface):
+            with self._lock:
+                backend = next((n for (k, n), obj in self._instances.items() if obj is instance), name)
+            raise TypeError(
+                f"{kind.value} backend {backend!r} built a {type(instance).__module__}.{type(instance).__qualname__}, "
+                f"which is no tetrarch.plugins.{interface.__name__}; a bug in its plugin"
+            )
         return instance
 
     def _import_factory(self, spec: BackendSpec) -> Any:
@@ -459,6 +520,29 @@ def get_registry() -> Registry:
                 _registry = Registry()
             registry = _registry
     return registry
+
+
+def get_transport(name: str | None = None) -> Transport:
+    """The process-wide registry's transport: :meth:`Registry.get_transport`.
+
+    Raises:
+        PluginLoadError: as :func:`get_registry`.
+        BackendNotFound, BackendUnavailable, TypeError, Exception: as :meth:`Registry.get_transport`.
+    """
+    return get_registry().get_transport(name)
+
+
+def get_allocator(name: str | None = None) -> Allocator:
+    """The process-wide registry's allocator: :meth:`Registry.get_allocator`.
+
+    There is no ``get_rdma_backend``: RDMA backends have no interface yet; use
+    ``get_registry().create(BackendKind.RDMA, name)``.
+
+    Raises:
+        PluginLoadError: as :func:`get_registry`.
+        BackendNotFound, BackendUnavailable, TypeError, Exception: as :meth:`Registry.get_allocator`.
+    """
+    return get_registry().get_allocator(name)
 
 
 def reset_registry(*, close: bool = False) -> None:

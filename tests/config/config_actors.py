@@ -1,0 +1,16 @@
+"""The actor the end-to-end settings test spawns (an importable module, as users' code would be)."""
+
+from __future__ import annotations
+
+import os
+
+from tetrarch import Actor, endpoint
+from tetrarch._config import SETTINGS
+
+
+class SettingProbe(Actor):
+    @endpoint
+    def read(self, key: str) -> tuple[object, str, str | None]:
+        """The setting's value in this proc, its source, and its environment variable's text."""
+        setting = SETTINGS[key]
+        return setting(), setting.source(), os.environ.get(setting.env)

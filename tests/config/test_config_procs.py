@@ -1,0 +1,34 @@
+"""End to end: a value set with ``configure`` reaches a proc spawned afterwards, through its environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from config_actors import SettingProbe
+
+from tetrarch import configured, shutdown_context, this_host
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _end_host_agents() -> Iterator[None]:
+    """This module's host agent ends before the suite's leak check looks for stragglers."""
+    yield
+    shutdown_context().get(timeout=30)
+
+
+def test_a_propagating_value_set_from_code_reaches_new_procs() -> None:
+    with configured(cleanup_timeout=4.25, test_slowdown=3.0):
+        assert "TETRARCH_CLEANUP_TIMEOUT" not in os.environ  # config_env() carries it, not os.environ
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        probes = procs.spawn("probe", SettingProbe)
+        assert probes.read.call_one("cleanup_timeout").get(timeout=30) == (4.25, "environment", "4.25")
+        # test_slowdown does not propagate: the value set from code stays in the client
+        value, _, text = probes.read.call_one("test_slowdown").get(timeout=30)
+        assert value != 3.0 and text != "3.0"
+    finally:
+        procs.stop().get(timeout=30)
