@@ -7,7 +7,7 @@ listing never start the runtime).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 
@@ -62,7 +62,56 @@ _EXPORTS = {
     "configured": "tetrarch._config",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [
+    "Accumulator",
+    "Actor",
+    "ActorError",
+    "ActorMesh",
+    "AllocatorError",
+    "ArgumentError",
+    "ArgumentTypeError",
+    "Channel",
+    "ConfigError",
+    "Context",
+    "Endpoint",
+    "EndpointNotFoundError",
+    "Extent",
+    "Future",
+    "FutureTimeoutError",
+    "HostMesh",
+    "MeshFailure",
+    "MeshIndexError",
+    "MeshKeyError",
+    "MeshStoppedError",
+    "NotOwnerError",
+    "NotSupportedError",
+    "Point",
+    "Port",
+    "PortReceiver",
+    "ProcMesh",
+    "ProcessStartError",
+    "RemoteException",
+    "Shape",
+    "SupervisionError",
+    "TetrarchError",
+    "UsageError",
+    "ValueMesh",
+    "__version__",
+    "concurrent_endpoint",
+    "configure",
+    "configured",
+    "context",
+    "current_actor_name",
+    "current_rank",
+    "current_size",
+    "endpoint",
+    "send",
+    "shutdown_context",
+    "this_host",
+    "this_proc",
+    "unhandled_fault_hook",
+]
+# (kept literal so linters see the re-exports; tests/test_public_api.py checks it)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS, __all__)
@@ -90,13 +139,13 @@ if TYPE_CHECKING:  # pragma: no cover
         UsageError,
     )
     from ._runtime._actor import Actor, concurrent_endpoint, endpoint
-    from ._runtime._supervision import MeshFailure, unhandled_fault_hook
+    from ._runtime._channel import Accumulator, Channel, send
     from ._runtime._context import Context, context, current_actor_name, current_rank, current_size
     from ._runtime._endpoint import Endpoint
     from ._runtime._future import Future
     from ._runtime._mesh import ActorMesh
-    from ._runtime._channel import Accumulator, Channel, send
     from ._runtime._port import Port, PortReceiver
     from ._runtime._procmesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
     from ._runtime._shape import Extent, Point, Shape
+    from ._runtime._supervision import MeshFailure, unhandled_fault_hook
     from ._runtime._valuemesh import ValueMesh

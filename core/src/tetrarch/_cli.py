@@ -24,7 +24,7 @@ from ._plugins._loader import PluginState
 from ._plugins._registry import Registry, get_registry
 from ._plugins._specs import Status
 
-__all__ = ["CONFIG_KEYS", "COLUMNS", "config_rows", "main", "plugin_rows"]
+__all__ = ["COLUMNS", "CONFIG_KEYS", "config_rows", "main", "plugin_rows"]
 
 COLUMNS = ("distribution", "version", "kind", "backend", "status", "reason", "hint")
 #: The keys of a ``tetrarch config --json`` row. ``value``, ``default``: JSON values (a list
@@ -74,7 +74,7 @@ def _align(header: Sequence[str], body: Sequence[Sequence[str]], after: Sequence
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header) - 1)]
     lines = []
     for n, line in enumerate([header, *body]):
-        cells = [cell.ljust(w) for cell, w in zip(line, widths)]
+        cells = [cell.ljust(w) for cell, w in zip(line, widths, strict=False)]
         lines.append("  ".join([*cells, line[-1]]).rstrip())
         if 0 < n <= len(after):
             lines.extend(after[n - 1])

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, Literal, TypeVar
 
+from ._errors import ArgumentTypeError, ConfigError
+
 __all__ = [
     "ALLOCATOR",
     "CLEANUP_TIMEOUT",
@@ -85,7 +87,7 @@ def _parse_bool(text: str) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise ValueError(text)
+    raise ConfigError(text)
 
 
 def _parse_names(text: str) -> tuple[str, ...]:
@@ -122,11 +124,11 @@ class Setting(Generic[T]):
 
     def __post_init__(self) -> None:
         if not self.key.isidentifier() or self.env != f"TETRARCH_{self.key.upper()}":
-            raise ValueError(f"setting {self.key!r}: its variable must be TETRARCH_{self.key.upper()}, not {self.env}")
+            raise ConfigError(f"setting {self.key!r}: its variable must be TETRARCH_{self.key.upper()}, not {self.env}")
         if self.type not in _PARSERS:
-            raise ValueError(f"setting {self.key!r}: unsupported type {self.type!r}")
+            raise ConfigError(f"setting {self.key!r}: unsupported type {self.type!r}")
         if self.default is not None and type(self.default) is not self.type:
-            raise ValueError(f"setting {self.key!r}: default {self.default!r} is not a {self.type.__name__}")
+            raise ConfigError(f"setting {self.key!r}: default {self.default!r} is not a {self.type.__name__}")
 
     @property
     def expected(self) -> str:
@@ -178,7 +180,7 @@ class Setting(Generic[T]):
             value: T = _PARSERS[self.type](raw.strip())
         except ValueError:
             where = origin or f"environment variable {self.env}={raw!r}"
-            raise ValueError(f"{where} must be {self.expected}") from None
+            raise ConfigError(f"{where} must be {self.expected}") from None
         return value
 
     def coerce(self, value: object) -> T:
@@ -194,14 +196,14 @@ class Setting(Generic[T]):
         what = f"configure({self.key}={value!r})"
         if isinstance(value, str):
             if not value.strip():
-                raise ValueError(f"{what}: an empty value; pass None to drop the value set from code")
+                raise ConfigError(f"{what}: an empty value; pass None to drop the value set from code")
             return self.parse(value, origin=what)
         if self.type is tuple:
             if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
                 return self.parse(",".join(sorted(value) if isinstance(value, (set, frozenset)) else value))
         elif isinstance(value, _ACCEPTED[self.type]) and (self.type is bool or not isinstance(value, bool)):
-            return self.type(value)  # type: ignore[no-any-return]
-        raise TypeError(f"{what}: expected {self.expected}, got {type(value).__name__}")
+            return self.type(value)
+        raise ArgumentTypeError(f"{what}: expected {self.expected}, got {type(value).__name__}")
 
     def render(self, value: T) -> str:
         """``value`` as the text of the environment variable (what :meth:`parse` reads back)."""
@@ -298,7 +300,7 @@ class LaunchVar:
             ValueError: this variable has no ``<DIM>``.
         """
         if "<DIM>" not in self.name:
-            raise ValueError(f"{self.name} is not per dimension")
+            raise ConfigError(f"{self.name} is not per dimension")
         return self.name.replace("<DIM>", label.upper())
 
 
@@ -322,13 +324,17 @@ ENV_RANK_DIM = LaunchVar(
     "TETRARCH_RANK_<DIM>", "a proc's coordinate along the mesh dimension `<DIM>` (its label upper-cased)"
 )
 ENV_SIZE_DIM = LaunchVar("TETRARCH_SIZE_<DIM>", "the size of the mesh dimension `<DIM>`")
+ENV_SPANS_HOSTS = LaunchVar(
+    "TETRARCH_SPANS_HOSTS", "`1` for the host agents and procs of an allocation that spans hosts: they listen on a "
+    "routable address instead of loopback"
+)
 
 #: Every launch variable by name, in documentation order.
 LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
     v.name: v
     for v in (
         ENV_SECRET, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
-        ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM,
+        ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_SPANS_HOSTS,
     )
 })
 
@@ -343,7 +349,7 @@ def _staged(caller: str, values: Mapping[str, object]) -> dict[str, Any]:
     """``values`` validated: key -> coerced value, or ``_UNSET`` for None (drop it)."""
     unknown = sorted(set(values) - set(SETTINGS))
     if unknown:
-        raise TypeError(f"{caller}() got unknown setting(s) {', '.join(unknown)}; valid: {', '.join(SETTINGS)}")
+        raise ArgumentTypeError(f"{caller}() got unknown setting(s) {', '.join(unknown)}; valid: {', '.join(SETTINGS)}")
     return {k: _UNSET if v is None else SETTINGS[k].coerce(v) for k, v in values.items()}
 
 
@@ -403,7 +409,7 @@ def source(key: str) -> Source:
     """
     setting = SETTINGS.get(key)
     if setting is None:
-        raise ValueError(f"unknown setting {key!r}; valid: {', '.join(SETTINGS)}")
+        raise ConfigError(f"unknown setting {key!r}; valid: {', '.join(SETTINGS)}")
     return setting.source()
 
 
@@ -474,7 +480,7 @@ def update_markdown(text: str) -> str:
     """
     begin, end = text.find(_BEGIN), text.find(_END)
     if begin < 0 or end < begin:
-        raise ValueError(f"no generated tables: the document needs the lines {_BEGIN!r} and {_END!r}")
+        raise ConfigError(f"no generated tables: the document needs the lines {_BEGIN!r} and {_END!r}")
     return text[:begin] + markdown_tables() + text[end + len(_END):]
 
 

@@ -44,10 +44,9 @@ importing this module stays cheap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
-
 from ._plugins._errors import BackendNotFound, BackendUnavailable, PluginLoadError
 from ._plugins._helpers import (
     module_present,
@@ -76,29 +75,39 @@ _LAZY = {
     "ExitInfo": "tetrarch._runtime._spawn",
 }
 
-__all__ = sorted(
-    [
-        "BackendKind",
-        "BackendNotFound",
-        "BackendSpec",
-        "BackendStatus",
-        "BackendUnavailable",
-        "PluginLoadError",
-        "ProbeResult",
-        "Status",
-        "get_allocator",
-        "get_registry",
-        "get_transport",
-        "hookimpl",
-        "hookspec",
-        "module_present",
-        "not_implemented_factory",
-        "not_implemented_yet",
-        "pending_library_probe",
-        "python_library_found",
-        *_LAZY,
-    ]
-)
+__all__ = [
+    "AgentCommand",
+    "AllocRequest",
+    "Allocation",
+    "Allocator",
+    "AllocatorError",
+    "BackendKind",
+    "BackendNotFound",
+    "BackendSpec",
+    "BackendStatus",
+    "BackendUnavailable",
+    "Connection",
+    "ConnectionClosed",
+    "ConnectionHandler",
+    "ExitInfo",
+    "Listener",
+    "PluginLoadError",
+    "ProbeResult",
+    "Status",
+    "Transport",
+    "TransportError",
+    "get_allocator",
+    "get_registry",
+    "get_transport",
+    "hookimpl",
+    "hookspec",
+    "module_present",
+    "not_implemented_factory",
+    "not_implemented_yet",
+    "pending_library_probe",
+    "python_library_found",
+    "spawn_watched",
+]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)

@@ -11,6 +11,7 @@ import os
 import socket
 from collections.abc import Collection, Mapping, Sequence
 
+from .._errors import ArgumentTypeError
 from ._helpers import module_present
 from ._hookspecs import hookimpl
 from ._specs import BackendKind, BackendSpec, ProbeResult
@@ -110,7 +111,7 @@ def required_capabilities(request: Mapping[str, object]) -> frozenset[str]:
         return frozenset({require})
     if isinstance(require, Collection):
         return frozenset(str(item) for item in require)
-    raise TypeError(f"request['require'] must be a set of capability names, got {require!r}")
+    raise ArgumentTypeError(f"request['require'] must be a set of capability names, got {require!r}")
 
 
 def default_policy(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from .._errors import TetrarchError
+
 __all__ = ["BackendNotFound", "BackendUnavailable", "PluginLoadError"]
 
 
-class BackendNotFound(LookupError):
+class BackendNotFound(TetrarchError, LookupError):
     """No installed plugin provides a backend of that kind and name.
 
     The message lists the installed backends of the kind and, for a first-party
@@ -13,7 +15,7 @@ class BackendNotFound(LookupError):
     """
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(TetrarchError, RuntimeError):
     """The backend is installed but cannot be used here.
 
     Its probe failed, its plugin is broken or disabled, two distributions register
@@ -21,7 +23,7 @@ class BackendUnavailable(RuntimeError):
     """
 
 
-class PluginLoadError(RuntimeError):
+class PluginLoadError(TetrarchError, RuntimeError):
     """A plugin failed to load while ``TETRARCH_PLUGINS_STRICT=1`` was set.
 
     Attributes:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pluggy
 
+from .._errors import ArgumentError, ArgumentTypeError
 from ._errors import PluginLoadError
 from ._hookspecs import PROJECT
 from ._known import normalize_dist
@@ -90,15 +91,15 @@ def _one_line(exc: BaseException) -> str:
 
 def _validate(obj: object, kind: BackendKind, hook: str) -> BackendSpec:
     if not isinstance(obj, BackendSpec):
-        raise TypeError(f"{hook}() returned {obj!r}, not a tetrarch BackendSpec")
+        raise ArgumentTypeError(f"{hook}() returned {obj!r}, not a tetrarch BackendSpec")
     if obj.kind is not kind:
-        raise ValueError(f"{hook}() returned a {obj.kind.value} backend {obj.name!r}; expected kind {kind.value}")
+        raise ArgumentError(f"{hook}() returned a {obj.kind.value} backend {obj.name!r}; expected kind {kind.value}")
     if not isinstance(obj.name, str) or not _NAME_RE.fullmatch(obj.name):
-        raise ValueError(f"{hook}() returned an invalid backend name {obj.name!r} (letters, digits, _ . -)")
+        raise ArgumentError(f"{hook}() returned an invalid backend name {obj.name!r} (letters, digits, _ . -)")
     if not isinstance(obj.factory, str) or not _FACTORY_RE.fullmatch(obj.factory):
-        raise ValueError(f"backend {obj.name!r}: factory {obj.factory!r} is not a 'package.module:Name' string")
+        raise ArgumentError(f"backend {obj.name!r}: factory {obj.factory!r} is not a 'package.module:Name' string")
     if obj.probe is not None and not callable(obj.probe):
-        raise TypeError(f"backend {obj.name!r}: probe {obj.probe!r} is not callable")
+        raise ArgumentTypeError(f"backend {obj.name!r}: probe {obj.probe!r} is not callable")
     return obj
 
 
@@ -207,7 +208,8 @@ def load_entry_points(
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - recorded, others still load
             records.append(_broken(ep.name, dist, version, ep.value, f"cannot import {ep.value}", exc, strict))
             continue
-        records.append(register_plugin(pm, PluginSource(plugin, ep.name, dist, version), strict=strict, target=ep.value))
+        source = PluginSource(plugin, ep.name, dist, version)
+        records.append(register_plugin(pm, source, strict=strict, target=ep.value))
     return records
 
 
@@ -217,7 +219,8 @@ def load_sources(
     """Register plugin objects handed over directly (builtins, tests)."""
     records: list[PluginRecord] = []
     for source in sources:
-        token = None if source.distribution == "tetrarch" else disabled_match(disabled, source.name, source.distribution)
+        core = source.distribution == "tetrarch"
+        token = None if core else disabled_match(disabled, source.name, source.distribution)
         if token is not None:
             records.append(_disabled(source.name, source.distribution, source.version, "", token))
         else:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pluggy
 
 from .._config import ALLOCATOR, DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_BACKEND, RDMA_FALLBACK, TRANSPORT, Setting
+from .._errors import ArgumentError, ArgumentTypeError
 from . import _hookspecs
 from ._builtin import BuiltinBackends, DefaultPolicy, required_capabilities
 from ._errors import BackendNotFound, BackendUnavailable
@@ -84,11 +85,11 @@ def split_address(address: str) -> tuple[str | None, str, str]:
     """
     scheme, sep, rest = address.partition("://")
     if not sep or not scheme:
-        raise ValueError(f"address {address!r} has no scheme; expected e.g. 'tcp://127.0.0.1:0' or 'zmq+tcp://...'")
+        raise ArgumentError(f"address {address!r} has no scheme; expected e.g. 'tcp://127.0.0.1:0' or 'zmq+tcp://...'")
     backend, plus, base = scheme.partition("+")
     if plus:
         if not backend or not base:
-            raise ValueError(f"address {address!r}: a qualified scheme reads 'backend+scheme://'")
+            raise ArgumentError(f"address {address!r}: a qualified scheme reads 'backend+scheme://'")
         return backend, base, rest
     return None, scheme, rest
 
@@ -207,7 +208,8 @@ class Registry:
             spec, rec = provs[0]
             probe = _probe(spec)
             status = Status.AVAILABLE if probe.ok else Status.UNAVAILABLE
-            rows.append(BackendStatus(kind, name, status, rec.distribution, rec.version, probe.reason, probe.remedy, spec))
+            rows.append(BackendStatus(kind, name, status, rec.distribution, rec.version, probe.reason, probe.remedy,
+                                      spec))
         seen = set(providers)
         for rec in self._records:  # first-party distributions that did not load
             if rec.state is PluginState.LOADED:
@@ -217,7 +219,8 @@ class Registry:
                     continue
                 seen.add((known.kind, known.name))
                 status = Status.BROKEN if rec.state is PluginState.BROKEN else Status.UNAVAILABLE
-                rows.append(BackendStatus(known.kind, known.name, status, rec.distribution, rec.version, rec.reason, rec.hint))
+                rows.append(BackendStatus(known.kind, known.name, status, rec.distribution, rec.version, rec.reason,
+                                          rec.hint))
         for (kind, name), known in KNOWN_BACKENDS.items():
             if (kind, name) not in seen:
                 rows.append(
@@ -292,7 +295,7 @@ class Registry:
         scheme: str | None = None
         if address is not None:
             if kind is not BackendKind.TRANSPORT:
-                raise ValueError(f"an address only selects a transport, not a {kind.value} backend")
+                raise ArgumentError(f"an address only selects a transport, not a {kind.value} backend")
             addr_backend, scheme, _ = split_address(address)
         chosen: str | None
         if name:
@@ -303,13 +306,14 @@ class Registry:
             if chosen is None:
                 chosen, source = addr_backend, f"address {address!r}"
             elif chosen != addr_backend:
-                raise ValueError(f"address {address!r} names transport {addr_backend!r} but {source} chose {chosen!r}")
+                raise ArgumentError(f"address {address!r} names transport {addr_backend!r} but {source} chose "
+                                    f"{chosen!r}")
         if chosen is None:
             return self._auto(kind, scheme, req)
         spec = self._named(kind, chosen, source)
         if scheme is not None and scheme not in spec.schemes:
             served = ", ".join(f"{s}://" for s in spec.schemes) or "nothing"
-            raise ValueError(f"transport {chosen!r} ({source}) cannot serve {address!r}; it serves {served}")
+            raise ArgumentError(f"transport {chosen!r} ({source}) cannot serve {address!r}; it serves {served}")
         return spec
 
     def _named(self, kind: BackendKind, name: str, source: str) -> BackendSpec:
@@ -330,11 +334,13 @@ class Registry:
     def _not_found(self, kind: BackendKind, name: str, source: str) -> str:
         installed = [r for r in self.statuses(kind) if r.status is not Status.NOT_INSTALLED]
         listing = ", ".join(f"{r.name} ({r.status.value})" for r in installed) or "none"
-        message = f"no {kind.value} backend named {name!r} (chosen by {source}); installed {kind.value} backends: {listing}"
+        message = (f"no {kind.value} backend named {name!r} (chosen by {source}); installed {kind.value} backends: "
+                   f"{listing}")
         known = known_backend(kind, name)
         if known is not None:
             message += f". {name!r} comes with {known.distribution}: {known.hint}"
-        broken = [p for p in self._records if p.state is PluginState.BROKEN and not known_for_distribution(p.distribution)]
+        broken = [p for p in self._records
+                  if p.state is PluginState.BROKEN and not known_for_distribution(p.distribution)]
         if broken:
             message += ". Plugins that failed to load (one may provide it): " + "; ".join(
                 f"{p.name} ({p.distribution} {p.version}): {p.reason}" for p in broken
@@ -364,7 +370,8 @@ class Registry:
                 message += ". Install one: " + " or ".join(hints)
             raise BackendUnavailable(message)
         if not any(chosen is c for c in candidates):
-            raise BackendUnavailable(f"a tetrarch_select_backend hook returned {chosen!r}, which is not an available candidate")
+            raise BackendUnavailable(f"a tetrarch_select_backend hook returned {chosen!r}, which is not an available "
+                                     f"candidate")
         if kind is BackendKind.RDMA:
             self._check_fallback(chosen, rows, request)
         return chosen
@@ -457,7 +464,7 @@ class Registry:
         if not isinstance(instance, interface):
             with self._lock:
                 backend = next((n for (k, n), obj in self._instances.items() if obj is instance), name)
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{kind.value} backend {backend!r} built a {type(instance).__module__}.{type(instance).__qualname__}, "
                 f"which is no tetrarch.plugins.{interface.__name__}; a bug in its plugin"
             )

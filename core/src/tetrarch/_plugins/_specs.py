@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 __all__ = ["BackendKind", "BackendSpec", "BackendStatus", "ProbeResult", "Status"]
 

@@ -12,6 +12,7 @@ import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .._config import ENV_HOST_INDEX
 from .._errors import AllocatorError, ArgumentError
 from ._spawn import ExitInfo
 
@@ -32,7 +33,7 @@ class AgentCommand:
 
     def env_for(self, index: int) -> dict[str, str]:
         env = dict(self.env)
-        env["TETRARCH_HOST_INDEX"] = str(index)
+        env[ENV_HOST_INDEX.name] = str(index)
         return env
 
 

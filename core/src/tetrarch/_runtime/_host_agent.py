@@ -14,10 +14,20 @@ import sys
 import threading
 from typing import Any
 
+from .._config import (
+    ENV_ALLOC_ID,
+    ENV_CLIENT_ADDR,
+    ENV_HOST_AGENT_ADDR,
+    ENV_HOST_INDEX,
+    ENV_OWNER_ADDR,
+    ENV_PROC_ID,
+    ENV_SECRET,
+    TRANSPORT,
+)
 from .._log import get_logger
 from . import _serial, _wire
 from ._launch import announce_ready, report_exit, start_heartbeat
-from ._root import ENV_SECRET, ENV_TRANSPORT, Root, child_env, install_root
+from ._root import Root, child_env, install_root
 from ._router import PeerUnreachable
 from ._spawn import ExitInfo, WatchedProcess, spawn_watched
 
@@ -56,8 +66,8 @@ class HostAgent:
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
         for ident, extra, gpu in request.specs:
             env = child_env(self.root, extra)
-            env.update({"TETRARCH_OWNER_ADDR": owner, "TETRARCH_PROC_ID": ident,
-                        "TETRARCH_HOST_AGENT_ADDR": self.root.runtime.address})
+            env.update({ENV_OWNER_ADDR.name: owner, ENV_PROC_ID.name: ident,
+                        ENV_HOST_AGENT_ADDR.name: self.root.runtime.address})
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) else str(gpu)
 
@@ -87,11 +97,11 @@ class HostAgent:
 
 
 def main() -> int:
-    secret = bytes.fromhex(os.environ.pop(ENV_SECRET))
-    client = os.environ["TETRARCH_CLIENT_ADDR"]
-    alloc_id = os.environ["TETRARCH_ALLOC_ID"]
-    index = int(os.environ.get("TETRARCH_HOST_INDEX") or os.environ.get("SLURM_PROCID") or 0)
-    root = Root("host", secret, os.environ.get(ENV_TRANSPORT) or None, name=f"host{index}")
+    secret = bytes.fromhex(os.environ.pop(ENV_SECRET.name))
+    client = os.environ[ENV_CLIENT_ADDR.name]
+    alloc_id = os.environ[ENV_ALLOC_ID.name]
+    index = int(os.environ.get(ENV_HOST_INDEX.name) or os.environ.get("SLURM_PROCID") or 0)
+    root = Root("host", secret, TRANSPORT(), name=f"host{index}")
     install_root(root)
     agent = HostAgent(root, client)
     root.runtime.add_service(_wire.SVC_HOST, agent.service)

@@ -6,9 +6,10 @@ import os
 import sys
 import threading
 
+from .._config import ENV_OWNER_ADDR, ENV_PROC_ID, ENV_SECRET, TRANSPORT
 from .._log import get_logger
 from ._launch import announce_ready, start_heartbeat
-from ._root import ENV_SECRET, ENV_TRANSPORT, Root, adopt_client_sys_path, install_root
+from ._root import Root, adopt_client_sys_path, install_root
 from ._router import PeerUnreachable
 
 __all__ = ["main"]
@@ -17,13 +18,13 @@ _log = get_logger("proc")
 
 
 def main() -> int:
-    secret = bytes.fromhex(os.environ.pop(ENV_SECRET))  # not visible to user code and its children
-    owner = os.environ["TETRARCH_OWNER_ADDR"]
-    ident = os.environ["TETRARCH_PROC_ID"]
+    secret = bytes.fromhex(os.environ.pop(ENV_SECRET.name))  # not visible to user code and its children
+    owner = os.environ[ENV_OWNER_ADDR.name]
+    ident = os.environ[ENV_PROC_ID.name]
     adopt_client_sys_path()
     done = threading.Event()
     orphaned = []
-    root = Root("proc", secret, os.environ.get(ENV_TRANSPORT) or None, name=ident, on_proc_exit=done.set)
+    root = Root("proc", secret, TRANSPORT(), name=ident, on_proc_exit=done.set)
     install_root(root)
 
     def lost(addr: str, _err: object) -> None:

@@ -13,7 +13,18 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .._config import HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, config_env
+from .._config import (
+    ENV_ALLOC_ID,
+    ENV_CLIENT_ADDR,
+    ENV_PROC_MESH,
+    ENV_RANK_DIM,
+    ENV_SIZE_DIM,
+    ENV_SPANS_HOSTS,
+    HOST_START_TIMEOUT,
+    PROC_START_TIMEOUT,
+    STOP_TIMEOUT,
+    config_env,
+)
 from .._errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -23,7 +34,6 @@ from .._errors import (
     SupervisionError,
 )
 from .._plugins import get_registry
-from .._plugins._specs import BackendKind
 from . import _serial, _wire
 from ._actor import Actor
 from ._alloc import AgentCommand, Allocation, Allocator, AllocRequest
@@ -32,7 +42,7 @@ from ._context import _current
 from ._future import Future
 from ._launch import ProcRecord
 from ._mesh import ActorMesh
-from ._root import ENV_SPANS_HOSTS, Root, child_env, get_root, on_client_exit
+from ._root import Root, child_env, get_root, on_client_exit
 from ._router import PeerUnreachable
 from ._runner import current_actor
 from ._shape import Extent, MeshTrait, Shape
@@ -103,7 +113,7 @@ class HostMesh(MeshTrait):
                     why = get_root().runtime.dead_peers.get(rec.address) or rec.describe_exit()
                     raise SupervisionError(f"the {rec.what} of this HostMesh died ({why}); allocate a new HostMesh")
             if self._hosts is None:
-                allocator: Allocator = get_registry().create(BackendKind.ALLOCATOR, self._allocator)
+                allocator = get_registry().get_allocator(self._allocator)
                 self._hosts = _start_hosts(get_root(), allocator, len(self._shape) or 1, self)
             return self._hosts
 
@@ -157,11 +167,11 @@ class HostMesh(MeshTrait):
                 env = {
                     **config,
                     "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lp.rank),
-                    "LOCAL_WORLD_SIZE": str(per), "GROUP_RANK": str(h), "TETRARCH_PROC_MESH": mesh_name,
+                    "LOCAL_WORLD_SIZE": str(per), "GROUP_RANK": str(h), ENV_PROC_MESH.name: mesh_name,
                 }
                 for label, size in zip(extent.labels, extent.sizes, strict=True):
-                    env[f"TETRARCH_RANK_{label.upper()}"] = str(point[label])
-                    env[f"TETRARCH_SIZE_{label.upper()}"] = str(size)
+                    env[ENV_RANK_DIM.for_dim(label)] = str(point[label])
+                    env[ENV_SIZE_DIM.for_dim(label)] = str(size)
                 gpu = lp["gpus"] if "gpus" in local.labels else None
                 specs.append(_wire.ProcSpec(ident, env, gpu))
                 records.append(ProcRecord(ident, f"proc {mesh_name}{point}"))
@@ -248,11 +258,11 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
     extra = {}
     if allocator.spans_hosts:
         root.runtime.listen_routable()
-        extra[ENV_SPANS_HOSTS] = "1"
+        extra[ENV_SPANS_HOSTS.name] = "1"
     alloc_id = _uid("hosts")
     records = [ProcRecord(f"{alloc_id}/{i}", f"host agent {i}") for i in range(n)]
     waiter = root.launches.expect(records)
-    env = child_env(root, {"TETRARCH_CLIENT_ADDR": root.runtime.address, "TETRARCH_ALLOC_ID": alloc_id, **extra})
+    env = child_env(root, {ENV_CLIENT_ADDR.name: root.runtime.address, ENV_ALLOC_ID.name: alloc_id, **extra})
     command = AgentCommand((sys.executable, "-m", "tetrarch._runtime._host_agent"), env)
 
     def on_exit(index: int, info: ExitInfo) -> None:

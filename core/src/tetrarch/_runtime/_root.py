@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .._config import ENV_HOST_AGENT_ADDR, ENV_SECRET, ENV_SPANS_HOSTS, ENV_SYS_PATH, TRANSPORT, config_env
 from .._log import set_process_name
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
@@ -25,13 +26,8 @@ from ._procagent import ProcAgent
 from ._router import Router, install_router
 from ._supervision import Supervisor, install_exit_path
 
-__all__ = ["ENV_SECRET", "ENV_SPANS_HOSTS", "ENV_TRANSPORT", "Root", "adopt_client_sys_path", "child_env",
-           "get_root", "install_root", "on_client_exit", "root_if_any"]
-
-ENV_SECRET = "TETRARCH_SECRET"
-ENV_TRANSPORT = "TETRARCH_TRANSPORT"
-#: Set ("1") for the host agents and procs of an allocation that spans hosts: they listen routably.
-ENV_SPANS_HOSTS = "TETRARCH_SPANS_HOSTS"
+__all__ = ["Root", "adopt_client_sys_path", "child_env", "get_root", "install_root", "on_client_exit",
+           "root_if_any"]
 
 _root: Root | None = None
 _lock = threading.Lock()
@@ -48,13 +44,13 @@ class Root:
         self.transport_name = spec.name
         transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name)
         set_process_name(name)
-        spans_hosts = role != "client" and os.environ.get(ENV_SPANS_HOSTS) == "1"
+        spans_hosts = role != "client" and os.environ.get(ENV_SPANS_HOSTS.name) == "1"
         self.runtime = Router(transport, secret, name=name, spans_hosts=spans_hosts)
         self.launches = LaunchTracker(self.runtime)
         self.supervisor = Supervisor(self.runtime, role)
         self.proc_agent = ProcAgent(self.runtime, on_exit=on_proc_exit)
         link_service(self.runtime)
-        self.host_agent_address = os.environ.get("TETRARCH_HOST_AGENT_ADDR") if role == "proc" else None
+        self.host_agent_address = os.environ.get(ENV_HOST_AGENT_ADDR.name) if role == "proc" else None
         self.closed = False
 
     def close(self) -> None:
@@ -64,18 +60,20 @@ class Root:
 
 
 def child_env(root: Root, extra: dict[str, str]) -> dict[str, str]:
-    """Environment for a process this one starts: ours plus the allocation's secret."""
+    """Environment for a process this one starts: ours, the settings made from code
+    (``tetrarch.configure``), the transport in use and the allocation's secret."""
     env = dict(os.environ)
-    env[ENV_SECRET] = root.secret.hex()
-    env[ENV_TRANSPORT] = root.transport_name
-    env.setdefault("TETRARCH_SYS_PATH", os.pathsep.join(p for p in sys.path if p))
+    env.update(config_env())
+    env[ENV_SECRET.name] = root.secret.hex()
+    env[TRANSPORT.env] = root.transport_name
+    env.setdefault(ENV_SYS_PATH.name, os.pathsep.join(p for p in sys.path if p))
     env.update(extra)
     return env
 
 
 def adopt_client_sys_path() -> None:
     """Append the spawning client's ``sys.path`` entries we lack (same-host procs)."""
-    for entry in os.environ.get("TETRARCH_SYS_PATH", "").split(os.pathsep):
+    for entry in os.environ.get(ENV_SYS_PATH.name, "").split(os.pathsep):
         if entry and entry not in sys.path and os.path.isdir(entry):
             sys.path.append(entry)
 
@@ -100,7 +98,7 @@ def get_root() -> Root:
         return root
     with _lock:
         if _root is None:
-            _root = Root("client", secrets.token_bytes(32), os.environ.get(ENV_TRANSPORT) or None, name="client")
+            _root = Root("client", secrets.token_bytes(32), TRANSPORT(), name="client")
             install_router(_root.runtime)
             atexit.register(_shutdown_at_exit)
             install_exit_path()
