@@ -64,6 +64,7 @@ def test_arguments_and_results_round_trip(procs):
     assert echo.call_one(payload).get() == payload
 
 
+@pytest.mark.slow  # importing torch, here and in the proc
 def test_torch_tensors_travel(procs):
     torch = pytest.importorskip("torch")
     t = torch.arange(1 << 16, dtype=torch.float32).reshape(256, 256)
