@@ -43,6 +43,7 @@ def start_agents(tmp_path: Path, hosts: int, *, ignore_term: bool = False) -> tu
     return allocation, exits
 
 
+@pytest.mark.isolated  # the fake agents are fresh interpreters
 def test_agents_get_their_index_and_env_and_stop(tmp_path: Path) -> None:
     allocation, exits = start_agents(tmp_path, 3)
     assert isinstance(allocation, LocalAllocation)
@@ -55,6 +56,7 @@ def test_agents_get_their_index_and_env_and_stop(tmp_path: Path) -> None:
     allocation.stop()  # idempotent
 
 
+@pytest.mark.isolated  # the fake agents are fresh interpreters
 def test_stop_waits_one_grace_period_for_all_agents(tmp_path: Path) -> None:
     allocation, exits = start_agents(tmp_path, 4, ignore_term=True)
     grace = scaled(1.0)  # a longer grace on a slow machine leaves more room for the kills
@@ -66,6 +68,7 @@ def test_stop_waits_one_grace_period_for_all_agents(tmp_path: Path) -> None:
     assert 0.9 * grace <= elapsed < 3 * grace, elapsed  # one after another would take at least 4 graces
 
 
+@pytest.mark.isolated  # the fake agents are fresh interpreters
 def test_exit_of_an_agent_is_reported_with_its_index(tmp_path: Path) -> None:
     allocation, exits = start_agents(tmp_path, 2)
     os.kill(allocation.pids[1], signal.SIGKILL)
