@@ -13,9 +13,21 @@ every test passed.
 
 Fresh interpreters
 ------------------
-``run_python(code, timeout, env=None)`` (also the ``run_isolated`` fixture) runs a
-snippet in a new ``sys.executable`` with the suite's environment, for tests that need
-a fresh client process (atexit behaviour, signals, first-import side effects, ...).
+Tests that need a fresh client process (atexit behaviour, signals, first-import side
+effects, ...) run a *scenario*: a real module with a ``main()`` (e.g.
+``tests/kernel/scenarios/<name>.py``) that takes its parameters from ``sys.argv``.
+``run_scenario(path, *args, timeout, env=None, pythonpath=(), cwd=None)`` (a fixture)
+runs one in a new ``sys.executable`` and returns its ``CompletedProcess``;
+``start_scenario`` starts one and returns the ``Popen`` (killed at teardown). Both
+fixtures insist that the test carries ``@pytest.mark.isolated``. ``run_isolated(code,
+timeout, env=None)`` runs a ``-c`` snippet instead; prefer a scenario module.
+
+Time limits
+-----------
+Every wall-clock bound is written in nominal seconds and multiplied by the
+``TETRARCH_TEST_SLOWDOWN`` factor (:func:`tetrarch.testing.scaled`): helpers that take a
+timeout (``run_scenario``, ``Collector.wait``) scale it themselves; anywhere else the
+test writes ``scaled(N)``, including ``pytest.mark.timeout(scaled(N))``.
 """
 
 from __future__ import annotations
@@ -29,14 +41,18 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
+from tetrarch.testing import scaled
+
 #: The environment variable that marks every process started by this test session.
 SESSION_ENV = "TETRARCH_TEST_SESSION"
-#: Seconds stragglers get to exit on their own before they are killed.
+#: Seconds stragglers get to exit on their own before they are killed (nominal: scaled).
 LEAK_GRACE_S = 10.0
 #: Pause between an empty scan and the scan that confirms it.
 SETTLE_S = 0.25
@@ -137,7 +153,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     marker = session.config.stash.get(_marker_key, None)
     if marker is None:
         return
-    alive = _stragglers(marker, LEAK_GRACE_S)
+    grace = scaled(LEAK_GRACE_S)
+    alive = _stragglers(marker, grace)
     if not alive:
         return
     report = [_describe(proc) for proc in alive]
@@ -149,7 +166,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 proc.kill()
             except psutil.NoSuchProcess:
                 pass
-        unkillable += _wait_gone(alive, 5.0)
+        unkillable += _wait_gone(alive, scaled(5.0))
         late = [p for p in _marked_processes(marker) if p not in alive]
         if not late:
             break
@@ -157,7 +174,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         alive = late
     lines = [
         f"{len(report)} process(es) started by this test session were still running "
-        f"{LEAK_GRACE_S:.0f} s after the last test and were killed ({SESSION_ENV}={marker}):",
+        f"{grace:g} s after the last test and were killed ({SESSION_ENV}={marker}):",
         *(f"  {line}" for line in report),
     ]
     if unkillable:
@@ -176,41 +193,50 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 # ------------------------------------------------------------------ fresh interpreters
 
+PathLike = str | os.PathLike[str]
+
 
 def _tail(text: str, limit: int = 4000) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
 
-def run_python(
-    code: str,
-    timeout: float,
-    env: Mapping[str, str] | None = None,
-    *,
-    args: tuple[str, ...] = (),
-    cwd: str | os.PathLike[str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` (dedented) in a fresh ``sys.executable`` and capture its output.
-
-    The child gets this process's environment (so the session marker) updated by
-    ``env``, runs in its own session, and has ``timeout`` seconds to exit. Output goes
-    to temporary files, not pipes, so a grandchild that keeps them open cannot make the
-    call wait past the child's exit. On timeout the child is asked to dump its threads'
-    tracebacks (faulthandler, SIGABRT), its process group is killed, and the test fails
-    with the captured output. The return code is not checked: assert on it.
-    """
+def _child_env(env: Mapping[str, str] | None, pythonpath: Sequence[PathLike]) -> dict[str, str]:
+    """This process's environment (so the session marker) updated by ``env``, with
+    ``pythonpath`` put in front of ``PYTHONPATH`` (what the suite runs with stays on it)."""
     full_env = dict(os.environ)
     full_env.setdefault("PYTHONFAULTHANDLER", "1")
     if env:
         full_env.update(env)
-    cmd = [sys.executable, "-c", textwrap.dedent(code), *args]
+    if pythonpath:
+        parts = [os.fspath(p) for p in pythonpath] + [full_env.get("PYTHONPATH", "")]
+        full_env["PYTHONPATH"] = os.pathsep.join(p for p in parts if p)
+    return full_env
+
+
+def _run(
+    what: str,
+    cmd: list[str],
+    timeout: float,
+    env: Mapping[str, str] | None,
+    pythonpath: Sequence[PathLike],
+    cwd: PathLike | None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` in its own session with ``scaled(timeout)`` seconds to exit.
+
+    Output goes to temporary files, not pipes, so a grandchild that keeps them open
+    cannot make the call wait past the child's exit. On timeout the child is asked to
+    dump its threads' tracebacks (faulthandler, SIGABRT), its process group is killed,
+    and the test fails with the captured output.
+    """
+    limit = scaled(timeout)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=full_env,
+            cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_child_env(env, pythonpath),
             cwd=cwd, text=True, start_new_session=True,
         )
         timed_out = False
         try:
-            proc.wait(timeout=timeout)
+            proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             timed_out = True
             _stop_timed_out(proc)
@@ -219,7 +245,7 @@ def run_python(
         stdout, stderr = out.read(), err.read()
     if timed_out:
         pytest.fail(
-            f"python snippet did not exit within {timeout} s and was killed\n"
+            f"{what} did not exit within {limit:g} s and was killed\n"
             f"--- stdout ---\n{_tail(stdout)}\n--- stderr ---\n{_tail(stderr)}",
             pytrace=False,
         )
@@ -229,17 +255,106 @@ def run_python(
 def _stop_timed_out(proc: subprocess.Popen[str]) -> None:
     try:
         proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
-        proc.wait(timeout=3)
+        proc.wait(timeout=scaled(3))
     except subprocess.TimeoutExpired:
         pass
+    _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child and whatever stayed in its group
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
 
 
+def run_scenario(
+    path: PathLike,
+    *args: str,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    pythonpath: Sequence[PathLike] = (),
+    cwd: PathLike | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the program at ``path`` (``sys.executable path *args``) and capture its output.
+
+    Args:
+        timeout: nominal seconds the program has to exit (multiplied by the
+            ``TETRARCH_TEST_SLOWDOWN`` factor); past that its stacks are dumped, its
+            process group is killed and the test fails with its output.
+        env: variables to set on top of this process's environment.
+        pythonpath: folders put in front of the inherited ``PYTHONPATH`` (e.g. where
+            the actor modules live, so the program and the procs it spawns import them).
+        cwd: the working directory.
+
+    The return code is not checked: assert on it.
+    """
+    return _run(f"scenario {Path(path).name}", [sys.executable, os.fspath(path), *args], timeout, env,
+                pythonpath, cwd)
+
+
+def run_python(
+    code: str,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (dedented) with ``sys.executable -c``, like :func:`run_scenario`.
+
+    Kept for programs that cannot move into a scenario module yet; prefer a scenario.
+    """
+    return _run("python snippet", [sys.executable, "-c", textwrap.dedent(code)], timeout, env, (), None)
+
+
+def _require_isolated_marker(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("isolated") is None:
+        pytest.fail(f"{request.node.nodeid} runs a fresh interpreter: mark it @pytest.mark.isolated",
+                    pytrace=False)
+
+
+@pytest.fixture(name="run_scenario")
+def _run_scenario_fixture(request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """:func:`run_scenario` for a test marked ``isolated``."""
+    _require_isolated_marker(request)
+    return run_scenario
+
+
 @pytest.fixture
-def run_isolated() -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
-    """``run_python`` as a fixture: ``run_isolated(code, timeout, env=None)``."""
-    yield run_python
+def start_scenario(request: pytest.FixtureRequest) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """``start_scenario(path, *args, env=None, pythonpath=(), **popen_kwargs) -> Popen``.
+
+    Starts the program at ``path`` in a fresh ``sys.executable`` (in its own session,
+    environment as for :func:`run_scenario`) and returns at once; ``popen_kwargs`` go to
+    ``subprocess.Popen`` (``text=True`` is set). Whatever is still running in the
+    program's process group at teardown is killed.
+    """
+    _require_isolated_marker(request)
+    started: list[subprocess.Popen[str]] = []
+
+    def start(
+        path: PathLike,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        pythonpath: Sequence[PathLike] = (),
+        **popen_kwargs: Any,
+    ) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, os.fspath(path), *args], env=_child_env(env, pythonpath), text=True,
+            start_new_session=True, **popen_kwargs,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        _kill_group(proc)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def run_isolated(request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """:func:`run_python` (a ``-c`` snippet) for a test marked ``isolated``."""
+    _require_isolated_marker(request)
+    return run_python

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -15,37 +14,18 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import tetrarch
 from tetrarch import MeshFailure, ProcMesh, shutdown_context, this_host
+from tetrarch.testing import Collector, scaled
 
-class FaultLog(list):
-    """Failures that reached the client's fault hook; ``wait(n)`` blocks until there are n."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._cond = threading.Condition()
-
-    def __call__(self, failure: MeshFailure) -> None:  # the hook
-        with self._cond:
-            self.append(failure)
-            self._cond.notify_all()
-
-    def wait(self, n: int, timeout: float = 10.0) -> list[MeshFailure]:
-        with self._cond:
-            if not self._cond.wait_for(lambda: len(self) >= n, timeout):
-                raise AssertionError(f"expected {n} failures at the fault hook within {timeout} s, got {list(self)}")
-            return list(self)
-
-
-#: Tests that kill actors on purpose would otherwise end pytest through the default
-#: fault hook (exit code 1).
-FAULTS = FaultLog()
-tetrarch.unhandled_fault_hook = FAULTS
+#: Failures that reach the client's fault hook. Tests that kill actors on purpose
+#: would otherwise end pytest through the default fault hook (exit code 1).
+FAULTS: Collector[MeshFailure] = Collector("failures at the fault hook")
+tetrarch.unhandled_fault_hook = FAULTS.add
 
 
 @pytest.fixture
-def faults() -> FaultLog:
-    """The failures that reach the client's fault hook during one test."""
-    with FAULTS._cond:
-        FAULTS.clear()
+def faults() -> Collector[MeshFailure]:
+    """The failures that reach the client's fault hook during one test (``faults.wait(n)``)."""
+    FAULTS.clear()
     return FAULTS
 
 
@@ -53,11 +33,11 @@ def faults() -> FaultLog:
 def procs() -> Iterator[ProcMesh]:
     pm = this_host().spawn_procs(per_host={"gpus": 4})
     yield pm
-    pm.stop().get(timeout=30)
+    pm.stop().get(timeout=scaled(30))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _shutdown_tetrarch_at_session_end() -> Iterator[None]:
     """End host agents before the suite's leak check looks for stragglers."""
     yield
-    shutdown_context().get(timeout=30)
+    shutdown_context().get(timeout=scaled(30))

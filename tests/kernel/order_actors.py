@@ -12,12 +12,15 @@ import warnings
 from typing import Any
 
 from tetrarch import Actor, Channel, Port, concurrent_endpoint, context, endpoint, send
+from tetrarch.testing import scaled
 
 # --------------------------------------------------------------------------- ordering
 
 N_RECORDERS = 4
 KINDS = ("broadcast", "call", "call_one", "slice_broadcast", "send", "port")
-WAIT_S = 30.0
+#: How long any one expected event may take (a hang catcher; scaled by TETRARCH_TEST_SLOWDOWN,
+#: which the procs inherit with the rest of the client's environment).
+WAIT_S = scaled(30.0)
 
 
 def _me() -> int:

@@ -7,6 +7,7 @@ import os
 import threading
 
 from tetrarch import Actor, Port, context, endpoint
+from tetrarch.testing import scaled
 
 
 class Fragile(Actor):
@@ -43,12 +44,22 @@ class Fragile(Actor):
 
 
 class Supervisor(Actor):
-    """Owns a ``Fragile`` mesh on procs it is given; ``mode`` decides what ``__supervise__`` does."""
+    """Owns a ``Fragile`` mesh on procs it is given; ``mode`` decides what ``__supervise__`` does.
 
-    def __init__(self, procs, mode: str) -> None:
+    Every failure ``__supervise__`` sees is recorded and, when a ``report`` port is given,
+    sent to it as well (so a test can wait for it instead of polling).
+    """
+
+    def __init__(self, procs, mode: str, report: Port[str] | None = None) -> None:
         self.mode = mode
+        self.report = report
         self.seen: list[str] = []
         self.children = procs.spawn("fragile", Fragile)
+
+    def record(self, entry: str) -> None:
+        self.seen.append(entry)
+        if self.report is not None:
+            self.report.send(entry)
 
     @endpoint
     def child(self):
@@ -71,7 +82,7 @@ class Supervisor(Actor):
         return self.children.slice(gpus=1).ok.call().get().values()
 
     def __supervise__(self, failure):
-        self.seen.append(f"{failure.mesh_name}:{failure.rank}:{failure.cause}")
+        self.record(f"{failure.mesh_name}:{failure.rank}:{failure.cause}")
         if self.mode == "raise":
             raise RuntimeError("supervise hook raised on purpose")
         return self.mode == "handle"
@@ -80,7 +91,7 @@ class Supervisor(Actor):
 class AsyncSupervisor(Supervisor):
     async def __supervise__(self, failure):
         await asyncio.sleep(0)
-        self.seen.append(f"async:{failure.mesh_name}:{failure.rank}")
+        self.record(f"async:{failure.mesh_name}:{failure.rank}")
         return True
 
 
@@ -90,7 +101,7 @@ class RefUser(Actor):
     @endpoint
     def call_ok(self, mesh) -> str:
         try:
-            return str(mesh.ok.call().get(timeout=10).values())
+            return str(mesh.ok.call().get(timeout=scaled(10)).values())
         except Exception as exc:  # noqa: BLE001 - the test inspects the text
             return f"{type(exc).__name__}: {exc}"
 
@@ -148,7 +159,7 @@ class Nester(Actor):
 
         self.procs = this_host().spawn_procs(per_host={"gpus": n})
         self.mesh = self.procs.spawn("nested", Fragile)
-        return self.mesh.pid.call().get(timeout=30).values()
+        return self.mesh.pid.call().get(timeout=scaled(30)).values()
 
     @endpoint
     def here(self) -> dict:
@@ -157,14 +168,14 @@ class Nester(Actor):
         inst = context().actor_instance
         local = this_proc().spawn("local", Fragile)  # on this actor's own proc
         return {"name": inst.name, "rank": dict(inst.rank), "proc": repr(inst.proc), "pid": os.getpid(),
-                "local_pid": local.pid.call_one().get(timeout=10), "proc_len": len(inst.proc)}
+                "local_pid": local.pid.call_one().get(timeout=scaled(10)), "proc_len": len(inst.proc)}
 
     @endpoint
     def spawn_on(self, procs, host) -> tuple[list[int], list[int]]:
         """Spawn on a ProcMesh and on a new proc mesh of a HostMesh, both passed by reference."""
-        on_procs = procs.spawn("on_ref", Fragile).pid.call().get(timeout=30).values()
+        on_procs = procs.spawn("on_ref", Fragile).pid.call().get(timeout=scaled(30)).values()
         self.more = host.spawn_procs(per_host={"gpus": 1})
-        on_host = self.more.spawn("on_host", Fragile).pid.call().get(timeout=30).values()
+        on_host = self.more.spawn("on_host", Fragile).pid.call().get(timeout=scaled(30)).values()
         return on_procs, on_host
 
     @endpoint

@@ -6,15 +6,15 @@ import os
 import pickle
 import socket
 import struct
-import threading
 
 import pytest
 
 from tetrarch._runtime._router import PeerUnreachable, Router
 from tetrarch._runtime._wire import SYS, sys_header
 from tetrarch._transport._socket import IpcTransport, TcpTransport
+from tetrarch.testing import Collector, scaled
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(scaled(30))
 
 
 class _Bomb:
@@ -34,11 +34,10 @@ def _frame(*frames: bytes) -> bytes:
 @pytest.fixture(params=[IpcTransport, TcpTransport], ids=["ipc", "tcp"])
 def server(request):
     transport = request.param()
-    calls: list[tuple] = []
-    got = threading.Event()
+    calls: Collector[tuple] = Collector("probe messages")
     rt = Router(transport, b"s" * 32, name="server")
-    rt.add_service("probe", lambda hdr, payload, conn: (calls.append(hdr), got.set()))
-    yield rt, calls, got
+    rt.add_service("probe", lambda hdr, payload, conn: calls.add(hdr))
+    yield rt, calls
     rt.close()
     transport.close()
 
@@ -50,12 +49,12 @@ def _raw_connect(address: str) -> socket.socket:
     else:
         host, port = address[len("tcp://"):].rsplit(":", 1)
         s = socket.create_connection((host, int(port)))
-    s.settimeout(5)
+    s.settimeout(scaled(5))
     return s
 
 
 def test_wrong_secret_is_rejected_and_the_listener_keeps_serving(server):
-    rt, calls, got = server
+    rt, calls = server
     transport = type(rt.transport)()
     intruder = Router(transport, b"x" * 32, name="intruder")
     try:
@@ -64,19 +63,19 @@ def test_wrong_secret_is_rejected_and_the_listener_keeps_serving(server):
     finally:
         intruder.close()
         transport.close()
-    assert not calls
+    assert not calls.items
     friend_transport = type(rt.transport)()
     friend = Router(friend_transport, b"s" * 32, name="friend")
     try:
         friend.send(rt.address, [sys_header("probe", "hi")])
-        assert got.wait(5) and calls[0][2] == "hi"
+        assert calls.wait(1, timeout=5)[0].op == "hi"
     finally:
         friend.close()
         friend_transport.close()
 
 
 def test_frames_before_the_handshake_are_never_unpickled(server, tmp_path):
-    rt, calls, _ = server
+    rt, calls = server
     marker = tmp_path / "pwned"
     bomb = pickle.dumps((SYS, "probe", _Bomb(str(marker)), None, None))
     s = _raw_connect(rt.address)
@@ -85,11 +84,11 @@ def test_frames_before_the_handshake_are_never_unpickled(server, tmp_path):
     # the server closes the connection on the garbage instead of deserializing it
     assert s.recv(4096) == b""
     s.close()
-    assert not marker.exists() and not calls
+    assert not marker.exists() and not calls.items
 
 
 def test_oversized_pre_auth_message_is_cut_off(server):
-    rt, _calls, _ = server
+    rt, _calls = server
     s = _raw_connect(rt.address)
     s.recv(4096)
     s.sendall(struct.pack("!IQ", 1, 1 << 30))  # announces 1 GiB before authenticating

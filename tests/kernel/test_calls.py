@@ -8,8 +8,9 @@ import pytest
 from kernel_actors import AsyncGreeter, Counter, Info
 
 from tetrarch import Future, ValueMesh, this_host, this_proc
+from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(scaled(60))
 
 
 def test_broadcast_call_and_call_one_on_a_slice(procs):
@@ -63,6 +64,7 @@ def test_arguments_and_results_round_trip(procs):
     assert echo.call_one(payload).get() == payload
 
 
+@pytest.mark.slow  # importing torch, here and in the proc
 def test_torch_tensors_travel(procs):
     torch = pytest.importorskip("torch")
     t = torch.arange(1 << 16, dtype=torch.float32).reshape(256, 256)
@@ -73,7 +75,7 @@ def test_torch_tensors_travel(procs):
 def test_future_get_timeout_does_not_consume(procs):
     fut = procs.spawn("slowish", AsyncGreeter, "yo").slice(gpus=0).greet.call_one("a")
     assert isinstance(fut, Future)
-    assert fut.get(timeout=30) == "yo, a"
+    assert fut.get(timeout=scaled(30)) == "yo, a"
     assert fut.get() == "yo, a"  # cached, re-readable
 
 
@@ -109,7 +111,7 @@ def test_actor_mesh_passed_to_an_actor_on_another_proc_mesh(procs):
     other = this_host().spawn_procs(per_host={"gpus": 1})
     try:
         user = other.spawn("user", MeshUser)
-        assert user.bump_and_read.call_one(counters).get(timeout=30) == [6, 6, 6, 6]
+        assert user.bump_and_read.call_one(counters).get(timeout=scaled(30)) == [6, 6, 6, 6]
         assert counters.value.call().get().values() == [6, 6, 6, 6]  # same actors, seen from the client
     finally:
-        other.stop().get(timeout=30)
+        other.stop().get(timeout=scaled(30))

@@ -8,8 +8,9 @@ import pytest
 from order_actors import WAIT_S, Mixed, Overlap, Waiter
 
 from tetrarch import Channel
+from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(scaled(60))
 
 
 def test_async_endpoints_of_one_actor_do_not_overlap(procs):

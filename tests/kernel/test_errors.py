@@ -8,8 +8,9 @@ import pytest
 from kernel_actors import Counter, Failing, InitFails, NotAnActor
 
 from tetrarch import ActorError, SupervisionError
+from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(scaled(60))
 
 
 def test_endpoint_exception_becomes_actor_error_and_actor_survives(procs):
@@ -82,7 +83,7 @@ def test_slicing_errors(procs):
 def test_stopped_actor_mesh_rejects_calls(procs):
     counters = procs.spawn("stopme", Counter, 3)
     assert counters.value.call().get().values() == [3] * 4
-    counters.stop().get(timeout=10)
+    counters.stop().get(timeout=scaled(10))
     with pytest.raises(SupervisionError, match="stopped"):
         counters.value.call()
     with pytest.raises(ValueError, match="only its owner"):

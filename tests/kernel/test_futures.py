@@ -9,8 +9,9 @@ import pytest
 from order_actors import WAIT_S, Blocker, Gate
 
 from tetrarch import ActorError, Future
+from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(scaled(60))
 
 
 @pytest.fixture(scope="module")

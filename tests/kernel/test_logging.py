@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tetrarch._runtime._router import PeerUnreachable, Router
 from tetrarch._transport._socket import IpcTransport
+from tetrarch.testing import scaled
 
 SCENARIO = Path(__file__).parent / "scenarios" / "log_output.py"
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(scaled(60))
 
 
 def test_a_rejected_connection_is_a_warning_of_tetrarch_router(caplog: pytest.LogCaptureFixture) -> None:
@@ -33,25 +34,27 @@ def test_a_rejected_connection_is_a_warning_of_tetrarch_router(caplog: pytest.Lo
         other.close()
 
 
-def _run(mode: str) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run([sys.executable, str(SCENARIO), mode], env=dict(os.environ), capture_output=True, text=True,
-                         timeout=50, stdin=subprocess.DEVNULL)
+def _run(run_scenario: Callable[..., Any], mode: str) -> subprocess.CompletedProcess[str]:
+    res = run_scenario(SCENARIO, mode, timeout=50)
     assert res.returncode == 0, res.stderr
     return res
 
 
-def test_unconfigured_clients_see_warnings_on_stderr_as_before() -> None:
-    res = _run("unconfigured")
+@pytest.mark.isolated
+def test_unconfigured_clients_see_warnings_on_stderr_as_before(run_scenario) -> None:
+    res = _run(run_scenario, "unconfigured")
     assert "tetrarch[client]: rejected connection from peer-1: wrong secret" in res.stderr
     assert "info line" not in res.stderr + res.stdout
 
 
-def test_an_application_that_configures_logging_gets_the_records_instead() -> None:
-    res = _run("configured")
+@pytest.mark.isolated
+def test_an_application_that_configures_logging_gets_the_records_instead(run_scenario) -> None:
+    res = _run(run_scenario, "configured")
     assert "APP tetrarch.router WARNING rejected connection from peer-1" in res.stdout
     assert "rejected connection" not in res.stderr, "the fallback must stay quiet once logging is configured"
 
 
-def test_tetrarch_can_be_silenced() -> None:
-    res = _run("silenced")
+@pytest.mark.isolated
+def test_tetrarch_can_be_silenced(run_scenario) -> None:
+    res = _run(run_scenario, "silenced")
     assert "rejected connection" not in res.stderr + res.stdout

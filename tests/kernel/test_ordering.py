@@ -16,10 +16,13 @@ import pytest
 from order_actors import N_RECORDERS, WAIT_S, OrderSender, Recorder, drive, expected_at, interleave, plan
 
 from tetrarch import Channel
+from tetrarch.testing import scaled
 
 TOTAL = 10_000
 N_ACTOR_SENDERS = 4
 N_THREAD_SENDERS = 2
+#: Nominal seconds (scaled) the whole stress run may take.
+STRESS_RUN_WITHIN_S = 45.0
 
 
 def _per_sender(log: list[tuple[int, int]]) -> dict[int, list[int]]:
@@ -41,7 +44,7 @@ def _drain(receiver, n: int) -> list:
     return [receiver.recv().get(timeout=WAIT_S) for _ in range(n)]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(scaled(60))
 def test_ten_thousand_messages_from_six_senders_arrive_in_order(procs):
     recorders = procs.spawn("order_recorders", Recorder)
     senders = procs.spawn("order_senders", OrderSender)
@@ -113,10 +116,11 @@ def test_ten_thousand_messages_from_six_senders_arrive_in_order(procs):
     delivered = sum(len(log) for log in logs)
     assert delivered > TOTAL  # broadcasts and calls reach several recorders
     print(f"\n{TOTAL} messages ({delivered} recorder deliveries) in {elapsed:.2f} s")
-    assert elapsed < 45, f"the stress run took {elapsed:.1f} s"
+    # A hang catcher, not a benchmark: the run takes about 1 s on an idle machine.
+    assert elapsed < scaled(STRESS_RUN_WITHIN_S), f"the stress run took {elapsed:.1f} s"
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(scaled(60))
 @pytest.mark.parametrize("sender_kind", ["client", "actor"])
 def test_one_sender_through_slices_and_full_mesh_keeps_send_order(procs, sender_kind):
     recorders = procs.spawn(f"interleave_{sender_kind}", Recorder)

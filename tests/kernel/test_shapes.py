@@ -9,8 +9,9 @@ import pytest
 
 from tetrarch._runtime._shape import Extent, MeshTrait, Point, Shape
 from tetrarch._runtime._valuemesh import ValueMesh
+from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(scaled(30))
 
 
 class Mesh(MeshTrait):

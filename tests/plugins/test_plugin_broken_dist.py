@@ -19,8 +19,10 @@ import pytest
 
 from tetrarch._cli import plugin_rows
 from tetrarch._plugins import Registry
+from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(120)
+# Every test runs ``python -m tetrarch`` (and the fixture runs pip) in a fresh interpreter.
+pytestmark = [pytest.mark.isolated, pytest.mark.timeout(scaled(120))]
 
 DIST = "tetrarch-test-broken"
 ERROR = "tetrarch-test-broken exploded on import"
@@ -49,7 +51,7 @@ def broken_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
          "--disable-pip-version-check", "--target", str(site), str(project)],
-        capture_output=True, text=True, timeout=110, cwd=project,
+        capture_output=True, text=True, timeout=scaled(110), cwd=project,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert list(site.glob("tetrarch_test_broken-9.9.9.dist-info"))
@@ -60,7 +62,7 @@ def run_plugins(site: Path, **env: str) -> subprocess.CompletedProcess[str]:
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     return subprocess.run(
         [sys.executable, "-m", "tetrarch", "plugins", "--json"],
-        capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": path, **env},
+        capture_output=True, text=True, timeout=scaled(30), env={**os.environ, "PYTHONPATH": path, **env},
     )
 
 

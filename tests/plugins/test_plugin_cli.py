@@ -11,8 +11,9 @@ import pytest
 
 from tetrarch._cli import COLUMNS, main, plugin_rows
 from tetrarch._plugins import Registry
+from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(scaled(60))
 
 KEYS = set(COLUMNS) | {"traceback"}
 
@@ -20,10 +21,11 @@ KEYS = set(COLUMNS) | {"traceback"}
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tetrarch", *args],
-        capture_output=True, text=True, timeout=30, env={**os.environ, **(env or {})},
+        capture_output=True, text=True, timeout=scaled(30), env={**os.environ, **(env or {})},
     )
 
 
+@pytest.mark.isolated
 def test_json_lists_every_backend() -> None:
     result = run_cli("plugins", "--json")
     assert result.returncode == 0, result.stderr
@@ -40,6 +42,7 @@ def test_json_lists_every_backend() -> None:
     assert rows == plugin_rows(Registry())
 
 
+@pytest.mark.isolated
 def test_table_has_the_columns() -> None:
     result = run_cli("plugins")
     assert result.returncode == 0, result.stderr
@@ -50,6 +53,7 @@ def test_table_has_the_columns() -> None:
     assert any("pyzmq" in line and "not implemented yet" in line for line in lines)
 
 
+@pytest.mark.isolated
 def test_disabled_plugin_in_json() -> None:
     result = run_cli("plugins", "--json", env={"TETRARCH_DISABLE_PLUGINS": "tetrarch-alloc-slurm"})
     rows = {(r["kind"], r["backend"]): r for r in json.loads(result.stdout)}

@@ -19,8 +19,9 @@ from tetrarch._plugins import (
 )
 from tetrarch._plugins._loader import load_entry_points
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, Status, hookimpl
+from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(scaled(60))
 
 T, R, A = BackendKind.TRANSPORT, BackendKind.RDMA, BackendKind.ALLOCATOR
 
@@ -234,7 +235,7 @@ def test_entry_points_load_one_by_one() -> None:
 
 def test_get_registry_is_a_thread_safe_singleton() -> None:
     seen: list[Registry] = []
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(8, timeout=scaled(10))
 
     def grab() -> None:
         barrier.wait()
@@ -244,8 +245,9 @@ def test_get_registry_is_a_thread_safe_singleton() -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
-    assert len({id(r) for r in seen}) == 1
+        t.join(scaled(10))
+        assert not t.is_alive()
+    assert len(seen) == 8 and len({id(r) for r in seen}) == 1
     reset_registry()
     assert get_registry() is not seen[0]
 

@@ -15,8 +15,9 @@ from tetrarch.plugins import (
     BackendUnavailable,
     hookimpl,
 )
+from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(scaled(60))
 
 T, R, A = BackendKind.TRANSPORT, BackendKind.RDMA, BackendKind.ALLOCATOR
 

@@ -5,102 +5,90 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tetrarch._plugins import Registry
 from tetrarch.plugins import AgentCommand, AllocatorError, AllocRequest, BackendKind, ExitInfo
+from tetrarch.testing import Collector, scaled
 from tetrarch_alloc_local import LocalAllocation, LocalAllocator
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(scaled(60))
 
-# A stand-in host agent: says which host it is through its own FIFO, then waits.
-AGENT = """
-import os, signal
-if os.environ.get("IGNORE_TERM"):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-index = os.environ["TETRARCH_HOST_INDEX"]
-with open(os.path.join(os.environ["FIFO_DIR"], index), "w") as fifo:
-    fifo.write(index + ":" + os.environ["SECRET"])
-signal.pause()
-"""
+#: A stand-in host agent: says which host it is through its own FIFO, then waits.
+FAKE_AGENT = Path(__file__).resolve().parent / "fake_agent.py"
+
+Exits = Collector[tuple[int, ExitInfo]]
 
 
-class Exits:
-    """Collects ``on_exit(index, info)`` calls; ``wait(n)`` blocks until n arrived."""
-
-    def __init__(self) -> None:
-        self.seen: dict[int, ExitInfo] = {}
-        self._cond = threading.Condition()
-
-    def __call__(self, index: int, info: ExitInfo) -> None:
-        with self._cond:
-            self.seen[index] = info
-            self._cond.notify_all()
-
-    def wait(self, count: int, timeout: float = 20.0) -> dict[int, ExitInfo]:
-        with self._cond:
-            assert self._cond.wait_for(lambda: len(self.seen) >= count, timeout), self.seen
-            return dict(self.seen)
+def collect_exits() -> tuple[Exits, Callable[[int, ExitInfo], None]]:
+    """A collector of ``on_exit(index, info)`` calls and the callback that feeds it."""
+    exits: Exits = Collector("host agent exits")
+    return exits, lambda index, info: exits.add((index, info))
 
 
 def start_agents(tmp_path: Path, hosts: int, *, ignore_term: bool = False) -> tuple[LocalAllocation, Exits]:
     for index in range(hosts):
         os.mkfifo(tmp_path / str(index))
     env = {"FIFO_DIR": str(tmp_path), "SECRET": "s3cret", **({"IGNORE_TERM": "1"} if ignore_term else {})}
-    exits = Exits()
+    exits, on_exit = collect_exits()
     allocation = LocalAllocator().allocate(
-        AllocRequest(hosts, AgentCommand((sys.executable, "-c", AGENT), env)), exits
+        AllocRequest(hosts, AgentCommand((sys.executable, str(FAKE_AGENT)), env)), on_exit
     )
     for index in range(hosts):  # opening a FIFO blocks until the agent opened it
         assert (tmp_path / str(index)).read_text() == f"{index}:s3cret"
     return allocation, exits
 
 
+@pytest.mark.isolated  # the fake agents are fresh interpreters
 def test_agents_get_their_index_and_env_and_stop(tmp_path: Path) -> None:
     allocation, exits = start_agents(tmp_path, 3)
     assert isinstance(allocation, LocalAllocation)
     assert len(set(allocation.pids)) == 3
-    allocation.stop(grace=10.0)
-    seen = exits.wait(3)
+    allocation.stop(grace=scaled(10.0))
+    seen = dict(exits.wait(3, timeout=20))
     assert sorted(seen) == [0, 1, 2]
     assert all(info.signal == signal.SIGTERM for info in seen.values())
     assert {info.pid for info in seen.values()} == set(allocation.pids)
     allocation.stop()  # idempotent
 
 
+@pytest.mark.isolated  # the fake agents are fresh interpreters
 def test_stop_waits_one_grace_period_for_all_agents(tmp_path: Path) -> None:
     allocation, exits = start_agents(tmp_path, 4, ignore_term=True)
+    grace = scaled(1.0)  # a longer grace on a slow machine leaves more room for the kills
     started = time.monotonic()
-    allocation.stop(grace=1.0)
+    allocation.stop(grace=grace)
     elapsed = time.monotonic() - started
-    seen = exits.wait(4)
+    seen = dict(exits.wait(4, timeout=20))
     assert all(info.signal == signal.SIGKILL for info in seen.values())
-    assert 0.9 <= elapsed < 3.0, elapsed  # one after another would take at least 4 s
+    assert 0.9 * grace <= elapsed < 3 * grace, elapsed  # one after another would take at least 4 graces
 
 
+@pytest.mark.isolated  # the fake agents are fresh interpreters
 def test_exit_of_an_agent_is_reported_with_its_index(tmp_path: Path) -> None:
     allocation, exits = start_agents(tmp_path, 2)
     os.kill(allocation.pids[1], signal.SIGKILL)
-    assert exits.wait(1) == {1: exits.seen[1]}
-    assert exits.seen[1].describe() == "killed by SIGKILL"
-    allocation.stop(grace=10.0)
-    assert sorted(exits.wait(2)) == [0, 1]
+    ((index, info),) = exits.wait(1, timeout=20)
+    assert index == 1
+    assert info.describe() == "killed by SIGKILL"
+    allocation.stop(grace=scaled(10.0))
+    assert sorted(dict(exits.wait(2, timeout=20))) == [0, 1]
 
 
 def test_unstartable_agent_raises_allocator_error(tmp_path: Path) -> None:
-    exits = Exits()
+    exits, on_exit = collect_exits()
     request = AllocRequest(2, AgentCommand((str(tmp_path / "no-such-agent"),), {}))
     with pytest.raises(AllocatorError, match="cannot start host agent 0 of 2"):
-        LocalAllocator().allocate(request, exits)
+        LocalAllocator().allocate(request, on_exit)
     with pytest.raises(AllocatorError, match="empty"):
-        LocalAllocator().allocate(AllocRequest(1, AgentCommand((), {})), exits)
+        LocalAllocator().allocate(AllocRequest(1, AgentCommand((), {})), on_exit)
     with pytest.raises(ValueError, match="at least one host"):
-        LocalAllocator().allocate(AllocRequest(0, AgentCommand(("true",), {})), exits)
-    assert exits.seen == {}
+        LocalAllocator().allocate(AllocRequest(0, AgentCommand(("true",), {})), on_exit)
+    assert exits.items == []
 
 
 def test_registry_creates_the_local_allocator(monkeypatch: pytest.MonkeyPatch) -> None:

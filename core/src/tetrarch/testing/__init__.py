@@ -1,9 +1,20 @@
-"""Test kits for people who write tetrarch plugins.
+"""Test helpers and test kits for tetrarch and its plugins.
 
-A kit is a class of pytest tests written against one of tetrarch's plugin interfaces.
-A plugin's own test suite subclasses it and provides fixtures that build the plugin's
-implementation; pytest then runs every contract test against it (in the spirit of
-fsspec's ``fsspec.tests.abstract`` suites).
+Helpers (cheap to import; usable in tests and in the programs they start):
+
+:func:`scaled` and :func:`slowdown`
+    Every wall-clock bound in a test is written in nominal seconds and passed through
+    ``scaled(seconds)``: the ``TETRARCH_TEST_SLOWDOWN`` environment variable (a positive
+    float, default 1) multiplies them all, so a loaded machine can run the suite with
+    one setting, e.g. ``TETRARCH_TEST_SLOWDOWN=3 pytest``.
+:class:`Collector`
+    A thread-safe list that callbacks add to and a test waits on
+    (``collector.wait(n, timeout)``, the timeout scaled), instead of sleeping.
+
+Kits: a kit is a class of pytest tests written against one of tetrarch's plugin
+interfaces. A plugin's own test suite subclasses it and provides fixtures that build the
+plugin's implementation; pytest then runs every contract test against it (in the spirit
+of fsspec's ``fsspec.tests.abstract`` suites).
 
 Transports (:class:`tetrarch.testing.transport.TransportConformance`)::
 
@@ -38,14 +49,18 @@ test may close it. Every test is bounded (``pytest.mark.timeout(30)`` when
 pytest-timeout is installed, which ``tetrarch[test]`` brings) and waits on events with
 timeouts, never on sleeps.
 
-Importing :mod:`tetrarch.testing` itself imports nothing heavy; the kits import pytest.
+Importing :mod:`tetrarch.testing` itself imports nothing heavy (no pytest); the kits
+import pytest.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["TransportConformance"]
+from ._collector import Collector
+from ._timing import SLOWDOWN_ENV, scaled, slowdown
+
+__all__ = ["SLOWDOWN_ENV", "Collector", "TransportConformance", "scaled", "slowdown"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .transport import TransportConformance

@@ -1,0 +1,42 @@
+"""Scenario: the host agent dies (SIGKILL) while calls to its procs are pending.
+
+Prints ``ELAPSED <seconds>`` from the kill to the pending call's ``SupervisionError``,
+the error, then ``AGAIN <values>`` from procs spawned afterwards (``this_host()``
+replaces its dead host agent). Run by ``test_process_death.py``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+from kernel_actors import Sleeper
+
+import tetrarch
+from tetrarch import MeshFailure, SupervisionError, this_host
+from tetrarch.testing import scaled
+
+
+def main() -> None:
+    faults: list[MeshFailure] = []
+    tetrarch.unhandled_fault_hook = faults.append  # the deaths are expected: do not exit
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("s", Sleeper)
+    mesh.sleep.call(0).get(timeout=scaled(30))
+    pending = mesh.sleep.call(30)
+    agent = next(c for c in psutil.Process().children() if "_host_agent" in " ".join(c.cmdline()))
+    start = time.monotonic()
+    agent.kill()
+    try:
+        pending.get(timeout=scaled(10))
+    except SupervisionError as err:
+        print("ELAPSED", round(time.monotonic() - start, 3))
+        print(err)
+    procs.stop().get(timeout=scaled(20))
+    again = this_host().spawn_procs(per_host={"gpus": 1})
+    print("AGAIN", again.spawn("again", Sleeper).sleep.call(0).get(timeout=scaled(10)).values())
+    again.stop().get(timeout=scaled(20))
+
+
+if __name__ == "__main__":
+    main()
