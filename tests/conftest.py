@@ -173,9 +173,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         report += [_describe(proc) for proc in late]
         alive = late
     lines = [
-        f"{len(report)} process(es) started by this test session were still running "
-        f"{grace:g} s after the last test and were killed ({SESSION_ENV}={marker}):",
-        *(f"  {line}" for line in report),
+        (f"{len(report)} process(es) started by this test session were still running "
+         f"{grace:g} s after the last test and were killed ({SESSION_ENV}={marker}):"),
+        *[f"  {line}" for line in report],
     ]
     if unkillable:
         lines.append("still alive after SIGKILL: " + ", ".join(str(p.pid) for p in unkillable))

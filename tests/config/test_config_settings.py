@@ -53,7 +53,7 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
         assert setting.key == key and setting.env == f"TETRARCH_{key.upper()}"
         assert setting.doc and "\n" not in setting.doc
     assert TEST_SLOWDOWN.default == 1.0 and TEST_SLOWDOWN.type is float and not TEST_SLOWDOWN.propagate
-    assert CONFIG_VARS == tuple(s.env for s in SETTINGS.values() if s.propagate)
+    assert tuple(s.env for s in SETTINGS.values() if s.propagate) == CONFIG_VARS
 
 
 def test_the_runtime_call_sites_keep_their_defaults() -> None:
@@ -177,9 +177,9 @@ def test_configure_coerces_like_the_environment() -> None:
 
 
 def test_configure_names_the_valid_keys_for_an_unknown_one() -> None:
-    with pytest.raises(TypeError, match="unknown setting.*stop_timout; valid: host_start_timeout, .*stop_timeout"):
+    with pytest.raises(TypeError, match=r"unknown setting.*stop_timout; valid: host_start_timeout, .*stop_timeout"):
         configure(stop_timout=1)
-    with pytest.raises(ValueError, match="unknown setting 'nope'; valid: .*test_slowdown"):
+    with pytest.raises(ValueError, match=r"unknown setting 'nope'; valid: .*test_slowdown"):
         source("nope")
 
 
@@ -228,17 +228,19 @@ def test_configured_restores_on_exit_and_nests(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_configured_restores_when_the_block_raises() -> None:
-    with pytest.raises(RuntimeError, match="boom"):
+    def fail_inside() -> None:
         with configured(orphan_timeout=3):
             assert ORPHAN_TIMEOUT() == 3.0
             raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        fail_inside()
     assert source("orphan_timeout") == "default"
 
 
 def test_configured_checks_values_on_entry() -> None:
-    with pytest.raises(TypeError, match="unknown setting"):
-        with configured(bogus=1):
-            pytest.fail("the block must not run")
+    with pytest.raises(TypeError, match="unknown setting"), configured(bogus=1):
+        pytest.fail("the block must not run")
 
 
 def test_configure_from_many_threads_loses_no_update() -> None:

@@ -146,7 +146,11 @@ class Finalizer(Actor):
     def arm(self, path: str) -> int:
         import atexit
 
-        atexit.register(lambda: open(path, "w").write("finalized"))
+        def finalize() -> None:
+            with open(path, "w") as f:
+                f.write("finalized")
+
+        atexit.register(finalize)
         return os.getpid()
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from kernel_actors import AsyncGreeter, Counter, Info
 
+from kernel_actors import AsyncGreeter, Counter, Info
 from tetrarch import Future, ValueMesh, this_host, this_proc
 from tetrarch.testing import scaled
 
@@ -98,7 +98,7 @@ def test_this_proc_runs_actors_in_the_client_process():
 def test_pipelined_calls_keep_order(procs):
     counter = procs.spawn("ordered", Counter, 0).slice(gpus=1)
     futures = []
-    for i in range(500):
+    for _i in range(500):
         counter.incr.broadcast()
         futures.append(counter.value.call_one())
     assert [f.get() for f in futures] == list(range(1, 501))

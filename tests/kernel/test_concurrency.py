@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from order_actors import WAIT_S, Mixed, Overlap, Waiter
 
+from order_actors import WAIT_S, Mixed, Overlap, Waiter
 from tetrarch import Channel
 from tetrarch.testing import scaled
 
@@ -127,8 +127,8 @@ def test_concurrent_endpoints_overlap_and_plain_ones_wait_for_them(procs):
 
 
 def test_concurrent_endpoint_must_be_async_and_stop_cancels_running_handlers(procs):
-    from tetrarch import Actor, SupervisionError, concurrent_endpoint
     from order_actors import Concurrent
+    from tetrarch import Actor, SupervisionError, concurrent_endpoint
 
     with pytest.raises(TypeError, match="needs an 'async def'"):
         class Bad(Actor):

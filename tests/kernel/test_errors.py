@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from kernel_actors import Counter, Failing, InitFails, NotAnActor
 
+from kernel_actors import Counter, Failing, InitFails, NotAnActor
 from tetrarch import ActorError, SupervisionError
 from tetrarch.testing import scaled
 

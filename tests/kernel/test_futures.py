@@ -6,8 +6,8 @@ import asyncio
 import threading
 
 import pytest
-from order_actors import WAIT_S, Blocker, Gate
 
+from order_actors import WAIT_S, Blocker, Gate
 from tetrarch import ActorError, Future
 from tetrarch.testing import scaled
 

@@ -13,8 +13,8 @@ import time
 from collections import defaultdict
 
 import pytest
-from order_actors import N_RECORDERS, WAIT_S, OrderSender, Recorder, drive, expected_at, interleave, plan
 
+from order_actors import N_RECORDERS, WAIT_S, OrderSender, Recorder, drive, expected_at, interleave, plan
 from tetrarch import Channel
 from tetrarch.testing import scaled
 
@@ -59,7 +59,7 @@ def test_ten_thousand_messages_from_six_senders_arrive_in_order(procs):
     thread_ids = [200 + t for t in range(N_THREAD_SENDERS)]
     thread_counts = counts[N_ACTOR_SENDERS:]
     n_of = {100 + r: actor_n for r in range(N_ACTOR_SENDERS)}
-    n_of.update(zip(thread_ids, thread_counts))
+    n_of.update(zip(thread_ids, thread_counts, strict=True))
 
     t0 = time.monotonic()
     running = senders.run.call(actor_n, recorders, replies, direct)  # 4 actor senders, concurrently
@@ -72,7 +72,7 @@ def test_ten_thousand_messages_from_six_senders_arrive_in_order(procs):
             errors.append(exc)
 
     threads = [threading.Thread(target=client_sender, args=(sid, n), name=f"order-sender-{sid}")
-               for sid, n in zip(thread_ids, thread_counts)]
+               for sid, n in zip(thread_ids, thread_counts, strict=True)]
     for t in threads:
         t.start()
     assert running.get(timeout=WAIT_S).values() == [actor_n] * N_ACTOR_SENDERS

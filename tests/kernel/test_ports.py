@@ -8,8 +8,8 @@ import pickle
 import threading
 
 import pytest
-from port_actors import Ported, Sender
 
+from port_actors import Ported, Sender
 from tetrarch import (
     Accumulator,
     ActorError,
@@ -280,7 +280,7 @@ def test_accumulator_sums_over_ranks(senders):
 
 
 def test_accumulator_folds_left_from_identity_and_forwards_args(ported):
-    acc = Accumulator(ported.rank_times, [-1], lambda a, b: a + [b])
+    acc = Accumulator(ported.rank_times, [-1], lambda a, b: [*a, b])
     folded = acc.accumulate(k=2).get(timeout=scaled(30))
     assert folded[0] == -1 and sorted(folded[1:]) == [0, 2, 4, 6]
 
@@ -310,7 +310,7 @@ def test_recv_raises_when_a_process_holding_the_port_dies():
         waiting = receiver.recv()
         with pytest.raises(SupervisionError):
             holder.exit.call_one().get(timeout=scaled(10))
-        with pytest.raises(SupervisionError, match="that held this port died .*exit code 1"):
+        with pytest.raises(SupervisionError, match=r"that held this port died .*exit code 1"):
             waiting.get(timeout=scaled(10))  # no hang: the holder's death reaches the receiver
     finally:
         pm.stop().get(timeout=scaled(30))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from kernel_actors import Sleeper
 
+from kernel_actors import Sleeper
 from tetrarch import SupervisionError, this_host
 from tetrarch.testing import scaled
 

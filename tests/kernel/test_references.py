@@ -6,8 +6,8 @@ import os
 import pickle
 
 import pytest
-from supervision_actors import Fragile, Nester
 
+from supervision_actors import Fragile, Nester
 from tetrarch import HostMesh, ProcMesh, ValueMesh, this_host
 from tetrarch.testing import scaled
 

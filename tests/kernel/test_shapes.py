@@ -349,7 +349,7 @@ def test_value_mesh_from_strided_shape_and_underlying_list():
 def test_value_mesh_dense_fast_path_matches_general_path():
     values = list("abcdef")
     dense = ValueMesh(Extent(["a", "b"], [2, 3]), values)
-    general = ValueMesh(Shape(Extent(["a", "b"], [2, 3])), values + ["extra"])
+    general = ValueMesh(Shape(Extent(["a", "b"], [2, 3])), [*values, "extra"])
     assert dense._dense and not general._dense
     assert dense.values() == general.values() == values
     assert [dense.get(i) for i in range(6)] == [general.get(i) for i in range(6)]

@@ -6,8 +6,8 @@ import os
 import time
 
 import pytest
-from supervision_actors import Cleaner, Finalizer, Fragile
 
+from supervision_actors import Cleaner, Finalizer, Fragile
 from tetrarch import Channel, SupervisionError, this_host
 from tetrarch.testing import scaled
 

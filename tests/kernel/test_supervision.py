@@ -6,8 +6,8 @@ import os
 import time
 
 import pytest
-from supervision_actors import AsyncSupervisor, Fragile, RefUser, Supervisor
 
+from supervision_actors import AsyncSupervisor, Fragile, RefUser, Supervisor
 from tetrarch import ActorError, Channel, PortReceiver, ProcMesh, SupervisionError, this_host
 from tetrarch.testing import scaled
 
@@ -91,7 +91,7 @@ def test_unhandled_failure_goes_up_to_the_owners_owner_with_the_chain(procs, chi
     assert root.mesh_name == "fragile" and "plain exception" in root.cause
     report = failure.report()
     assert report.index("root event: fragile") < report.index("then: sup_pass")
-    with pytest.raises(SupervisionError, match="unhealthy: rank 0 failed .*root event: fragile"):
+    with pytest.raises(SupervisionError, match=r"unhealthy: rank 0 failed .*root event: fragile"):
         sup.seen_failures.call_one()
 
 
@@ -192,9 +192,10 @@ def test_a_mesh_does_not_outlive_its_owners_process(faults):
             try:
                 child.ok.call().get(timeout=scaled(10))
             except SupervisionError as exc:
-                assert "stopped because its owner died" in str(exc)
+                why = str(exc)
                 break
             assert time.monotonic() < deadline, "the child mesh outlived its owner"
+        assert "stopped because its owner died" in why
         faults.wait(1)  # the owner itself was owned by the client
     finally:
         owner_procs.stop().get(timeout=scaled(30))

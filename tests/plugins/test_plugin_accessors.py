@@ -62,10 +62,10 @@ def test_get_allocator_returns_an_allocator() -> None:
 
 def test_a_factory_building_the_wrong_type_is_a_type_error(fakes, make_registry) -> None:
     registry = make_registry(fakes.source("d", fakes.spec(T, "odd"), fakes.spec(A, "odd")))
-    with pytest.raises(TypeError, match="transport backend 'odd' built a types.SimpleNamespace, which is no "
+    with pytest.raises(TypeError, match=r"transport backend 'odd' built a types.SimpleNamespace, which is no "
                                         "tetrarch.plugins.Transport"):
         registry.get_transport()
-    with pytest.raises(TypeError, match="allocator backend 'odd' built .*no tetrarch.plugins.Allocator"):
+    with pytest.raises(TypeError, match=r"allocator backend 'odd' built .*no tetrarch.plugins.Allocator"):
         registry.get_allocator("odd")
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ctypes.util
-import importlib.metadata
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import shutil
 import sys
@@ -46,7 +46,7 @@ def test_every_first_party_distribution_is_installed_and_loaded(rows) -> None:
         assert row.spec is not None and row.spec.extra == key[1]
 
 
-@pytest.mark.parametrize("name, module, dist", [("zmq", "zmq", "pyzmq"), ("nng", "pynng", "pynng")])
+@pytest.mark.parametrize(("name", "module", "dist"), [("zmq", "zmq", "pyzmq"), ("nng", "pynng", "pynng")])
 def test_transport_plugins(rows, name: str, module: str, dist: str) -> None:
     row = rows[(T, name)]
     assert row.status is Status.UNAVAILABLE
@@ -112,7 +112,7 @@ def test_verbs_probe_without_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not result.ok
     assert result.reason == "pyverbs found but no RDMA device (get_device_list failed: Failed to get devices list)"
     assert "ibv_devices" in result.remedy
-    _fake_pyverbs(monkeypatch, lambda: [])
+    _fake_pyverbs(monkeypatch, list)
     assert probe().reason == "pyverbs found but no RDMA device (get_device_list returned [])"
     _fake_pyverbs(monkeypatch, lambda: [types.SimpleNamespace(name=b"mlx5_0")])
     assert probe() == ProbeResult.no(
@@ -136,10 +136,11 @@ def test_efa_and_slurm_probes_when_their_tools_exist(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize(
-    "factory, message",
+    ("factory", "message"),
     [
         ("tetrarch_transport_zmq._zmq:ZmqTransport",
-         "the zmq transport is not implemented yet (tetrarch issue: transports); use the builtin 'ipc' or 'tcp' transport"),
+         ("the zmq transport is not implemented yet (tetrarch issue: transports); use the builtin 'ipc' or "
+          "'tcp' transport")),
         ("tetrarch_transport_nng._nng:NngTransport", "the nng transport is not implemented yet"),
         ("tetrarch_rdma_verbs._verbs:VerbsRdmaBackend", "the verbs RDMA backend is not implemented yet"),
         ("tetrarch_rdma_efa._efa:EfaRdmaBackend", "the efa RDMA backend is not implemented yet"),

@@ -116,7 +116,8 @@ def test_plugin_whose_hook_raises_is_broken_and_others_load(fakes, make_registry
         raise ValueError("hook exploded")
 
     bad = types.SimpleNamespace(tetrarch_transports=hookimpl(explode))
-    registry = make_registry(PluginSource(bad, "bad", "bad-dist", "2.0"), fakes.source("good-dist", fakes.spec(T, "good")))
+    registry = make_registry(PluginSource(bad, "bad", "bad-dist", "2.0"),
+                             fakes.source("good-dist", fakes.spec(T, "good")))
     records = {p.name: p for p in registry.plugins()}
     assert records["bad"].state is PluginState.BROKEN
     assert "hook exploded" in records["bad"].reason
@@ -127,7 +128,7 @@ def test_plugin_whose_hook_raises_is_broken_and_others_load(fakes, make_registry
 
 
 @pytest.mark.parametrize(
-    "returned, message",
+    ("returned", "message"),
     [
         (["not a spec"], "not a tetrarch BackendSpec"),
         ([BackendSpec(R, "r", "a:b")], "expected kind transport"),
@@ -144,7 +145,7 @@ def test_invalid_specs_make_the_plugin_broken(make_registry, returned: list, mes
 
 
 def test_misspelt_hook_is_reported(make_registry) -> None:
-    bad = types.SimpleNamespace(tetrarch_transport=hookimpl(lambda: []))
+    bad = types.SimpleNamespace(tetrarch_transport=hookimpl(lambda: []))  # noqa: PIE807 - pluggy marks the function
     registry = make_registry(PluginSource(bad, "typo", "typo-dist"))
     (record,) = [p for p in registry.plugins() if p.name == "typo"]
     assert record.state is PluginState.BROKEN
@@ -189,7 +190,8 @@ def test_disable_by_distribution_or_entry_point_name(monkeypatch: pytest.MonkeyP
     assert states["tetrarch-alloc-local"] is PluginState.LOADED
 
 
-def test_disable_applies_to_injected_plugins_but_never_core(fakes, monkeypatch: pytest.MonkeyPatch, make_registry) -> None:
+def test_disable_applies_to_injected_plugins_but_never_core(fakes, monkeypatch: pytest.MonkeyPatch,
+                                                            make_registry) -> None:
     monkeypatch.setenv("TETRARCH_DISABLE_PLUGINS", "fake-dist,tetrarch")
     registry = make_registry(fakes.source("fake-dist", fakes.spec(T, "x")), builtins=True)
     states = {(p.distribution, p.name): p.state for p in registry.plugins()}

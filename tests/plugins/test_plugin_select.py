@@ -78,7 +78,7 @@ def test_plain_scheme_picks_highest_priority_serving_it(transports: Registry) ->
 
 def test_qualified_scheme_names_the_backend(transports: Registry) -> None:
     assert transports.select(T, address="ipconly+ipc:///tmp/x").name == "ipconly"
-    with pytest.raises(BackendUnavailable, match="'off'.*chosen by address"):
+    with pytest.raises(BackendUnavailable, match=r"'off'.*chosen by address"):
         transports.select(T, address="off+tcp://h:1")
     with pytest.raises(ValueError, match="cannot serve"):
         transports.select(T, address="ipconly+tcp://h:1")
@@ -138,7 +138,8 @@ def test_known_first_party_name_gives_install_hint() -> None:
 
 def test_disabled_first_party_choice_says_how_to_enable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TETRARCH_DISABLE_PLUGINS", "tetrarch-transport-zmq")
-    with pytest.raises(BackendUnavailable, match="disabled by TETRARCH_DISABLE_PLUGINS.*remove 'tetrarch-transport-zmq'"):
+    with pytest.raises(BackendUnavailable,
+                       match=r"disabled by TETRARCH_DISABLE_PLUGINS.*remove 'tetrarch-transport-zmq'"):
         Registry().select(T, "zmq")
 
 
@@ -155,7 +156,7 @@ def test_explicit_unavailable_choice_is_never_swapped(transports: Registry, monk
 
 def test_conflicting_backend_cannot_be_selected(fakes, make_registry) -> None:
     registry = make_registry(fakes.source("dist-a", fakes.spec(A, "dup")), fakes.source("dist-b", fakes.spec(A, "dup")))
-    with pytest.raises(BackendUnavailable, match="conflict.*dist-a.*dist-b"):
+    with pytest.raises(BackendUnavailable, match=r"conflict.*dist-a.*dist-b"):
         registry.select(A, "dup")
     with pytest.raises(BackendUnavailable, match="no allocator backend is available"):
         registry.select(A)

@@ -66,9 +66,8 @@ def test_disable_plugins_from_code(fakes, make_registry) -> None:
 def test_plugins_strict_from_code(make_registry) -> None:
     bad = PluginSource(types.SimpleNamespace(tetrarch_allocators=hookimpl(lambda: 1 / 0)), "bad", "bad-dist")
     make_registry(bad)
-    with configured(plugins_strict=True):
-        with pytest.raises(PluginLoadError, match="'bad' from bad-dist"):
-            make_registry(bad)
+    with configured(plugins_strict=True), pytest.raises(PluginLoadError, match="'bad' from bad-dist"):
+        make_registry(bad)
 
 
 def test_an_invalid_strict_variable_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,9 +24,9 @@ import time
 from typing import Any
 
 import psutil
-from chaos_actors import ChaosWorker
 
 import tetrarch
+from chaos_actors import ChaosWorker
 from tetrarch import Future, MeshFailure, ProcMesh, SupervisionError, shutdown_context, this_host
 from tetrarch.testing import Collector, scaled
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 
 import psutil
-from kernel_actors import Sleeper
 
 import tetrarch
+from kernel_actors import Sleeper
 from tetrarch import MeshFailure, SupervisionError, this_host
 from tetrarch.testing import scaled
 

@@ -11,9 +11,9 @@ import json
 import sys
 
 import psutil
+
 from kernel_actors import Sleeper
 from supervision_actors import Nester
-
 from tetrarch import this_host
 from tetrarch.testing import scaled
 

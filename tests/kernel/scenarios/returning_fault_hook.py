@@ -6,9 +6,8 @@ from a surviving rank. Run by ``test_fault_hook.py``.
 
 from __future__ import annotations
 
-from supervision_actors import Fragile
-
 import tetrarch
+from supervision_actors import Fragile
 from tetrarch import MeshFailure, this_host
 from tetrarch.testing import Collector, scaled
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import atexit
 import sys
 
-from supervision_actors import Fragile
-
 import tetrarch
+from supervision_actors import Fragile
 from tetrarch import Channel, MeshFailure, this_host
 from tetrarch.testing import scaled
 
