@@ -33,6 +33,7 @@ __all__ = ["Mailbox", "PeerUnreachable", "PortHandler", "Router", "ServiceHandle
            "install_router"]
 
 _log = get_logger("router")
+_decode, _PortHeader, _CallHeader = _wire.decode, _wire.PortHeader, _wire.CallHeader  # dispatch's hot path
 
 PortHandler = Callable[[_wire.PortHeader, list], None]
 ServiceHandler = Callable[[_wire.SysHeader, list, "Connection | None"], None]
@@ -340,12 +341,12 @@ class Router:
     # -- dispatch -----------------------------------------------------------
     def dispatch(self, frames: list, conn: Connection | None) -> None:
         """Hand one authenticated message to its port, actor or service."""
-        hdr = _wire.decode(frames[0])
-        if type(hdr) is _wire.PortHeader:
+        hdr = _decode(frames[0])
+        if type(hdr) is _PortHeader:
             handler = self._ports.get(hdr.port)
             if handler is not None:
                 handler(hdr, frames[1:])
-        elif type(hdr) is _wire.CallHeader:
+        elif type(hdr) is _CallHeader:
             mailbox = self.mailboxes.get(hdr.actor)
             if mailbox is not None:
                 mailbox.deliver(hdr, frames[1:])

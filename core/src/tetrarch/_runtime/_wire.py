@@ -109,6 +109,7 @@ class SysHeader(NamedTuple):
 
 Header = CallHeader | PortHeader | SysHeader
 _BY_KIND: dict[int, Any] = {CALL: CallHeader, PORT: PortHeader, SYS: SysHeader}
+_tuple_new = tuple.__new__
 
 
 def encode(header: Header) -> bytes:
@@ -124,7 +125,10 @@ def decode(data: Any) -> Header:
         TypeError: wrong number of fields for the kind.
     """
     fields = pickle.loads(data)
-    header: Header = _BY_KIND[fields[0]]._make(fields)
+    cls = _BY_KIND[fields[0]]
+    if len(fields) != len(cls._fields):
+        raise TypeError(f"a {cls.__name__} has {len(cls._fields)} fields, got {len(fields)}")
+    header: Header = _tuple_new(cls, fields)  # the record without NamedTuple._make's overhead (hot path)
     return header
 
 
