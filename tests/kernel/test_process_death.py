@@ -55,14 +55,29 @@ def test_killed_proc_fails_pending_call_fast_and_others_keep_working(sig):
         again.stop().get(timeout=scaled(30))
 
 
+#: Stopping procs known dead, or exiting the client after their host agent died, takes no
+#: waiting for exit reports that cannot come (nominal seconds, scaled; it was 10-15 s).
+STOP_DEAD_WITHIN_S = 3.0
+
+
 @pytest.mark.isolated
-@pytest.mark.slow  # stopping procs whose host agent died waits out TETRARCH_STOP_TIMEOUT (10 s)
 def test_host_agent_death_fails_pending_calls(run_scenario):
     res = run_scenario(SCENARIOS / "host_agent_death.py", timeout=60, pythonpath=[HERE])
     assert res.returncode == 0, res.stderr
     elapsed = float(res.stdout.split("ELAPSED", 1)[1].split()[0])
     assert elapsed < scaled(CALL_FAILS_WITHIN_S) and "unreachable" in res.stdout
+    assert float(res.stdout.split("STOPPED", 1)[1].split()[0]) < scaled(STOP_DEAD_WITHIN_S), res.stdout
     assert "AGAIN [0]" in res.stdout, res.stderr
+
+
+@pytest.mark.isolated
+def test_the_client_exits_promptly_after_its_host_agent_died(run_scenario):
+    res = run_scenario(SCENARIOS / "host_agent_death.py", "exit", timeout=60, pythonpath=[HERE])
+    ended = time.time()
+    assert res.returncode == 0, res.stderr
+    assert float(res.stdout.split("STOPPED", 1)[1].split()[0]) < scaled(STOP_DEAD_WITHIN_S), res.stdout
+    exiting = float(res.stdout.split("EXITING", 1)[1].split()[0])
+    assert ended - exiting < scaled(STOP_DEAD_WITHIN_S), f"the client took {ended - exiting:.1f} s to exit"
 
 
 @pytest.mark.isolated

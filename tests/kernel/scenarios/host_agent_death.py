@@ -2,11 +2,14 @@
 
 Prints ``ELAPSED <seconds>`` from the kill to the pending call's ``SupervisionError``,
 the error, then ``AGAIN <values>`` from procs spawned afterwards (``this_host()``
-replaces its dead host agent). Run by ``test_process_death.py``.
+replaces its dead host agent). With the argument ``exit`` it prints ``STOPPED <seconds>``
+for stopping the dead procs and ``EXITING <timestamp>``, then leaves without cleaning up.
+Run by ``test_process_death.py``.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 import psutil
@@ -32,7 +35,12 @@ def main() -> None:
     except SupervisionError as err:
         print("ELAPSED", round(time.monotonic() - start, 3))
         print(err)
+    start = time.monotonic()
     procs.stop().get(timeout=scaled(20))
+    print("STOPPED", round(time.monotonic() - start, 3))
+    if sys.argv[1:] == ["exit"]:  # leave without stopping anything else: the exit path cleans up
+        print("EXITING", time.time(), flush=True)
+        return
     again = this_host().spawn_procs(per_host={"gpus": 1})
     print("AGAIN", again.spawn("again", Sleeper).sleep.call(0).get(timeout=scaled(10)).values())
     again.stop().get(timeout=scaled(20))

@@ -40,7 +40,14 @@ class ProcRecord:
     returncode: int | None = None
     stderr_tail: str = ""
     ready: bool = False
+    #: Declared dead without an exit report (its connection dropped and none came).
+    lost: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gone(self) -> bool:
+        """Whether the process exited or was declared lost: nothing more will come from it."""
+        return self.returncode is not None or self.lost
 
     def describe_exit(self) -> str:
         if self.returncode is None:
@@ -96,11 +103,11 @@ class ExitWaiter:
     """Waits until every one of a set of processes has exited."""
 
     def __init__(self, tracker: LaunchTracker, records: list[ProcRecord]) -> None:
-        self._pending = {r.ident for r in records if r.returncode is None}
+        self._pending = {r.ident for r in records if not r.gone}
         self._cond = threading.Condition(tracker._lock)
 
     def _update(self, rec: ProcRecord) -> None:  # tracker lock held
-        if rec.returncode is not None:
+        if rec.gone:
             self._pending.discard(rec.ident)
         self._cond.notify_all()
 
@@ -150,6 +157,10 @@ class LaunchTracker:
                 self.runtime.mark_dead(address, f"{rec.what} (pid {rec.pid} on {rec.hostname or '?'}) is "
                                                 f"unreachable: its connection dropped and no exit was reported "
                                                 f"(its host agent may have died)")
+                with self._lock:  # no exit report can come: whoever waits for one stops waiting
+                    rec.lost = True
+                    for w in self._waiters.get(rec.ident, ()):
+                        w._update(rec)
 
         timer = threading.Timer(self.REPORT_GRACE_S, declare)
         timer.daemon = True

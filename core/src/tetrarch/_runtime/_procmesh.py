@@ -216,7 +216,8 @@ class HostMesh(MeshTrait):
                     pass
         if allocation is not None:
             root = get_root()
-            agents = [r for r in self._host_records if r.returncode is None]
+            dead = root.runtime.dead_peers
+            agents = [r for r in self._host_records if r.returncode is None and r.address not in dead]
             waiter = root.launches.expect_exits(agents)
             for rec in agents:
                 try:
@@ -406,7 +407,9 @@ class ProcMesh(MeshTrait):
     def _stop_blocking(self, fut: Future[None]) -> None:
         root = get_root()
         rt = root.runtime
-        alive = [p for p in self._procs if p.returncode is None]
+        # Procs already known dead (exit reported, or declared dead when their connection
+        # dropped and no report could come, e.g. their host agent died) need no waiting.
+        alive = [p for p in self._procs if not p.gone and p.address not in rt.dead_peers]
         waiter = root.launches.expect_exits(alive)
         for p in alive:
             try:
@@ -415,7 +418,7 @@ class ProcMesh(MeshTrait):
                 pass
         if not waiter.wait(STOP_TIMEOUT()):
             hosts = self._host_mesh._hosts if self._host_mesh is not None else []
-            _kill_records(root, [p for p in alive if p.returncode is None], [(h, None) for h in hosts or []])
+            _kill_records(root, [p for p in alive if not p.gone], [(h, None) for h in hosts or []])
             waiter.wait(5.0)
         for p in self._procs:
             root.launches.forget(p.ident)
