@@ -74,6 +74,15 @@ class Failing(Actor):
         raise RuntimeError("async boom")
 
     @endpoint
+    def unpicklable_result(self, kind: str) -> object:
+        if kind == "lock":
+            return threading.Lock()
+        deep: list = []
+        for _ in range(100_000):  # nesting deeper than pickle's recursion limit
+            deep = [deep]
+        return deep
+
+    @endpoint
     def ok(self) -> str:
         return "still alive"
 

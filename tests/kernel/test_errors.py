@@ -88,3 +88,14 @@ def test_stopped_actor_mesh_rejects_calls(procs):
         counters.value.call()
     with pytest.raises(ValueError, match="only its owner"):
         counters.slice(gpus=0).stop()
+
+
+@pytest.mark.parametrize(("kind", "cause"), [("lock", "cannot pickle '_thread.lock'"),
+                                             ("deep", "RecursionError")])
+def test_an_unpicklable_result_names_its_cause_in_the_message(procs, kind: str, cause: str) -> None:
+    failing = procs.slice(gpus=0).spawn("unpicklable_result", Failing)
+    with pytest.raises(ActorError) as info:
+        failing.unpicklable_result.call_one(kind).get(timeout=scaled(30))
+    assert cause in str(info.value), str(info.value)
+    assert "could not be pickled" in str(info.value)
+    assert failing.ok.call_one().get(timeout=scaled(30)) == "still alive"  # the actor lives on

@@ -99,6 +99,9 @@ class ActorError(TetrarchError):
         body = remote_traceback
         if body.startswith("Traceback (most recent call last):\n"):
             body = body[len("Traceback (most recent call last):\n"):]
+        if not body.strip():  # no remote frames (e.g. the result could not be pickled): say what happened
+            super().__init__(f"Actor call {actor}.{method} failed: {exception}")
+            return
         super().__init__(
             f"Actor call {actor}.{method} failed.\n"
             f"Traceback of where the remote call failed (most recent call last):\n{body}"

@@ -34,7 +34,9 @@ def error_record(exc: BaseException, actor: str, method: str, skip: int = 1) -> 
 
 def unpicklable_result(exc: BaseException) -> _wire.ErrorRecord:
     """The record sent instead of a result that could not be pickled."""
-    return _wire.ErrorRecord(RemoteException("PicklingError", f"the result could not be pickled: {exc!r}"), "", "", "")
+    why = (f"the result could not be pickled ({type(exc).__name__}: {exc}); return picklable values (or pass "
+           f"large data another way)")
+    return _wire.ErrorRecord(RemoteException("PicklingError", why), "", "", "")
 
 
 def decode_error(status: int, payload: list, what: str) -> BaseException:
