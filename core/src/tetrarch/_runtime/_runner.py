@@ -223,6 +223,8 @@ class ActorRunner:
         except Exception as exc:  # noqa: BLE001
             self.runtime.reply(raddr, rport, rank, _wire.ERR, error_record(exc, self.display, method, skip=0))
             return None
+        finally:
+            payload.clear()  # the received frames can go now (arrays rebuilt in place keep their own)
         ep = self.endpoints.get(method)
         if ep is None:
             err = AttributeError(f"{self.cls.__name__} has no endpoint {method!r}")

@@ -3,9 +3,10 @@
 Plain data goes through the C pickler. Only when the stream refers to ``__main__`` (a
 class or function of the user's script, which the remote process cannot import) or
 the C pickler refuses (lambdas, local functions) do we fall back to cloudpickle, which
-pickles those by value. Large contiguous buffers (bytes-like objects, numpy arrays and
-CPU torch tensors) travel out of band: the transport sends them as their own frames
-without a copy into the pickle stream.
+pickles those by value. Large contiguous buffers (``bytes`` and ``bytearray`` — also inside
+the arguments' tuples, lists and dicts —, numpy arrays and CPU torch tensors) travel out
+of band: the transport sends them as their own frames without a copy into the pickle
+stream; the receiver rebuilds ``bytes``/``bytearray`` with one copy, arrays with none.
 """
 
 from __future__ import annotations
@@ -55,6 +56,45 @@ def _reduce_tensor(t: Any) -> Any:
                               tuple(t.shape)))
 
 
+class _BigBytes:
+    """Stands in for a large ``bytes`` or ``bytearray`` while pickling, so it travels out of band.
+
+    The C pickler writes exact ``bytes`` and ``bytearray`` in band without asking
+    ``reducer_override``, so :func:`dumps` swaps large ones (in the object and its
+    containers, a few levels deep) for this wrapper. The receiver rebuilds the same
+    type with one copy.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        self.data = data
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (type(self.data), (pickle.PickleBuffer(self.data),))
+
+
+_LIFT_DEPTH = 3  # (args, kwargs) -> each argument -> its items
+
+
+def _lift_bytes(obj: Any, depth: int = _LIFT_DEPTH) -> Any:
+    """``obj`` with large ``bytes`` (itself or in tuples, lists and dict values) wrapped as :class:`_BigBytes`."""
+    kind = type(obj)
+    if kind is bytes or kind is bytearray:
+        return _BigBytes(obj) if len(obj) >= _OOB_MIN else obj
+    if not depth:
+        return obj
+    if kind is tuple or kind is list:
+        lifted = [_lift_bytes(x, depth - 1) for x in obj]
+        if any(new is not old for new, old in zip(lifted, obj, strict=True)):
+            return kind(lifted)
+    elif kind is dict:
+        values = {k: _lift_bytes(v, depth - 1) for k, v in obj.items()}
+        if any(values[k] is not v for k, v in obj.items()):
+            return values
+    return obj
+
+
 class _Pickler(pickle.Pickler):
     """C pickler plus out-of-band CPU tensors when torch is already imported."""
 
@@ -101,6 +141,7 @@ def dumps(obj: Any) -> list[Any]:
         return [_NONE]
     if type(obj) in _SCALARS:  # the common small results: no pickler object needed
         return [pickle.dumps(obj, _PROTOCOL)]
+    obj = _lift_bytes(obj)
     bufs: list[Any] = []
     f = io.BytesIO()
     try:
