@@ -28,6 +28,7 @@ from .._log import get_logger
 from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role
 from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
 from . import _outcome, _serial, _wire
+from ._tombstones import Tombstones
 
 __all__ = ["Mailbox", "PeerUnreachable", "PortHandler", "Router", "ServiceHandler", "current_router",
            "install_router"]
@@ -83,7 +84,7 @@ class Router:
         self._ports: dict[int, PortHandler] = {}
         self._port_ids = itertools.count(1)
         self.mailboxes: dict[str, Mailbox] = {}  # actor key -> its mailbox
-        self.stopped_actors: dict[str, str] = {}  # key -> why it is gone
+        self.stopped_actors = Tombstones()  # key -> why it is gone (bounded)
         self._services: dict[str, ServiceHandler] = {}
         self._peer_lost: list[Callable[[str, BaseException | None], None]] = []
         self._dialing = threading.local()
