@@ -87,7 +87,7 @@ def test_inconsistent_declarations_are_refused(args: tuple, message: str) -> Non
 def test_launch_variables_are_declared_apart_from_settings() -> None:
     assert ENV_SECRET_FD.name == "TETRARCH_SECRET_FD"
     assert set(LAUNCH_VARS) == {
-        "TETRARCH_SECRET", "TETRARCH_SECRET_FD", "TETRARCH_SECRET_FILE", "TETRARCH_OWNER_ADDR", "TETRARCH_PROC_ID",
+        "TETRARCH_SECRET_FD", "TETRARCH_SECRET_FILE", "TETRARCH_OWNER_ADDR", "TETRARCH_PROC_ID",
         "TETRARCH_CLIENT_ADDR", "TETRARCH_ALLOC_ID",
         "TETRARCH_HOST_INDEX", "TETRARCH_HOST_AGENT_ADDR", "TETRARCH_SYS_PATH", "TETRARCH_PROC_MESH",
         "TETRARCH_RANK_<DIM>", "TETRARCH_SIZE_<DIM>", "TETRARCH_SPANS_HOSTS",

@@ -40,7 +40,6 @@ __all__ = [
     "ENV_PROC_ID",
     "ENV_PROC_MESH",
     "ENV_RANK_DIM",
-    "ENV_SECRET",
     "ENV_SECRET_FD",
     "ENV_SECRET_FILE",
     "ENV_SIZE_DIM",
@@ -306,10 +305,6 @@ class LaunchVar:
         return self.name.replace("<DIM>", label.upper())
 
 
-ENV_SECRET = LaunchVar(
-    "TETRARCH_SECRET", "the allocation's secret (hex), which authenticates every connection; removed from "
-    "`os.environ` as the host agent or proc starts, so user code never sees it",
-)
 ENV_SECRET_FD = LaunchVar(
     "TETRARCH_SECRET_FD", "number of an inherited pipe holding the allocation's secret, which authenticates every "
     "connection (local launches); the host agent or proc reads it once at start and closes it. The secret itself "
@@ -345,8 +340,8 @@ ENV_SPANS_HOSTS = LaunchVar(
 LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
     v.name: v
     for v in (
-        ENV_SECRET, ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR,
-        ENV_PROC_ID, ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_SPANS_HOSTS,
+        ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
+        ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_SPANS_HOSTS,
     )
 })
 
