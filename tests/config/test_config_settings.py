@@ -14,7 +14,7 @@ from tetrarch._config import (
     CONNECT_TIMEOUT,
     DISABLE_PLUGINS,
     ENV_RANK_DIM,
-    ENV_SECRET,
+    ENV_SECRET_FD,
     HEARTBEAT_INTERVAL,
     HOST_START_TIMEOUT,
     LAUNCH_VARS,
@@ -85,9 +85,10 @@ def test_inconsistent_declarations_are_refused(args: tuple, message: str) -> Non
 
 
 def test_launch_variables_are_declared_apart_from_settings() -> None:
-    assert ENV_SECRET.name == "TETRARCH_SECRET"
+    assert ENV_SECRET_FD.name == "TETRARCH_SECRET_FD"
     assert set(LAUNCH_VARS) == {
-        "TETRARCH_SECRET", "TETRARCH_OWNER_ADDR", "TETRARCH_PROC_ID", "TETRARCH_CLIENT_ADDR", "TETRARCH_ALLOC_ID",
+        "TETRARCH_SECRET_FD", "TETRARCH_SECRET_FILE", "TETRARCH_OWNER_ADDR", "TETRARCH_PROC_ID",
+        "TETRARCH_CLIENT_ADDR", "TETRARCH_ALLOC_ID",
         "TETRARCH_HOST_INDEX", "TETRARCH_HOST_AGENT_ADDR", "TETRARCH_SYS_PATH", "TETRARCH_PROC_MESH",
         "TETRARCH_RANK_<DIM>", "TETRARCH_SIZE_<DIM>", "TETRARCH_SPANS_HOSTS",
     }
@@ -95,7 +96,7 @@ def test_launch_variables_are_declared_apart_from_settings() -> None:
     assert all(v.doc for v in LAUNCH_VARS.values())
     assert ENV_RANK_DIM.for_dim("gpus") == "TETRARCH_RANK_GPUS"
     with pytest.raises(ValueError, match="not per dimension"):
-        ENV_SECRET.for_dim("gpus")
+        ENV_SECRET_FD.for_dim("gpus")
 
 
 # ------------------------------------------------------------------ precedence

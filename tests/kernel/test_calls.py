@@ -37,6 +37,7 @@ def test_rank_environment_and_cuda_visible_devices(procs):
     assert info.env.call("WORLD_SIZE").get().values() == ["4"] * 4
     assert info.env.call("TETRARCH_RANK_GPUS").get().values() == ["0", "1", "2", "3"]
     assert info.env.call("TETRARCH_SECRET").get().values() == [None] * 4, "the secret must not reach user code"
+    assert info.env.call("TETRARCH_SECRET_FD").get().values() == [None] * 4, "read once at start"
 
 
 def test_current_rank_and_size_follow_the_message_slice(procs):

@@ -40,7 +40,8 @@ __all__ = [
     "ENV_PROC_ID",
     "ENV_PROC_MESH",
     "ENV_RANK_DIM",
-    "ENV_SECRET",
+    "ENV_SECRET_FD",
+    "ENV_SECRET_FILE",
     "ENV_SIZE_DIM",
     "ENV_SYS_PATH",
     "HEARTBEAT_INTERVAL",
@@ -304,9 +305,15 @@ class LaunchVar:
         return self.name.replace("<DIM>", label.upper())
 
 
-ENV_SECRET = LaunchVar(
-    "TETRARCH_SECRET", "the allocation's secret (hex), which authenticates every connection; removed from "
-    "`os.environ` as the host agent or proc starts, so user code never sees it",
+ENV_SECRET_FD = LaunchVar(
+    "TETRARCH_SECRET_FD", "number of an inherited pipe holding the allocation's secret, which authenticates every "
+    "connection (local launches); the host agent or proc reads it once at start and closes it. The secret itself "
+    "is never in any process's environment or command line",
+)
+ENV_SECRET_FILE = LaunchVar(
+    "TETRARCH_SECRET_FILE", "path of a file only the user can read (0600) holding the allocation's secret, for "
+    "launchers that start host agents on other machines (no pipe can travel there); read once at start, then "
+    "deleted. Used when `TETRARCH_SECRET_FD` is not set",
 )
 ENV_CLIENT_ADDR = LaunchVar("TETRARCH_CLIENT_ADDR", "address of the client a host agent connects back to")
 ENV_ALLOC_ID = LaunchVar("TETRARCH_ALLOC_ID", "identity of the allocation a host agent belongs to")
@@ -333,7 +340,7 @@ ENV_SPANS_HOSTS = LaunchVar(
 LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
     v.name: v
     for v in (
-        ENV_SECRET, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
+        ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
         ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_SPANS_HOSTS,
     )
 })

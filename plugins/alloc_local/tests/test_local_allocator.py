@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tetrarch._plugins import Registry
@@ -30,16 +31,20 @@ def collect_exits() -> tuple[Exits, Callable[[int, ExitInfo], None]]:
     return exits, lambda index, info: exits.add((index, info))
 
 
+#: The allocation's secret the fake agents are given (and echo back).
+SECRET = bytes(range(100, 132))
+
+
 def start_agents(tmp_path: Path, hosts: int, *, ignore_term: bool = False) -> tuple[LocalAllocation, Exits]:
     for index in range(hosts):
         os.mkfifo(tmp_path / str(index))
-    env = {"FIFO_DIR": str(tmp_path), "SECRET": "s3cret", **({"IGNORE_TERM": "1"} if ignore_term else {})}
+    env = {"FIFO_DIR": str(tmp_path), **({"IGNORE_TERM": "1"} if ignore_term else {})}
     exits, on_exit = collect_exits()
     allocation = LocalAllocator().allocate(
-        AllocRequest(hosts, AgentCommand((sys.executable, str(FAKE_AGENT)), env)), on_exit
+        AllocRequest(hosts, AgentCommand((sys.executable, str(FAKE_AGENT)), env, secret=SECRET)), on_exit
     )
     for index in range(hosts):  # opening a FIFO blocks until the agent opened it
-        assert (tmp_path / str(index)).read_text() == f"{index}:s3cret"
+        assert (tmp_path / str(index)).read_text() == f"{index}:{SECRET.hex()}"
     return allocation, exits
 
 
@@ -54,6 +59,23 @@ def test_agents_get_their_index_and_env_and_stop(tmp_path: Path) -> None:
     assert all(info.signal == signal.SIGTERM for info in seen.values())
     assert {info.pid for info in seen.values()} == set(allocation.pids)
     allocation.stop()  # idempotent
+
+
+@pytest.mark.isolated  # the fake agents are fresh interpreters
+def test_the_secret_reaches_each_agent_through_a_pipe_not_its_environment(tmp_path: Path) -> None:
+    """The kernel keeps a process's initial environment in /proc/PID/environ: the secret must not be there."""
+    allocation, _exits = start_agents(tmp_path, 2)
+    try:
+        for pid in allocation.pids:
+            agent = psutil.Process(pid)
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                raw = f.read()
+            assert SECRET.hex().encode() not in raw and SECRET not in raw
+            assert b"TETRARCH_SECRET_FD=" in raw
+            assert not any(SECRET.hex() in value for value in agent.environ().values())
+            assert SECRET.hex() not in " ".join(agent.cmdline())
+    finally:
+        allocation.stop(grace=scaled(10.0))
 
 
 @pytest.mark.isolated  # the fake agents are fresh interpreters

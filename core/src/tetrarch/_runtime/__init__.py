@@ -19,6 +19,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_outcome``    error records out, exceptions back
     ``_context``    context(), current_rank(), Instance (what actor code sees)
     ``_tombstones`` why the actors of a process are gone, in bounded memory
+    ``_secret``     the allocation's secret passed to a child outside its environment (pipe or 0600 file)
     ``_spawn``      child processes that die with their parent and report their exit
     ``_alloc``      the allocator plugin interface
 
@@ -65,8 +66,8 @@ __all__ = ["LAYERS"]
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
-        "_shape", "_valuemesh", "_future", "_wire", "_serial", "_outcome", "_context", "_tombstones", "_spawn",
-        "_alloc"))),
+        "_shape", "_valuemesh", "_future", "_wire", "_serial", "_outcome", "_context", "_tombstones", "_secret",
+        "_spawn", "_alloc"))),
     ("transport", ("tetrarch._transport",)),
     ("plugins", ("tetrarch._plugins",)),
     ("router", ("tetrarch._runtime._router",)),

@@ -9,11 +9,13 @@ kernel when one of those processes ends.
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .._config import ENV_HOST_INDEX
+from .._config import ENV_HOST_INDEX, ENV_SECRET_FILE
 from .._errors import AllocatorError, ArgumentError
+from ._secret import write_secret_file
 from ._spawn import ExitInfo
 
 __all__ = ["AgentCommand", "AllocRequest", "Allocation", "Allocator", "AllocatorError"]
@@ -23,18 +25,48 @@ __all__ = ["AgentCommand", "AllocRequest", "Allocation", "Allocator", "Allocator
 class AgentCommand:
     """How to start one host agent.
 
-    ``env`` holds the allocation's secret: pass it in the environment, never on the
-    command line. Set ``TETRARCH_HOST_INDEX`` to the host's index (0..hosts-1) unless
-    the launcher provides ``SLURM_PROCID``, which the agent reads instead.
+    ``secret`` is the allocation's secret. It is kept apart from ``env`` and must reach
+    the agent in neither its environment nor its command line (the kernel keeps a
+    process's initial environment readable in ``/proc/PID/environ``). Pass it either:
+
+    * as an inherited pipe, for agents started on this machine:
+      ``spawn_watched(argv, env_for(index), on_exit, secret=command.secret)``;
+    * as a file only the user can read, for agents started elsewhere (e.g. through
+      ``srun``): ``env_for(index, secret_file=command.secret_file(directory))``, one
+      file per agent, in a directory the agent can read (it deletes the file).
+
+    ``env_for(index)`` sets ``TETRARCH_HOST_INDEX`` to the host's index (0..hosts-1);
+    a launcher that provides ``SLURM_PROCID`` instead may use ``env`` as it is.
     """
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
+    secret: bytes | None = field(default=None, repr=False)
 
-    def env_for(self, index: int) -> dict[str, str]:
+    def env_for(self, index: int, *, secret_file: str | None = None) -> dict[str, str]:
+        """The environment of agent ``index``; with ``secret_file`` (from :meth:`secret_file`) the agent reads it."""
         env = dict(self.env)
         env[ENV_HOST_INDEX.name] = str(index)
+        if secret_file is not None:
+            env[ENV_SECRET_FILE.name] = secret_file
         return env
+
+    def secret_file(self, directory: str | os.PathLike[str]) -> str:
+        """Write the secret to a new file in ``directory`` that only the user can read (mode 0600).
+
+        Returns its path, for :meth:`env_for`'s ``secret_file``. The agent reads it once
+        and deletes it, so make one per agent; ``directory`` must be visible to the agent
+        (on another node: a shared file system).
+
+        Raises:
+            AllocatorError: this command carries no secret, or the file cannot be created.
+        """
+        if not self.secret:
+            raise AllocatorError("this AgentCommand carries no secret to write")
+        try:
+            return write_secret_file(self.secret, directory)
+        except OSError as exc:
+            raise AllocatorError(f"cannot create the secret file in {os.fspath(directory)!r}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """Host agent: one per host. Starts procs for their owners and reports how they end.
 
-Started by an allocator plugin with the allocation's secret in its environment. It
-connects back to the client, says ``ready``, then serves ``spawn_procs`` /
+Started by an allocator plugin, which passes the allocation's secret outside the
+environment (an inherited pipe or a 0600 file, see ``_secret``); it passes it to its
+procs through a pipe. It connects back to the client, says ``ready``, then serves ``spawn_procs`` /
 ``kill_procs`` / ``shutdown``. It exits, killing its procs, when the client's
 connection drops (the client died) or on ``shutdown``.
 """
@@ -21,7 +22,6 @@ from .._config import (
     ENV_HOST_INDEX,
     ENV_OWNER_ADDR,
     ENV_PROC_ID,
-    ENV_SECRET,
     TRANSPORT,
 )
 from .._log import get_logger
@@ -29,6 +29,7 @@ from . import _serial, _wire
 from ._launch import announce_ready, report_exit, start_heartbeat
 from ._root import Root, child_env, install_root
 from ._router import PeerUnreachable
+from ._secret import take_secret
 from ._spawn import ExitInfo, WatchedProcess, spawn_watched
 
 __all__ = ["HostAgent", "main"]
@@ -77,7 +78,8 @@ class HostAgent:
                 report_exit(self.root.runtime, owner, ident, info.returncode, info.stderr_tail)
 
             try:
-                proc = spawn_watched([sys.executable, "-m", "tetrarch._runtime._proc_main"], env, on_exit)
+                proc = spawn_watched([sys.executable, "-m", "tetrarch._runtime._proc_main"], env, on_exit,
+                                     secret=self.root.secret)
             except OSError as exc:
                 report_exit(self.root.runtime, owner, ident, 127, f"cannot start {sys.executable}: {exc}\n")
                 continue
@@ -97,7 +99,7 @@ class HostAgent:
 
 
 def main() -> int:
-    secret = bytes.fromhex(os.environ.pop(ENV_SECRET.name))
+    secret = take_secret()  # from the inherited pipe or the 0600 file; never the environment
     client = os.environ[ENV_CLIENT_ADDR.name]
     alloc_id = os.environ[ENV_ALLOC_ID.name]
     index = int(os.environ.get(ENV_HOST_INDEX.name) or os.environ.get("SLURM_PROCID") or 0)

@@ -6,11 +6,12 @@ import os
 import sys
 import threading
 
-from .._config import ENV_OWNER_ADDR, ENV_PROC_ID, ENV_SECRET, TRANSPORT
+from .._config import ENV_OWNER_ADDR, ENV_PROC_ID, TRANSPORT
 from .._log import get_logger
 from ._launch import announce_ready, start_heartbeat
 from ._root import Root, adopt_client_sys_path, install_root
 from ._router import PeerUnreachable
+from ._secret import take_secret
 
 __all__ = ["main"]
 
@@ -18,7 +19,7 @@ _log = get_logger("proc")
 
 
 def main() -> int:
-    secret = bytes.fromhex(os.environ.pop(ENV_SECRET.name))  # not visible to user code and its children
+    secret = take_secret()  # from the inherited pipe, closed before user code runs; never the environment
     owner = os.environ[ENV_OWNER_ADDR.name]
     ident = os.environ[ENV_PROC_ID.name]
     adopt_client_sys_path()

@@ -264,7 +264,7 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
     records = [ProcRecord(f"{alloc_id}/{i}", f"host agent {i}") for i in range(n)]
     waiter = root.launches.expect(records)
     env = child_env(root, {ENV_CLIENT_ADDR.name: root.runtime.address, ENV_ALLOC_ID.name: alloc_id, **extra})
-    command = AgentCommand((sys.executable, "-m", "tetrarch._runtime._host_agent"), env)
+    command = AgentCommand((sys.executable, "-m", "tetrarch._runtime._host_agent"), env, secret=root.secret)
 
     def on_exit(index: int, info: ExitInfo) -> None:
         root.launches.exited(f"{alloc_id}/{index}", info.returncode, info.stderr_tail)

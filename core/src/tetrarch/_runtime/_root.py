@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._config import ENV_HOST_AGENT_ADDR, ENV_SECRET, ENV_SPANS_HOSTS, ENV_SYS_PATH, TRANSPORT, config_env
+from .._config import ENV_HOST_AGENT_ADDR, ENV_SPANS_HOSTS, ENV_SYS_PATH, TRANSPORT, config_env
 from .._log import set_process_name
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
@@ -61,10 +61,12 @@ class Root:
 
 def child_env(root: Root, extra: dict[str, str]) -> dict[str, str]:
     """Environment for a process this one starts: ours, the settings made from code
-    (``tetrarch.configure``), the transport in use and the allocation's secret."""
+    (``tetrarch.configure``) and the transport in use.
+
+    Never the allocation's secret: the starter passes ``root.secret`` apart from the
+    environment (``spawn_watched(..., secret=...)``, ``AgentCommand.secret``)."""
     env = dict(os.environ)
     env.update(config_env())
-    env[ENV_SECRET.name] = root.secret.hex()
     env[TRANSPORT.env] = root.transport_name
     env.setdefault(ENV_SYS_PATH.name, os.pathsep.join(p for p in sys.path if p))
     env.update(extra)

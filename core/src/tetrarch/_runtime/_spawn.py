@@ -3,7 +3,8 @@
 Shared by the host agent (which starts procs) and allocator plugins (which start host
 agents), so every launcher gets the same guarantees: the child gets a parent-death
 signal, its stderr is forwarded to ours while the last lines are kept for error
-reports, and exactly one :class:`ExitInfo` is delivered when it ends.
+reports, exactly one :class:`ExitInfo` is delivered when it ends, and the allocation's
+secret, when given, reaches it through an inherited pipe rather than its environment.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from .._config import ENV_SECRET_FD, ENV_SECRET_FILE
+from ._secret import secret_pipe
 
 __all__ = ["ExitInfo", "WatchedProcess", "spawn_watched"]
 
@@ -165,21 +169,39 @@ def spawn_watched(
     on_exit: Callable[[ExitInfo], None] | None = None,
     *,
     cwd: str | None = None,
+    secret: bytes | None = None,
 ) -> WatchedProcess:
     """Start ``argv`` with exactly ``env``; it is SIGKILLed if this process dies.
+
+    With ``secret`` (the allocation's secret, e.g. ``AgentCommand.secret``) the child
+    inherits a pipe holding it, named by ``TETRARCH_SECRET_FD`` in its environment:
+    the secret is in neither its environment nor its command line.
 
     Raises:
         OSError: the program cannot be executed.
     """
-    popen = _spawner.run(
-        lambda: subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            preexec_fn=_pdeathsig_preexec,
-            close_fds=True,
-        )
-    )
-    return WatchedProcess(popen, on_exit)
+    full_env = dict(env)
+
+    def start() -> subprocess.Popen:  # on the spawner thread
+        pass_fds: tuple[int, ...] = ()
+        if secret is not None:
+            read_end = secret_pipe(secret)
+            pass_fds = (read_end,)
+            full_env.pop(ENV_SECRET_FILE.name, None)
+            full_env[ENV_SECRET_FD.name] = str(read_end)  # pass_fds keeps the number in the child
+        try:
+            return subprocess.Popen(
+                list(argv),
+                env=full_env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=_pdeathsig_preexec,
+                close_fds=True,
+                pass_fds=pass_fds,
+            )
+        finally:
+            for fd in pass_fds:  # the child has its copy (or never started)
+                os.close(fd)
+
+    return WatchedProcess(_spawner.run(start), on_exit)

@@ -56,8 +56,9 @@ class LocalAllocation(Allocation):
 class LocalAllocator(Allocator):
     """Starts ``request.hosts`` host agents as processes on this machine.
 
-    Each agent gets ``request.agent.env_for(index)`` as its whole environment and is
-    killed if this process dies.
+    Each agent gets ``request.agent.env_for(index)`` as its whole environment, the
+    allocation's secret through an inherited pipe (``spawn_watched(..., secret=...)``),
+    and is killed if this process dies.
     """
 
     name = "local"
@@ -87,6 +88,7 @@ class LocalAllocator(Allocator):
                         request.agent.argv,
                         request.agent.env_for(index),
                         on_exit=functools.partial(report, index),
+                        secret=request.agent.secret,
                     )
                 )
         except OSError as exc:
