@@ -339,6 +339,10 @@ class _IoLoop:
     def drop(self, conn: _SocketConnection, error: BaseException | None) -> None:
         """Close ``conn`` for good (I/O thread) and report it once."""
         conn._closed = True
+        # Release what was received but not delivered: handlers may hold a closed
+        # connection for a while, and a dropped peer's bytes must not stay with it.
+        conn._rbuf = bytearray()
+        conn._direct = None
         if conn in self._conns:
             self._conns.discard(conn)
             self.unregister(conn._sock)
