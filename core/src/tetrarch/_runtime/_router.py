@@ -13,13 +13,20 @@ layer map in :mod:`tetrarch._runtime`).
 
 Sending never hops threads: the calling thread pickles and writes to the socket. A
 message to our own address is dispatched in the calling thread.
+
+A connection nobody vouched for yet costs little and not for long: it may send one
+message of at most ``PRE_AUTH_LIMIT`` bytes (header included), it waits in one table of
+accepted, unauthenticated connections (oldest first) that one thread closes when their
+``auth_timeout`` passes, and past ``max_unauthenticated`` of them the oldest is closed.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
+from time import monotonic as _monotonic
 from time import perf_counter as _perf_counter
 from typing import Any, Protocol
 
@@ -47,7 +54,15 @@ class Mailbox(Protocol):
         """Queue the call (any thread; must not block)."""
         ...
 
+#: Seconds an accepted connection has to complete the handshake before it is closed.
 _AUTH_TIMEOUT = 10.0
+#: Accepted connections that may wait for authentication at once (all listeners of one
+#: router together); past it the oldest is closed. As large as the listen backlog, so
+#: a burst of peers dialing at once (a mesh's replies) fits in one accept sweep, yet it
+#: bounds what anyone who can reach the address may hold: 512 file descriptors and, with
+#: ``PRE_AUTH_LIMIT`` covering header and body of the one message a connection may
+#: have in flight, about 512 x 8 KiB = 4 MiB of buffers (see ``Connection.max_message_size``).
+_MAX_UNAUTHENTICATED = 512
 
 
 _COALESCE_S = 50e-6
@@ -74,7 +89,23 @@ class Router:
     """Routes and connections of one process."""
 
     def __init__(self, transport: Transport, secret: bytes, *, name: str, listen_address: str | None = None,
-                 spans_hosts: bool = False) -> None:
+                 spans_hosts: bool = False, auth_timeout: float = _AUTH_TIMEOUT,
+                 max_unauthenticated: int = _MAX_UNAUTHENTICATED) -> None:
+        """Listen on ``listen_address`` (default: the transport's local default address).
+
+        Args:
+            auth_timeout: seconds an accepted connection has to authenticate.
+            max_unauthenticated: accepted connections that may wait for authentication
+                at once; a new one beyond it closes the oldest.
+
+        Raises:
+            ValueError: ``auth_timeout`` is not positive or ``max_unauthenticated`` < 1.
+            TransportError: the address cannot be bound.
+        """
+        if not auth_timeout > 0:
+            raise ValueError(f"auth_timeout must be a positive number of seconds, got {auth_timeout!r}")
+        if max_unauthenticated < 1:
+            raise ValueError(f"max_unauthenticated must be at least 1, got {max_unauthenticated!r}")
         self.transport = transport
         self.secret = secret
         self.name = name
@@ -98,10 +129,28 @@ class Router:
         self._flush_queue: list[_Outbox] = []
         self._flusher = threading.Thread(target=self._flush_loop, name=f"tetrarch-flush-{name}", daemon=True)
         self._flusher.start()
+        # Accepted connections not authenticated yet, oldest first, with their deadlines
+        # (one timeout for all, so arrival order is deadline order): one thread closes
+        # the overdue ones, and a new arrival past the cap closes the oldest.
+        self._auth_timeout = auth_timeout
+        self._max_unauthenticated = max_unauthenticated
+        self._unauthenticated: OrderedDict[Connection, float] = OrderedDict()
+        self._ulock = threading.Lock()
+        self._ucond = threading.Condition(self._ulock)
+        self._ustopped = False
+        self._shed = 0  # connections closed to keep under the cap, for the log
+        self._deadlines = threading.Thread(target=self._expire_loop, name=f"tetrarch-auth-{name}", daemon=True)
         self.address = ""  # set before the listener can accept anything we would answer
         self.spans_hosts = spans_hosts
         listen = listen_address or transport.default_address(spans_hosts=spans_hosts)
-        self._listener = transport.listen(listen, self)
+        try:
+            self._listener = transport.listen(listen, self)
+        except BaseException:
+            with self._olock:  # no router: end the flusher thread
+                self._closed = True
+                self._ocond.notify()
+            raise
+        self._deadlines.start()  # a connection accepted already waits in the table for it
         self._listeners = [self._listener]
         self.address = self._listener.address
         self._own_addresses = {self.address}
@@ -273,6 +322,59 @@ class Router:
                 self._routes[address] = conn
             return conn
 
+    # -- connections waiting to authenticate ----------------------------------
+    def _await_auth(self, conn: Connection) -> None:
+        """Put an accepted connection in the deadline table, closing the oldest past the cap."""
+        shed: list[Connection] = []
+        with self._ucond:
+            if self._ustopped:
+                shed.append(conn)  # the router is closing: nothing will serve it
+            else:
+                if not self._unauthenticated:
+                    self._ucond.notify()  # the deadline thread sleeps without a deadline
+                self._unauthenticated[conn] = _monotonic() + self._auth_timeout
+                while len(self._unauthenticated) > self._max_unauthenticated:
+                    shed.append(self._unauthenticated.popitem(last=False)[0])
+                so_far = self._shed = self._shed + len(shed)
+        if shed and conn not in shed and (so_far - len(shed)) % 1000 == 0:  # the first, then one line per 1000
+            _log.warning("%d connections are waiting to authenticate: closing the oldest, %s (%d closed so far)",
+                         self._max_unauthenticated, shed[0].peer, so_far)
+        for c in shed:
+            c.close()
+
+    def _drop_deadline(self, conn: Connection) -> None:
+        """``conn`` authenticated or closed: it has no deadline any more."""
+        with self._ulock:
+            self._unauthenticated.pop(conn, None)
+
+    def _expire_loop(self) -> None:
+        """Close connections that did not authenticate in time (the deadline thread)."""
+        while True:
+            overdue: list[Connection] = []
+            with self._ucond:
+                while not self._ustopped:
+                    if not self._unauthenticated:
+                        self._ucond.wait()
+                        continue
+                    now = _monotonic()
+                    while self._unauthenticated:
+                        conn, deadline = next(iter(self._unauthenticated.items()))
+                        if deadline > now:
+                            break
+                        del self._unauthenticated[conn]
+                        overdue.append(conn)
+                    if overdue:
+                        break
+                    self._ucond.wait(deadline - now)
+                if self._ustopped:
+                    return
+            overdue = [c for c in overdue if not getattr(c.context, "done", False)]
+            if overdue:
+                _log.warning("closing %d connection(s) that did not authenticate within %g s (%s%s)",
+                             len(overdue), self._auth_timeout, overdue[0].peer, ", ..." if len(overdue) > 1 else "")
+            for conn in overdue:
+                conn.close()
+
     # -- ConnectionHandler ------------------------------------------------
     def on_open(self, conn: Connection) -> None:
         conn.max_message_size = PRE_AUTH_LIMIT
@@ -282,13 +384,11 @@ class Router:
             return
         auth = Auth(Role.LISTENER, self.secret, self.address)
         conn.context = auth
-        timer = threading.Timer(_AUTH_TIMEOUT, lambda: None if auth.done else conn.close())
-        timer.daemon = True
-        timer.start()
         try:
             conn.send(auth.hello())
         except ConnectionClosed:
-            pass
+            return
+        self._await_auth(conn)
 
     def on_message(self, conn: Connection, frames: list[memoryview]) -> None:
         auth: Auth = conn.context  # type: ignore[assignment]
@@ -315,6 +415,7 @@ class Router:
         if auth.done:
             conn.max_message_size = 1 << 62
             if auth.role is Role.LISTENER:
+                self._drop_deadline(conn)
                 with self._lock:
                     existing = self._routes.get(auth.peer_address)
                     if existing is None or existing.closed:
@@ -325,6 +426,8 @@ class Router:
         auth = conn.context
         if not isinstance(auth, Auth):
             return
+        if auth.role is Role.LISTENER and not auth.done:
+            self._drop_deadline(conn)
         auth.event.set()
         peer = auth.peer_address
         if not peer or not auth.done:
@@ -427,10 +530,16 @@ class Router:
         self._flusher.join(timeout=2.0)  # let queued messages go out first
         for listener in self._listeners:
             listener.close()
+        with self._ucond:
+            self._ustopped = True
+            waiting = list(self._unauthenticated)
+            self._unauthenticated.clear()
+            self._ucond.notify()
+        self._deadlines.join(timeout=2.0)
         with self._lock:
             conns = list(self._routes.values())
             self._routes.clear()
-        for conn in conns:
+        for conn in waiting + conns:
             conn.close()
 
 

@@ -14,7 +14,12 @@ Threading contract (the kernel relies on it):
   ``connect`` before any ``on_message`` of that connection.
 * ``Connection.max_message_size`` is honoured by the receiving side: a peer that
   announces a larger message is disconnected without the message being buffered.
-  The kernel keeps it small until the peer is authenticated.
+  The header counts too: a message whose header alone (a 4-byte frame count plus 8
+  bytes of length per frame, whatever the transport's own framing) would exceed the
+  limit is refused as soon as its frame count is known, before the lengths are
+  buffered. So one connection never holds more than about twice the limit of a message
+  it has not delivered yet. The kernel keeps the limit small (``PRE_AUTH_LIMIT``) until
+  the peer is authenticated: that is what bounds a connection nobody vouched for.
 """
 
 from __future__ import annotations
@@ -62,7 +67,8 @@ class ConnectionHandler(Protocol):
 class Connection(abc.ABC):
     """One bidirectional, ordered, message-oriented connection."""
 
-    #: The largest message (sum of frame sizes) the receiving side accepts.
+    #: The largest message (sum of frame sizes) the receiving side accepts; also the
+    #: largest header (``4 + 8 * frames`` bytes), checked as soon as the frame count is read.
     max_message_size: int = 1 << 62
 
     #: Free slot for the kernel (authentication state, peer identity).

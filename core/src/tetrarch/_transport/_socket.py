@@ -1,10 +1,12 @@
 """Builtin transport: ``tcp://host:port`` and ``ipc://path`` (Unix sockets).
 
 Wire format of one message: ``!I`` frame count, ``!Q`` per frame length, then the
-frames back to back. Writers hand the header and the frames to ``sendmsg`` as a list
-(vectored I/O), so a large tensor is never concatenated into a bigger buffer. One
-I/O thread per transport owns an epoll selector and does all reads; any thread may
-write (non-blocking socket, waiting for writability when the kernel buffer is full).
+frames back to back. The header counts toward ``max_message_size`` too: a count whose
+header (``4 + 8 * count`` bytes) exceeds it closes the connection as soon as it is read.
+Writers hand the header and the frames to ``sendmsg`` as a list (vectored I/O), so a
+large tensor is never concatenated into a bigger buffer. One I/O thread per transport
+owns an epoll selector and does all reads; any thread may write (non-blocking socket,
+waiting for writability when the kernel buffer is full).
 
 ``ipc://@name`` uses Linux's abstract socket namespace (no file to clean up), and is
 what :meth:`IpcTransport.default_address` hands out on Linux.
@@ -199,10 +201,16 @@ class _SocketConnection(Connection):
         end = len(buf)
         while end - pos >= 4 and not self._closed:
             (count,) = _COUNT.unpack_from(buf, pos)
-            if count > _MAX_FRAMES:
-                self._io.drop(self, TransportError(f"peer {self._peer} announced {count} frames"))
-                return
             hlen = 4 + 8 * count
+            if count > _MAX_FRAMES or hlen > self.max_message_size:
+                # Refused on the count alone: the lengths are never buffered (before
+                # authentication a 65 536-frame header would hold 512 KiB per connection).
+                self._io.drop(
+                    self,
+                    TransportError(f"peer {self._peer} announced {count} frames (a {hlen}-byte header; "
+                                   f"limits {_MAX_FRAMES} frames, {self.max_message_size} bytes)"),
+                )
+                return
             if end - pos < hlen:
                 break
             sizes = list(struct.unpack_from(f"!{count}Q", buf, pos + 4))
@@ -331,6 +339,10 @@ class _IoLoop:
     def drop(self, conn: _SocketConnection, error: BaseException | None) -> None:
         """Close ``conn`` for good (I/O thread) and report it once."""
         conn._closed = True
+        # Release what was received but not delivered: handlers may hold a closed
+        # connection for a while, and a dropped peer's bytes must not stay with it.
+        conn._rbuf = bytearray()
+        conn._direct = None
         if conn in self._conns:
             self._conns.discard(conn)
             self.unregister(conn._sock)

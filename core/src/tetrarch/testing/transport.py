@@ -16,6 +16,12 @@ check the contract the kernel relies on, as written in the docstrings of
 * A message larger than the receiver's ``max_message_size`` (sum of its frames) closes
   that connection; the listener keeps accepting, also after clients that vanish
   abruptly or send garbage.
+* The header counts toward ``max_message_size`` too: a message of so many frames that
+  its header (4 bytes plus 8 per frame) exceeds the limit closes the connection, even
+  when every frame is empty, and the frame count alone is enough: the receiver does not
+  wait for (nor buffer) the lengths it announces. That last check sends raw bytes; it
+  runs where :meth:`TransportConformance.raw_frame_count` knows the framing (the
+  builtin transports; override it for yours).
 * Dialing an address nobody listens on raises ``TransportError`` within seconds;
   a malformed address or foreign scheme raises ``ValueError``.
 """
@@ -199,6 +205,19 @@ class TransportConformance:
         with socket.socket(family, socket.SOCK_STREAM) as reserved:
             reserved.bind((bind_host, 0))
             yield f"{match.group('head')}:{reserved.getsockname()[1]}"
+
+    def raw_frame_count(self, transport: Transport, count: int) -> bytes | None:
+        """The bytes that open a message of ``count`` frames on the wire, or None.
+
+        For the raw-socket check that a frame count alone, whose header would exceed
+        ``max_message_size``, closes the connection. The default knows the builtin
+        framing (``!I`` count, then ``!Q`` lengths) and returns None (the check is
+        skipped) for other transports; override it for yours if a raw socket can
+        dial its addresses.
+        """
+        from tetrarch._transport._socket import SocketTransport
+
+        return struct.pack("!I", count) if isinstance(transport, SocketTransport) else None
 
     # -- helpers ---------------------------------------------------------------
     @pytest.fixture
@@ -523,6 +542,65 @@ class TransportConformance:
             other.send([b"small"])
             assert _as_bytes(srec.wait_messages(sother, 1)[0]) == [b"small"]
             other.close()
+        finally:
+            listener.close()
+
+    @_bounded
+    def test_oversized_header_closes_the_connection(
+        self, transport: Transport, client_transport: Transport, address: str
+    ) -> None:
+        limit = 1024
+        fits = (limit - 4) // 8  # 127 empty frames: a 1020-byte header, no body
+
+        def lower_limit(conn: Connection) -> None:
+            conn.max_message_size = limit
+
+        srec = Recorder(on_open_hook=lower_limit)
+        listener = transport.listen(address, srec)
+        try:
+            conn, crec, sconn, _ = self._pair(client_transport, (listener, srec))
+            conn.send([b""] * fits)  # the header just fits: delivered
+            assert _as_bytes(srec.wait_messages(sconn, 1)[0]) == [b""] * fits
+            try:
+                conn.send([b""] * (fits + 1))  # an empty body, but a 1028-byte header
+            except ConnectionClosed:
+                pass  # the receiver may already have hung up: also fine
+            srec.wait_closed(sconn)
+            assert srec.order(sconn) == ["open", "message", "close"], (
+                "a message whose header alone exceeds max_message_size must not be delivered; "
+                f"callbacks were {srec.order(sconn)}"
+            )
+            crec.wait_closed(conn)
+        finally:
+            listener.close()
+
+    @_bounded
+    def test_oversized_header_is_refused_on_its_frame_count(self, transport: Transport, address: str) -> None:
+        limit = 1024
+
+        def lower_limit(conn: Connection) -> None:
+            conn.max_message_size = limit
+
+        srec = Recorder(on_open_hook=lower_limit)
+        listener = transport.listen(address, srec)
+        try:
+            raw = _raw_sockaddr(listener.address)
+            prefix = self.raw_frame_count(transport, 200)  # a 1604-byte header
+            if raw is None or prefix is None:
+                pytest.skip(f"no raw frame count to send to {listener.address} (see raw_frame_count)")
+            family, sockaddr = raw
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.settimeout(WAIT)
+                sock.connect(sockaddr)  # type: ignore[arg-type]
+                sock.sendall(prefix)  # and not one of the lengths it announces
+                sconn = srec.wait_opened()
+                srec.wait_closed(sconn)
+                assert not srec.messages(sconn)
+                try:
+                    while sock.recv(4096):
+                        pass
+                except ConnectionResetError:
+                    pass  # closed with our bytes unread: also a close
         finally:
             listener.close()
 
