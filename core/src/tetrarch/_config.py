@@ -232,7 +232,9 @@ HEARTBEAT_INTERVAL = _seconds(
     "heartbeat_interval", 1.0, "seconds between a proc's (or host agent's) pings of its owner"
 )
 ORPHAN_TIMEOUT = _seconds(
-    "orphan_timeout", 30.0, "seconds without an answer from its owner after which a proc or host agent exits"
+    "orphan_timeout", 30.0,
+    "seconds a running proc or host agent waits for an answer to its pings before it exits as an orphan "
+    "(a stall of its own restarts the wait)",
 )
 TRANSPORT: Setting[str | None] = Setting(
     "transport", "TETRARCH_TRANSPORT", str, None,

@@ -27,6 +27,11 @@ from ._router import PeerUnreachable, Router
 __all__ = ["ExitWaiter", "LaunchTracker", "ProcRecord", "ReadyWaiter", "announce_ready", "report_exit",
            "start_heartbeat"]
 
+#: A periodic thread that wakes later than this many of its intervals was not running
+#: meanwhile (its process was stopped, or a C call held the GIL): it restarts its clocks
+#: instead of counting the gap against whoever it waits for.
+STALL_FACTOR = 2.0
+
 
 @dataclass
 class ProcRecord:
@@ -242,23 +247,41 @@ def report_exit(runtime: Router, owner: str, ident: str, returncode: int, stderr
 def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None]) -> threading.Event:
     """Ping ``owner`` (the process that started us) every ``TETRARCH_HEARTBEAT_INTERVAL`` s.
 
-    ``on_orphan(reason)`` runs once if the owner cannot be reached or leaves pings
-    unanswered for ``TETRARCH_ORPHAN_TIMEOUT`` s. Set the returned event to stop.
+    ``on_orphan(reason)`` runs once when the owner is gone, judged only from evidence
+    about the owner: a ping cannot be sent (its connection is gone and cannot be made
+    again), or the owner stays silent for ``TETRARCH_ORPHAN_TIMEOUT`` s of *our running
+    time* after we asked. The clock starts with the first ping sent after the last
+    answer, and restarts when this process itself was stalled — stopped (SIGSTOP, a
+    debugger), or its Python threads held off by a C call that keeps the GIL — which the
+    loop notices as a tick that comes more than ``STALL_FACTOR`` intervals late. (The
+    pings we could not send, and the answers we could not read, while stalled say
+    nothing about the owner.) Set the returned event to stop.
     """
-    last = [time.monotonic()]
-    port = runtime.open_port(lambda _hdr, _payload: last.__setitem__(0, time.monotonic()))
+    answered = [time.monotonic()]  # when the last answer arrived
+    port = runtime.open_port(lambda _hdr, _payload: answered.__setitem__(0, time.monotonic()))
     stop = threading.Event()
     interval, limit = HEARTBEAT_INTERVAL(), ORPHAN_TIMEOUT()
 
     def loop() -> None:
+        asked: float | None = None  # when we sent the first ping that is still unanswered
+        tick = time.monotonic()
         while not stop.wait(interval):
+            now = time.monotonic()
+            if now - tick > STALL_FACTOR * interval:
+                asked = None  # we were stalled: the owner gets a full timeout from now
+            tick = now
+            if asked is not None and answered[0] >= asked:
+                asked = None  # answered since we asked
             try:
                 runtime.send(owner, [_wire.sys_header(_wire.SVC_LAUNCH, "ping", runtime.address, port)])
             except PeerUnreachable as exc:
                 on_orphan(f"its owner at {owner} is unreachable: {exc}")
                 return
-            if time.monotonic() - last[0] > limit:
-                on_orphan(f"its owner at {owner} did not answer for {limit:g} s (TETRARCH_ORPHAN_TIMEOUT)")
+            if asked is None:
+                asked = now
+            elif now - asked > limit:
+                on_orphan(f"its owner at {owner} answered no ping for {now - asked:.1f} s while this process ran "
+                          f"(TETRARCH_ORPHAN_TIMEOUT={limit:g})")
                 return
 
     threading.Thread(target=loop, name="tetrarch-heartbeat", daemon=True).start()
