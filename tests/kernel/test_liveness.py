@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +25,8 @@ import tetrarch
 from liveness_actors import Staller
 from tetrarch import ActorMesh, MeshFailure, ProcMesh, SupervisionError, this_host
 from tetrarch._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL
+from tetrarch._runtime._launch import StateMonitor, proc_state
+from tetrarch._runtime._wire import ProcFrozen
 from tetrarch.testing import Collector, scaled
 
 pytestmark = pytest.mark.timeout(scaled(90))
@@ -149,3 +153,30 @@ def test_a_stopped_proc_is_detected_within_10_s_by_default(faults):
             pending.get(timeout=scaled(20))
         assert time.monotonic() - start < scaled(10)
         faults.wait(1)
+
+
+def test_the_state_monitor_reports_a_stopped_process_once_and_never_a_sleeping_one():
+    """The host agent's view: ``/proc/<pid>/stat`` says T for a stopped process, S for a sleeping one."""
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    stopped, sleeping = subprocess.Popen(argv), subprocess.Popen(argv)
+    reports: Collector[tuple[str, ProcFrozen]] = Collector("frozen reports")
+    monitor = StateMonitor(lambda ident, report: reports.add((ident, report)))
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        os.waitpid(stopped.pid, os.WUNTRACED)  # returns once it is stopped
+        assert proc_state(stopped.pid) == "T" and proc_state(sleeping.pid) in ("R", "S")
+        start = time.monotonic()
+        monitor.add("stopped", stopped.pid, 0.5, 0.05)
+        monitor.add("sleeping", sleeping.pid, 0.5, 0.05)
+        ((ident, report),) = reports.wait(1)
+        assert ident == "stopped" and report.state == "T" and report.timeout_s == 0.5
+        assert 0.5 <= report.stopped_s <= time.monotonic() - start
+        with pytest.raises(TimeoutError):  # once per stop; a sleeping process is alive
+            reports.wait(2, timeout=1)
+    finally:
+        monitor.remove("stopped")
+        monitor.remove("sleeping")
+        for p in (stopped, sleeping):
+            p.kill()
+            p.wait(scaled(10))
+    assert proc_state(stopped.pid) is None  # reaped: gone
