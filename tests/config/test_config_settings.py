@@ -15,6 +15,7 @@ from tetrarch._config import (
     DISABLE_PLUGINS,
     ENV_RANK_DIM,
     ENV_SECRET_FD,
+    FROZEN_TIMEOUT,
     HEARTBEAT_INTERVAL,
     HOST_START_TIMEOUT,
     LAUNCH_VARS,
@@ -36,7 +37,7 @@ from tetrarch._config import (
 
 TIMEOUTS = {
     HOST_START_TIMEOUT: 60.0, PROC_START_TIMEOUT: 60.0, STOP_TIMEOUT: 10.0, CONNECT_TIMEOUT: 10.0,
-    CLEANUP_TIMEOUT: 5.0, HEARTBEAT_INTERVAL: 1.0, ORPHAN_TIMEOUT: 30.0,
+    CLEANUP_TIMEOUT: 5.0, HEARTBEAT_INTERVAL: 1.0, ORPHAN_TIMEOUT: 30.0, FROZEN_TIMEOUT: 8.0,
 }
 
 
@@ -46,8 +47,8 @@ TIMEOUTS = {
 def test_every_setting_is_declared_once_with_its_variable() -> None:
     assert list(SETTINGS) == [
         "host_start_timeout", "proc_start_timeout", "stop_timeout", "connect_timeout", "cleanup_timeout",
-        "heartbeat_interval", "orphan_timeout", "transport", "allocator", "rdma_backend", "disable_plugins",
-        "plugins_strict", "rdma_fallback", "test_slowdown",
+        "heartbeat_interval", "orphan_timeout", "frozen_timeout", "transport", "allocator", "rdma_backend",
+        "disable_plugins", "plugins_strict", "rdma_fallback", "test_slowdown",
     ]
     for key, setting in SETTINGS.items():
         assert setting.key == key and setting.env == f"TETRARCH_{key.upper()}"

@@ -44,6 +44,7 @@ __all__ = [
     "ENV_SECRET_FILE",
     "ENV_SIZE_DIM",
     "ENV_SYS_PATH",
+    "FROZEN_TIMEOUT",
     "HEARTBEAT_INTERVAL",
     "HOST_START_TIMEOUT",
     "LAUNCH_VARS",
@@ -233,7 +234,14 @@ HEARTBEAT_INTERVAL = _seconds(
     "heartbeat_interval", 1.0, "seconds between a proc's (or host agent's) pings of its owner"
 )
 ORPHAN_TIMEOUT = _seconds(
-    "orphan_timeout", 30.0, "seconds without an answer from its owner after which a proc or host agent exits"
+    "orphan_timeout", 30.0,
+    "seconds a running proc or host agent waits for an answer to its pings before it exits as an orphan "
+    "(a stall of its own restarts the wait)",
+)
+FROZEN_TIMEOUT = _seconds(
+    "frozen_timeout", 8.0,
+    "seconds a proc may stay stopped (SIGSTOP, a debugger) before its host agent reports it frozen to its "
+    "owner and kills it (`inf`: never)",
 )
 TRANSPORT: Setting[str | None] = Setting(
     "transport", "TETRARCH_TRANSPORT", str, None,
@@ -271,7 +279,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
     s.key: s
     for s in (
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
-        HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, TRANSPORT, ALLOCATOR, RDMA_BACKEND, DISABLE_PLUGINS,
+        HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, ALLOCATOR, RDMA_BACKEND, DISABLE_PLUGINS,
         PLUGINS_STRICT, RDMA_FALLBACK, TEST_SLOWDOWN,
     )
 })

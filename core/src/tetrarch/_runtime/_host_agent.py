@@ -5,6 +5,10 @@ environment (an inherited pipe or a 0600 file, see ``_secret``); it passes it to
 procs through a pipe. It connects back to the client, says ``ready``, then serves ``spawn_procs`` /
 ``kill_procs`` / ``shutdown``. It exits, killing its procs, when the client's
 connection drops (the client died) or on ``shutdown``.
+
+It watches the OS state of its procs (:class:`~._launch.StateMonitor`): a proc that stays
+stopped past its ``TETRARCH_FROZEN_TIMEOUT`` is reported ``frozen`` to its owner, then
+killed, so it cannot come back half-alive after its owner gave up on it.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from .._config import (
     ENV_HOST_INDEX,
     ENV_OWNER_ADDR,
     ENV_PROC_ID,
+    FROZEN_TIMEOUT,
+    HEARTBEAT_INTERVAL,
     TRANSPORT,
 )
 from .._log import get_logger
 from . import _serial, _wire
-from ._launch import announce_ready, report_exit, start_heartbeat
+from ._launch import StateMonitor, announce_ready, report_exit, report_frozen, setting_for, start_heartbeat
 from ._root import Root, child_env, install_root
 from ._router import PeerUnreachable
 from ._secret import take_secret
@@ -44,8 +50,10 @@ class HostAgent:
         self.root = root
         self.client = client
         self.procs: dict[str, WatchedProcess] = {}
+        self.owners: dict[str, str] = {}  # proc ident -> its owner's address
         self.lock = threading.Lock()
         self.done = threading.Event()
+        self.monitor = StateMonitor(self.frozen)
 
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
         """``host`` messages (I/O thread)."""
@@ -75,6 +83,8 @@ class HostAgent:
             def on_exit(info: ExitInfo, ident: str = ident) -> None:
                 with self.lock:
                     self.procs.pop(ident, None)
+                    self.owners.pop(ident, None)
+                    self.monitor.remove(ident)
                 report_exit(self.root.runtime, owner, ident, info.returncode, info.stderr_tail)
 
             try:
@@ -83,8 +93,25 @@ class HostAgent:
             except OSError as exc:
                 report_exit(self.root.runtime, owner, ident, 127, f"cannot start {sys.executable}: {exc}\n")
                 continue
+            frozen_s, interval_s = setting_for(FROZEN_TIMEOUT, env), setting_for(HEARTBEAT_INTERVAL, env)
             with self.lock:
+                if proc.exit_info is not None:  # it already ended: on_exit ran, nothing to watch
+                    continue
                 self.procs[ident] = proc
+                self.owners[ident] = owner
+                self.monitor.add(ident, proc.pid, frozen_s, interval_s)
+
+    def frozen(self, ident: str, report: _wire.ProcFrozen) -> None:
+        """The monitor saw the proc ``ident`` stopped past its frozen timeout: tell its owner, then kill it."""
+        with self.lock:
+            proc, owner = self.procs.get(ident), self.owners.get(ident)
+        if proc is None or owner is None:
+            return
+        _log.warning("proc %s (pid %d) has been stopped (state %s) for %.1f s, past TETRARCH_FROZEN_TIMEOUT=%g s: "
+                     "reporting it frozen to its owner and killing it", ident, proc.pid, report.state,
+                     report.stopped_s, report.timeout_s)
+        report_frozen(self.root.runtime, owner, report)  # before the kill: the owner's reason names the freeze
+        proc.signal(signal.SIGKILL)
 
     def kill_all(self, grace: float) -> None:
         with self.lock:

@@ -7,6 +7,17 @@ of every proc they started; started processes ``ping`` their launcher
 (:func:`start_heartbeat`). Spawners wait on :class:`ReadyWaiter` objects, which fail
 with :class:`~tetrarch.ProcessStartError` (exit code + stderr tail) as soon as a
 process ends before it was ready — never a hang.
+
+Liveness (the rules are in ``docs/supervision.md``, "Liveness"):
+
+* A started process concludes that its launcher is gone only from evidence about the
+  launcher: a dropped connection, or pings left unanswered for ``TETRARCH_ORPHAN_TIMEOUT``
+  seconds of its *own running time* (:func:`start_heartbeat`); its own stalls never count.
+* A host agent watches the OS state of its procs (:class:`StateMonitor`); one stopped for
+  ``TETRARCH_FROZEN_TIMEOUT`` seconds is reported ``frozen`` (:class:`~._wire.ProcFrozen`)
+  to its owner, which declares it dead, and then killed.
+* The launcher notes when each started process last pinged; one silent while nobody
+  reported it frozen is *busy* (a call that holds the GIL): logged once, not a failure.
 """
 
 from __future__ import annotations
@@ -15,17 +26,28 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._config import HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT
+from .._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, Setting
 from .._errors import ProcessStartError, _describe_exit
+from .._log import get_logger
 from . import _serial, _wire
 from ._router import PeerUnreachable, Router
 
-__all__ = ["ExitWaiter", "LaunchTracker", "ProcRecord", "ReadyWaiter", "announce_ready", "report_exit",
-           "start_heartbeat"]
+__all__ = ["ExitWaiter", "LaunchTracker", "ProcRecord", "ReadyWaiter", "StateMonitor", "announce_ready",
+           "proc_state", "report_exit", "report_frozen", "setting_for", "start_heartbeat"]
+
+_log = get_logger("launch")
+
+#: A periodic thread that wakes later than this many of its intervals was not running
+#: meanwhile (its process was stopped, or a C call held the GIL): it restarts its clocks
+#: instead of counting the gap against whoever it waits for.
+STALL_FACTOR = 2.0
+#: The launcher reports a proc as busy once it has been silent this many heartbeat
+#: intervals past its frozen timeout (by then a stopped proc would have been reported frozen).
+BUSY_MARGIN_INTERVALS = 4.0
 
 
 @dataclass
@@ -43,6 +65,13 @@ class ProcRecord:
     #: Declared dead without an exit report (its connection dropped and none came).
     lost: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    #: "proc" (its host agent watches its OS state) or "host agent" (nobody does).
+    kind: str = "proc"
+    #: The heartbeat interval and frozen timeout it runs with (as it said when ready).
+    heartbeat_s: float = HEARTBEAT_INTERVAL.default
+    frozen_s: float = FROZEN_TIMEOUT.default
+    #: Why its host agent killed it, when it did (frozen).
+    killed_because: str = ""
 
     @property
     def gone(self) -> bool:
@@ -52,7 +81,12 @@ class ProcRecord:
     def describe_exit(self) -> str:
         if self.returncode is None:
             return "alive"
-        return _describe_exit(self.returncode)
+        text = _describe_exit(self.returncode)
+        return f"{text} ({self.killed_because})" if self.killed_because else text
+
+    def where(self) -> str:
+        """``pid 123 on host`` for messages."""
+        return f"pid {self.pid}" + (f" on {self.hostname}" if self.hostname else "")
 
 
 class ReadyWaiter:
@@ -136,6 +170,9 @@ class LaunchTracker:
         self._records: dict[str, ProcRecord] = {}
         self._by_address: dict[str, ProcRecord] = {}
         self._waiters: dict[str, list[ReadyWaiter | ExitWaiter]] = {}
+        self._heard: dict[str, float] = {}  # address -> when its last ping arrived (monotonic)
+        self._silent: dict[str, float] = {}  # address -> when its reported (busy) silence began
+        self._watchdog: threading.Thread | None = None
         runtime.on_peer_lost(self._peer_lost)
         runtime.add_service(_wire.SVC_LAUNCH, self.service)
 
@@ -191,18 +228,30 @@ class LaunchTracker:
             rec = self._records.pop(ident, None)
             if rec is not None and rec.address:
                 self._by_address.pop(rec.address, None)
+                self._heard.pop(rec.address, None)
+                self._silent.pop(rec.address, None)
             self._waiters.pop(ident, None)
 
-    def ready(self, ident: str, address: str, pid: int, hostname: str) -> None:
+    def ready(self, ident: str, address: str, pid: int, hostname: str,
+              heartbeat_s: float = HEARTBEAT_INTERVAL.default, frozen_s: float = FROZEN_TIMEOUT.default) -> None:
+        """The process ``ident`` serves at ``address``; it pings every ``heartbeat_s`` s and its host
+        agent reports it frozen after ``frozen_s`` s stopped (the settings it runs with)."""
         with self._lock:
             rec = self._records.get(ident)
             if rec is None:
                 return
             rec.address, rec.pid, rec.hostname, rec.ready = address, pid, hostname, True
+            rec.heartbeat_s, rec.frozen_s = heartbeat_s, frozen_s
             self._by_address[address] = rec
+            self._heard[address] = time.monotonic()
+            self._silent.pop(address, None)
             self.runtime.revive(address)  # a new process may reuse a dead one's tcp port
             for w in self._waiters.get(ident, ()):
                 w._update(rec)
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watch_heartbeats, name="tetrarch-liveness",
+                                                  daemon=True)
+                self._watchdog.start()
 
     def exited(self, ident: str, returncode: int, stderr_tail: str) -> None:
         with self._lock:
@@ -214,20 +263,94 @@ class LaunchTracker:
                 w._update(rec)
             address = rec.address
         if address:
-            where = f" on {rec.hostname}" if rec.hostname else ""
-            self.runtime.mark_dead(address, f"{rec.what} (pid {rec.pid}{where}) died: {rec.describe_exit()}")
+            self.runtime.mark_dead(address, f"{rec.what} ({rec.where()}) died: {rec.describe_exit()}")
+
+    def frozen(self, report: _wire.ProcFrozen) -> None:
+        """Its host agent found the proc ``report.ident`` stopped too long: declare it dead now.
+
+        The host agent kills it next; its exit report then changes nothing but the record.
+        """
+        with self._lock:
+            rec = self._records.get(report.ident)
+            if rec is None or rec.returncode is not None:
+                return
+            rec.killed_because = (f"frozen: stopped (state {report.state}) for {report.stopped_s:.1f} s, "
+                                  f"past TETRARCH_FROZEN_TIMEOUT={report.timeout_s:g} s")
+            address = rec.address
+        reason = (f"{rec.what} ({rec.where()}) is frozen: its host agent saw it stopped (state {report.state}) "
+                  f"for {report.stopped_s:.1f} s, past TETRARCH_FROZEN_TIMEOUT={report.timeout_s:g} s, "
+                  f"and kills it")
+        _log.info("%s", reason)  # the failure itself reaches the proc's callers and supervision
+        if address:
+            self.runtime.mark_dead(address, reason)
+
+    # -- heartbeats (the watchdog thread) ------------------------------------
+    def _watch_heartbeats(self) -> None:
+        """Note started processes whose pings stop: busy (logged once per silence), not failed.
+
+        Runs while some started process is alive and ready. A stall of this process
+        itself (a tick that comes late) restarts every silence clock: pings that could
+        not be handled meanwhile say nothing about their senders.
+        """
+        tick = restart = time.monotonic()
+        period = HEARTBEAT_INTERVAL()
+        while True:
+            with self._lock:
+                live = [r for r in self._records.values() if r.ready and r.returncode is None and r.address]
+                if not live:
+                    self._watchdog = None
+                    return
+            period = min([HEARTBEAT_INTERVAL(), *(r.heartbeat_s for r in live)])
+            time.sleep(period)  # a plain periodic tick; nothing waits on it
+            now = time.monotonic()
+            if now - tick > STALL_FACTOR * period:  # we were not running: restart every clock
+                restart = now
+            tick = now
+            for rec in live:
+                self._check_silence(rec, now, restart)
+
+    def _check_silence(self, rec: ProcRecord, now: float, restart: float) -> None:
+        address = rec.address
+        if address in self.runtime.dead_peers:
+            return
+        heard = self._heard.get(address, restart)
+        since = self._silent.get(address)
+        if since is not None:
+            if heard > since:  # it pings again: the episode is over
+                self._silent.pop(address, None)
+                _log.info("%s (%s) pings again after %.1f s of silence", rec.what, rec.where(), heard - since)
+            return
+        since = max(heard, restart)
+        silent = now - since
+        if rec.kind == "proc" and rec.frozen_s != float("inf"):
+            limit = rec.frozen_s + BUSY_MARGIN_INTERVALS * rec.heartbeat_s
+            verdict = ("its host agent sees it running (it did not report it stopped), so it is busy: a call "
+                       "that holds the GIL, such as a long C function, keeps its Python threads from answering. "
+                       "Not a failure")
+        else:
+            limit = max(10.0, 10 * rec.heartbeat_s)
+            verdict = ("it is busy or stopped (nothing watches the OS state of "
+                       f"{'a host agent' if rec.kind != 'proc' else 'a proc when TETRARCH_FROZEN_TIMEOUT=inf'})")
+        if silent > limit:
+            self._silent[address] = since
+            _log.warning("%s (%s) has sent no heartbeat for %.1f s; %s", rec.what, rec.where(), silent, verdict)
 
     # -- the service (I/O thread) --------------------------------------------
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
-        """``launch`` messages: ``ping``, ``ready`` and ``exit`` of processes we started."""
+        """``launch`` messages: ``ping``, ``ready``, ``exit`` and ``frozen`` of processes we started."""
         if hdr.op == "ping":  # heartbeat of a proc or host agent we started
+            if hdr.reply_addr is not None:
+                self._heard[hdr.reply_addr] = time.monotonic()
             self.runtime.reply_later(hdr.reply_addr, hdr.reply_port, 0, _wire.OK, None)
             return
         record = _serial.loads(payload)
         if hdr.op == "ready":
-            self.ready(record.ident, record.address, record.pid, record.hostname)
+            self.ready(record.ident, record.address, record.pid, record.hostname, record.heartbeat_s,
+                       record.frozen_s)
         elif hdr.op == "exit":
             self.exited(record.ident, record.returncode, record.stderr_tail)
+        elif hdr.op == "frozen":
+            self.frozen(record)
 
 
 def announce_ready(runtime: Router, launcher: str, ident: str) -> None:
@@ -236,7 +359,8 @@ def announce_ready(runtime: Router, launcher: str, ident: str) -> None:
     Raises:
         PeerUnreachable: the launcher is gone.
     """
-    ready = _wire.ProcReady(ident, runtime.address, os.getpid(), socket.gethostname())
+    ready = _wire.ProcReady(ident, runtime.address, os.getpid(), socket.gethostname(), HEARTBEAT_INTERVAL(),
+                            FROZEN_TIMEOUT())
     runtime.send(launcher, [_wire.sys_header(_wire.SVC_LAUNCH, "ready"), *_serial.dumps(ready)])
 
 
@@ -250,27 +374,168 @@ def report_exit(runtime: Router, owner: str, ident: str, returncode: int, stderr
         pass
 
 
+def report_frozen(runtime: Router, owner: str, report: _wire.ProcFrozen) -> None:
+    """Tell ``owner`` that a proc it owns is frozen (host agents; not from the I/O thread); an unreachable
+    owner is ignored."""
+    try:
+        runtime.send(owner, [_wire.sys_header(_wire.SVC_LAUNCH, "frozen"), *_serial.dumps(report)])
+    except PeerUnreachable:
+        pass
+
+
 def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None]) -> threading.Event:
     """Ping ``owner`` (the process that started us) every ``TETRARCH_HEARTBEAT_INTERVAL`` s.
 
-    ``on_orphan(reason)`` runs once if the owner cannot be reached or leaves pings
-    unanswered for ``TETRARCH_ORPHAN_TIMEOUT`` s. Set the returned event to stop.
+    ``on_orphan(reason)`` runs once when the owner is gone, judged only from evidence
+    about the owner: a ping cannot be sent (its connection is gone and cannot be made
+    again), or the owner stays silent for ``TETRARCH_ORPHAN_TIMEOUT`` s of *our running
+    time* after we asked. The clock starts with the first ping sent after the last
+    answer, and restarts when this process itself was stalled — stopped (SIGSTOP, a
+    debugger), or its Python threads held off by a C call that keeps the GIL — which the
+    loop notices as a tick that comes more than ``STALL_FACTOR`` intervals late. (The
+    pings we could not send, and the answers we could not read, while stalled say
+    nothing about the owner.) Set the returned event to stop.
     """
-    last = [time.monotonic()]
-    port = runtime.open_port(lambda _hdr, _payload: last.__setitem__(0, time.monotonic()))
+    answered = [time.monotonic()]  # when the last answer arrived
+    port = runtime.open_port(lambda _hdr, _payload: answered.__setitem__(0, time.monotonic()))
     stop = threading.Event()
     interval, limit = HEARTBEAT_INTERVAL(), ORPHAN_TIMEOUT()
 
     def loop() -> None:
+        asked: float | None = None  # when we sent the first ping that is still unanswered
+        tick = time.monotonic()
         while not stop.wait(interval):
+            now = time.monotonic()
+            if now - tick > STALL_FACTOR * interval:
+                asked = None  # we were stalled: the owner gets a full timeout from now
+            tick = now
+            if asked is not None and answered[0] >= asked:
+                asked = None  # answered since we asked
             try:
                 runtime.send(owner, [_wire.sys_header(_wire.SVC_LAUNCH, "ping", runtime.address, port)])
             except PeerUnreachable as exc:
                 on_orphan(f"its owner at {owner} is unreachable: {exc}")
                 return
-            if time.monotonic() - last[0] > limit:
-                on_orphan(f"its owner at {owner} did not answer for {limit:g} s (TETRARCH_ORPHAN_TIMEOUT)")
+            if asked is None:
+                asked = now
+            elif now - asked > limit:
+                on_orphan(f"its owner at {owner} answered no ping for {now - asked:.1f} s while this process ran "
+                          f"(TETRARCH_ORPHAN_TIMEOUT={limit:g})")
                 return
 
     threading.Thread(target=loop, name="tetrarch-heartbeat", daemon=True).start()
     return stop
+
+
+def proc_state(pid: int) -> str | None:
+    """The OS's state letter for the process ``pid`` (the field after the name in ``/proc/<pid>/stat``).
+
+    ``R`` running, ``S`` sleeping, ``D`` uninterruptible wait (all alive), ``T`` stopped
+    (SIGSTOP), ``t`` stopped by a tracer (a debugger), ``Z`` zombie (ended, not reaped
+    yet), ``X`` dead; None when unknown: no such process, or no procfs (not Linux).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    end = data.rfind(b")")  # the name (in parentheses) may hold spaces and parentheses
+    if end < 0 or end + 2 >= len(data):
+        return None
+    return chr(data[end + 2])
+
+
+#: States in which a process runs no code until someone resumes it.
+STOPPED_STATES = frozenset("Tt")
+
+
+def setting_for(setting: Setting[float], env: Mapping[str, str]) -> float:
+    """The value of ``setting`` for a process started with the environment ``env``.
+
+    Its variable in ``env`` when that holds a valid value, else this process's value.
+    """
+    raw = env.get(setting.env, "")
+    if raw.strip():
+        try:
+            return setting.parse(raw)
+        except ValueError:
+            pass  # the process itself will complain
+    return setting()
+
+
+@dataclass
+class _Watched:
+    pid: int
+    frozen_s: float
+    interval_s: float
+    stopped_since: float | None = None  # when first seen stopped (this stop)
+    reported: bool = False
+
+
+class StateMonitor:
+    """Watches the OS state of the procs a host agent started: one thread for all.
+
+    Every heartbeat interval (the shortest among the host agent's and its procs') it
+    reads each proc's state (:func:`proc_state`). A proc seen stopped (``T``/``t``) for
+    its frozen timeout, counted from the first sighting, is handed once to
+    ``on_frozen(ident, report)``; a proc seen in any other state restarts its count. So
+    does a stall of the monitor itself: it cannot vouch for a stop it did not watch.
+
+    A proc in a long C call that holds the GIL is ``R``, ``S`` or ``D``: alive, never
+    frozen, although its Python threads answer no heartbeat.
+    """
+
+    def __init__(self, on_frozen: Callable[[str, _wire.ProcFrozen], None]) -> None:
+        self._on_frozen = on_frozen
+        self._lock = threading.Lock()
+        self._procs: dict[str, _Watched] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, ident: str, pid: int, frozen_s: float, interval_s: float) -> None:
+        """Watch the proc ``ident`` (process ``pid``) with its own frozen timeout and heartbeat interval."""
+        with self._lock:
+            self._procs[ident] = _Watched(pid, frozen_s, interval_s)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="tetrarch-proc-states", daemon=True)
+                self._thread.start()
+
+    def remove(self, ident: str) -> None:
+        with self._lock:
+            self._procs.pop(ident, None)
+
+    def _loop(self) -> None:
+        tick = time.monotonic()
+        while True:
+            with self._lock:
+                if not self._procs:
+                    self._thread = None
+                    return
+                period = min([HEARTBEAT_INTERVAL(), *(w.interval_s for w in self._procs.values())])
+            time.sleep(period)  # a plain periodic tick; nothing waits on it
+            now = time.monotonic()
+            stalled = now - tick > STALL_FACTOR * period
+            tick = now
+            with self._lock:
+                watched = list(self._procs.items())
+            for ident, w in watched:
+                report = self._check(w, now, stalled)
+                if report is not None:
+                    try:
+                        self._on_frozen(ident, _wire.ProcFrozen(ident, *report, w.frozen_s))
+                    except Exception:  # noqa: BLE001 - the monitor thread must survive
+                        _log.exception("reporting the frozen proc %s failed", ident)
+
+    @staticmethod
+    def _check(w: _Watched, now: float, stalled: bool) -> tuple[str, float] | None:
+        state = proc_state(w.pid)
+        if state is None or state not in STOPPED_STATES:
+            w.stopped_since = None
+            return None
+        if w.stopped_since is None or stalled:
+            w.stopped_since = now
+            return None
+        stopped = now - w.stopped_since
+        if w.reported or stopped < w.frozen_s:
+            return None
+        w.reported = True
+        return state, stopped

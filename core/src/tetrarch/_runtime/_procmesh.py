@@ -261,7 +261,7 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
         root.runtime.listen_routable()
         extra[ENV_SPANS_HOSTS.name] = "1"
     alloc_id = _uid("hosts")
-    records = [ProcRecord(f"{alloc_id}/{i}", f"host agent {i}") for i in range(n)]
+    records = [ProcRecord(f"{alloc_id}/{i}", f"host agent {i}", kind="host agent") for i in range(n)]
     waiter = root.launches.expect(records)
     env = child_env(root, {ENV_CLIENT_ADDR.name: root.runtime.address, ENV_ALLOC_ID.name: alloc_id, **extra})
     command = AgentCommand((sys.executable, "-m", "tetrarch._runtime._host_agent"), env, secret=root.secret)

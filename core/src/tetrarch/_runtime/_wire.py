@@ -34,6 +34,7 @@ __all__ = [
     "KillProcs",
     "PortHeader",
     "ProcExit",
+    "ProcFrozen",
     "ProcReady",
     "ProcSpec",
     "SpawnMeta",
@@ -58,7 +59,8 @@ DEAD = 2  #: payload: a string saying why the target is gone (the caller gets Su
 
 # -- SYS services and their ops ------------------------------------------------------
 SVC_PROC = "proc"  #: actors of a process: ``spawn`` (SpawnMeta + class), ``stop_actor`` (key), ``stop``
-SVC_LAUNCH = "launch"  #: processes this one started: ``ready`` (ProcReady), ``exit`` (ProcExit), ``ping``
+#: processes this one started: ``ready`` (ProcReady), ``exit`` (ProcExit), ``frozen`` (ProcFrozen), ``ping``
+SVC_LAUNCH = "launch"
 SVC_HOST = "host"  #: a host agent: ``spawn_procs`` (SpawnProcs), ``kill_procs`` (KillProcs), ``shutdown``
 SVC_SUPERVISE = "supervise"  #: supervision: ``failure`` (FailureRecord)
 SVC_PORT = "port"  #: ports: ``link`` (the sender holds a port of ours; watch it)
@@ -202,6 +204,10 @@ class ProcReady(NamedTuple):
     address: str
     pid: int
     hostname: str
+    #: The ``TETRARCH_HEARTBEAT_INTERVAL`` it pings its launcher at ...
+    heartbeat_s: float = 1.0
+    #: ... and the ``TETRARCH_FROZEN_TIMEOUT`` its host agent applies to it (procs).
+    frozen_s: float = 8.0
 
 
 class ProcExit(NamedTuple):
@@ -211,6 +217,22 @@ class ProcExit(NamedTuple):
     #: Exit status; negative: killed by that signal.
     returncode: int
     stderr_tail: str
+
+
+class ProcFrozen(NamedTuple):
+    """Payload of ``launch``/``frozen``: a host agent saw a proc it started stay stopped too long.
+
+    Sent to the proc's owner, which declares the proc dead; the host agent then kills it
+    (SIGKILL), and its ``exit`` report follows.
+    """
+
+    ident: str
+    #: The OS's state letter for it (``/proc/<pid>/stat``): ``T`` stopped, ``t`` stopped by a tracer.
+    state: str
+    #: Seconds it has been seen in that state (a lower bound: counted from the first sighting).
+    stopped_s: float
+    #: The ``TETRARCH_FROZEN_TIMEOUT`` the host agent applied to it.
+    timeout_s: float
 
 
 class ProcSpec(NamedTuple):
