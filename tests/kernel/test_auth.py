@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import struct
 
 import pytest
 
+from raw_socket import raw_connect
 from tetrarch._runtime._router import PeerUnreachable, Router
 from tetrarch._runtime._wire import SYS, sys_header
 from tetrarch._transport._socket import IpcTransport, TcpTransport
@@ -42,17 +42,6 @@ def server(request):
     transport.close()
 
 
-def _raw_connect(address: str) -> socket.socket:
-    if address.startswith("ipc://@"):
-        s = socket.socket(socket.AF_UNIX)
-        s.connect("\0" + address[len("ipc://@"):])
-    else:
-        host, port = address[len("tcp://"):].rsplit(":", 1)
-        s = socket.create_connection((host, int(port)))
-    s.settimeout(scaled(5))
-    return s
-
-
 def test_wrong_secret_is_rejected_and_the_listener_keeps_serving(server):
     rt, calls = server
     transport = type(rt.transport)()
@@ -78,7 +67,7 @@ def test_frames_before_the_handshake_are_never_unpickled(server, tmp_path):
     rt, calls = server
     marker = tmp_path / "pwned"
     bomb = pickle.dumps((SYS, "probe", _Bomb(str(marker)), None, None))
-    s = _raw_connect(rt.address)
+    s = raw_connect(rt.address)
     s.recv(4096)  # the listener's challenge
     s.sendall(_frame(bomb) + _frame(bomb, bomb, bomb, bomb))
     # the server closes the connection on the garbage instead of deserializing it
@@ -89,7 +78,7 @@ def test_frames_before_the_handshake_are_never_unpickled(server, tmp_path):
 
 def test_oversized_pre_auth_message_is_cut_off(server):
     rt, _calls = server
-    s = _raw_connect(rt.address)
+    s = raw_connect(rt.address)
     s.recv(4096)
     s.sendall(struct.pack("!IQ", 1, 1 << 30))  # announces 1 GiB before authenticating
     assert s.recv(4096) == b""

@@ -7,13 +7,13 @@ rounds. ``make test`` runs a small size; ``TETRARCH_SOAK_ROUNDS=N`` runs longer.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 
 import psutil
 import pytest
 
 from kernel_actors import Counter, Info
+from raw_socket import raw_connect
 from tetrarch import ProcMesh, this_host
 from tetrarch.testing import scaled
 
@@ -43,13 +43,7 @@ class Usage:
 
 
 def _connect_and_close(address: str) -> None:
-    if address.startswith("ipc://@"):
-        s = socket.socket(socket.AF_UNIX)
-        s.connect("\0" + address[len("ipc://@"):])
-    else:
-        host, port = address[len("tcp://"):].rsplit(":", 1)
-        s = socket.create_connection((host, int(port)))
-    s.settimeout(scaled(5))
+    s = raw_connect(address)
     try:
         s.recv(4096)  # the listener's challenge: the connection was accepted and served
     finally:

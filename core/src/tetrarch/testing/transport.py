@@ -138,6 +138,16 @@ class Recorder:
         return self.closes(conn)[0]
 
 
+def _limited_listener(transport: Transport, address: str, limit: int) -> tuple[Listener, Recorder]:
+    """A listener whose accepted connections take messages of at most ``limit`` bytes, and its recorder."""
+
+    def lower_limit(conn: Connection) -> None:
+        conn.max_message_size = limit
+
+    srec = Recorder(on_open_hook=lower_limit)
+    return transport.listen(address, srec), srec
+
+
 def _as_bytes(frames: Sequence[Any]) -> list[bytes]:
     return [bytes(f) for f in frames]
 
@@ -516,12 +526,7 @@ class TransportConformance:
         self, transport: Transport, client_transport: Transport, address: str
     ) -> None:
         limit = 1024
-
-        def lower_limit(conn: Connection) -> None:
-            conn.max_message_size = limit
-
-        srec = Recorder(on_open_hook=lower_limit)
-        listener = transport.listen(address, srec)
+        listener, srec = _limited_listener(transport, address, limit)
         try:
             conn, crec, sconn, _ = self._pair(client_transport, (listener, srec))
             assert sconn.max_message_size == limit
@@ -551,12 +556,7 @@ class TransportConformance:
     ) -> None:
         limit = 1024
         fits = (limit - 4) // 8  # 127 empty frames: a 1020-byte header, no body
-
-        def lower_limit(conn: Connection) -> None:
-            conn.max_message_size = limit
-
-        srec = Recorder(on_open_hook=lower_limit)
-        listener = transport.listen(address, srec)
+        listener, srec = _limited_listener(transport, address, limit)
         try:
             conn, crec, sconn, _ = self._pair(client_transport, (listener, srec))
             conn.send([b""] * fits)  # the header just fits: delivered
@@ -577,12 +577,7 @@ class TransportConformance:
     @_bounded
     def test_oversized_header_is_refused_on_its_frame_count(self, transport: Transport, address: str) -> None:
         limit = 1024
-
-        def lower_limit(conn: Connection) -> None:
-            conn.max_message_size = limit
-
-        srec = Recorder(on_open_hook=lower_limit)
-        listener = transport.listen(address, srec)
+        listener, srec = _limited_listener(transport, address, limit)
         try:
             raw = _raw_sockaddr(listener.address)
             prefix = self.raw_frame_count(transport, 200)  # a 1604-byte header
