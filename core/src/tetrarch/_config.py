@@ -171,6 +171,18 @@ class Setting(Generic[T]):
         raw = os.environ.get(self.env)
         return raw if raw is not None and raw.strip() else None
 
+    def value_in(self, env: Mapping[str, str]) -> T:
+        """The value for a process started with the environment ``env``: its variable there
+        when that holds a valid value, else this process's value (an invalid one is left for
+        that process to report)."""
+        raw = env.get(self.env, "")
+        if raw.strip():
+            try:
+                return self.parse(raw)
+            except ValueError:
+                pass
+        return self()
+
     def parse(self, raw: str, *, origin: str | None = None) -> T:
         """The value that the text ``raw`` (as in the environment) stands for.
 

@@ -32,7 +32,7 @@ from .._config import (
 )
 from .._log import get_logger
 from . import _serial, _wire
-from ._launch import StateMonitor, announce_ready, report_exit, report_frozen, setting_for, start_heartbeat
+from ._launch import StateMonitor, announce_ready, report_exit, report_frozen, start_heartbeat
 from ._root import Root, child_env, install_root
 from ._router import PeerUnreachable
 from ._secret import take_secret
@@ -93,7 +93,7 @@ class HostAgent:
             except OSError as exc:
                 report_exit(self.root.runtime, owner, ident, 127, f"cannot start {sys.executable}: {exc}\n")
                 continue
-            frozen_s, interval_s = setting_for(FROZEN_TIMEOUT, env), setting_for(HEARTBEAT_INTERVAL, env)
+            frozen_s, interval_s = FROZEN_TIMEOUT.value_in(env), HEARTBEAT_INTERVAL.value_in(env)
             with self.lock:
                 if proc.exit_info is not None:  # it already ended: on_exit ran, nothing to watch
                     continue

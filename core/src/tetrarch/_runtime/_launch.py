@@ -26,18 +26,18 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, Setting
+from .._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT
 from .._errors import ProcessStartError, _describe_exit
 from .._log import get_logger
 from . import _serial, _wire
 from ._router import PeerUnreachable, Router
 
 __all__ = ["ExitWaiter", "LaunchTracker", "ProcRecord", "ReadyWaiter", "StateMonitor", "announce_ready",
-           "proc_state", "report_exit", "report_frozen", "setting_for", "start_heartbeat"]
+           "proc_state", "report_exit", "report_frozen", "start_heartbeat"]
 
 _log = get_logger("launch")
 
@@ -292,8 +292,8 @@ class LaunchTracker:
         itself (a tick that comes late) restarts every silence clock: pings that could
         not be handled meanwhile say nothing about their senders.
         """
-        tick = restart = time.monotonic()
-        period = HEARTBEAT_INTERVAL()
+        restart = time.monotonic()
+        clock = _Ticker()
         while True:
             with self._lock:
                 live = [r for r in self._records.values() if r.ready and r.returncode is None and r.address]
@@ -302,10 +302,9 @@ class LaunchTracker:
                     return
             period = min([HEARTBEAT_INTERVAL(), *(r.heartbeat_s for r in live)])
             time.sleep(period)  # a plain periodic tick; nothing waits on it
-            now = time.monotonic()
-            if now - tick > STALL_FACTOR * period:  # we were not running: restart every clock
+            now, stalled = clock.tick(period)
+            if stalled:  # we were not running: restart every clock
                 restart = now
-            tick = now
             for rec in live:
                 self._check_silence(rec, now, restart)
 
@@ -364,23 +363,44 @@ def announce_ready(runtime: Router, launcher: str, ident: str) -> None:
     runtime.send(launcher, [_wire.sys_header(_wire.SVC_LAUNCH, "ready"), *_serial.dumps(ready)])
 
 
-def report_exit(runtime: Router, owner: str, ident: str, returncode: int, stderr_tail: str) -> None:
-    """Tell ``owner`` how the proc ``ident`` ended (host agents); an unreachable owner is ignored."""
-    frames = [_wire.sys_header(_wire.SVC_LAUNCH, "exit"), *_serial.dumps(_wire.ProcExit(ident, returncode,
-                                                                                         stderr_tail))]
+def _tell(runtime: Router, owner: str, op: str, record: Any) -> None:
+    """Send ``launch``/``op`` with ``record`` to ``owner``; an unreachable owner is ignored."""
     try:
-        runtime.send(owner, frames)
+        runtime.send(owner, [_wire.sys_header(_wire.SVC_LAUNCH, op), *_serial.dumps(record)])
     except PeerUnreachable:
         pass
+
+
+def report_exit(runtime: Router, owner: str, ident: str, returncode: int, stderr_tail: str) -> None:
+    """Tell ``owner`` how the proc ``ident`` ended (host agents); an unreachable owner is ignored."""
+    _tell(runtime, owner, "exit", _wire.ProcExit(ident, returncode, stderr_tail))
 
 
 def report_frozen(runtime: Router, owner: str, report: _wire.ProcFrozen) -> None:
     """Tell ``owner`` that a proc it owns is frozen (host agents; not from the I/O thread); an unreachable
     owner is ignored."""
-    try:
-        runtime.send(owner, [_wire.sys_header(_wire.SVC_LAUNCH, "frozen"), *_serial.dumps(report)])
-    except PeerUnreachable:
-        pass
+    _tell(runtime, owner, "frozen", report)
+
+
+class _Ticker:
+    """The clock of a periodic loop that notices its own stalls.
+
+    A tick that comes more than ``STALL_FACTOR`` periods late means this process was not
+    running meanwhile (stopped, or a C call held the GIL): whatever the loop measures
+    must restart rather than count that gap against someone else.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+
+    def tick(self, period: float) -> tuple[float, bool]:
+        """``(now, stalled)`` for a tick of a loop running every ``period`` seconds."""
+        now = time.monotonic()
+        stalled = now - self._last > STALL_FACTOR * period
+        self._last = now
+        return now, stalled
 
 
 def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None]) -> threading.Event:
@@ -403,12 +423,11 @@ def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None
 
     def loop() -> None:
         asked: float | None = None  # when we sent the first ping that is still unanswered
-        tick = time.monotonic()
+        clock = _Ticker()
         while not stop.wait(interval):
-            now = time.monotonic()
-            if now - tick > STALL_FACTOR * interval:
+            now, stalled = clock.tick(interval)
+            if stalled:
                 asked = None  # we were stalled: the owner gets a full timeout from now
-            tick = now
             if asked is not None and answered[0] >= asked:
                 asked = None  # answered since we asked
             try:
@@ -447,20 +466,6 @@ def proc_state(pid: int) -> str | None:
 
 #: States in which a process runs no code until someone resumes it.
 STOPPED_STATES = frozenset("Tt")
-
-
-def setting_for(setting: Setting[float], env: Mapping[str, str]) -> float:
-    """The value of ``setting`` for a process started with the environment ``env``.
-
-    Its variable in ``env`` when that holds a valid value, else this process's value.
-    """
-    raw = env.get(setting.env, "")
-    if raw.strip():
-        try:
-            return setting.parse(raw)
-        except ValueError:
-            pass  # the process itself will complain
-    return setting()
 
 
 @dataclass
@@ -504,7 +509,7 @@ class StateMonitor:
             self._procs.pop(ident, None)
 
     def _loop(self) -> None:
-        tick = time.monotonic()
+        clock = _Ticker()
         while True:
             with self._lock:
                 if not self._procs:
@@ -512,9 +517,7 @@ class StateMonitor:
                     return
                 period = min([HEARTBEAT_INTERVAL(), *(w.interval_s for w in self._procs.values())])
             time.sleep(period)  # a plain periodic tick; nothing waits on it
-            now = time.monotonic()
-            stalled = now - tick > STALL_FACTOR * period
-            tick = now
+            now, stalled = clock.tick(period)
             with self._lock:
                 watched = list(self._procs.items())
             for ident, w in watched:
