@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "ActorError", "AllocatorError", "ArgumentError", "ArgumentTypeError", "ConfigError", "EndpointNotFoundError",
-    "FutureTimeoutError", "MeshIndexError", "MeshKeyError", "MeshStoppedError", "NotOwnerError",
+    "FutureTimeoutError", "MeshIndexError", "MeshKeyError", "MeshNotFoundError", "MeshStoppedError", "NotOwnerError",
     "NotSupportedError", "ProcessStartError", "RemoteException", "SupervisionError", "TetrarchError",
     "UsageError",
 ]
@@ -39,6 +39,13 @@ class EndpointNotFoundError(TetrarchError, AttributeError):
 
 class MeshKeyError(TetrarchError, KeyError):
     """Coordinates name a dimension the mesh lacks, or miss one it has."""
+
+
+class MeshNotFoundError(TetrarchError, KeyError, AttributeError):
+    """A job's state has no host mesh of that name (``state.name`` or ``state["name"]``; the message lists them)."""
+
+    def __str__(self) -> str:  # a KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class MeshIndexError(TetrarchError, IndexError):

@@ -49,7 +49,9 @@ A module that needs something from above takes it as an argument or a ``Protocol
 
 ``meshes`` (what users call)
     ``_mesh``       ActorMesh
+    ``_hostalloc``  which allocator starts a host mesh (the registry's selection rules)
     ``_procmesh``   HostMesh, ProcMesh, this_host(), this_proc(), shutdown_context()
+    ``_job``        jobs: named host meshes from an allocator (``tetrarch.job``)
     ``_channel``    Channel, send(), Accumulator
 
 ``programs`` (entry points of the processes tetrarch starts)
@@ -75,6 +77,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "_launch", "_supervision", "_port", "_collect", "_endpoint"))),
     ("actors", tuple(f"tetrarch._runtime.{m}" for m in ("_actor", "_runner", "_procagent"))),
     ("process", ("tetrarch._runtime._root",)),
-    ("meshes", tuple(f"tetrarch._runtime.{m}" for m in ("_mesh", "_procmesh", "_channel"))),
+    ("meshes", tuple(f"tetrarch._runtime.{m}" for m in ("_mesh", "_hostalloc", "_procmesh", "_job", "_channel"))),
     ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main")),
 )

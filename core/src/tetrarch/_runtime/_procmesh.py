@@ -10,6 +10,7 @@ import secrets
 import sys
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,6 +41,7 @@ from ._alloc import AgentCommand, Allocation, Allocator, AllocRequest
 from ._collect import Collector, group_by_address
 from ._context import _current
 from ._future import Future
+from ._hostalloc import this_host_allocator
 from ._launch import ProcRecord
 from ._mesh import ActorMesh
 from ._root import Root, child_env, get_root, on_client_exit
@@ -49,7 +51,7 @@ from ._shape import Extent, MeshTrait, Shape
 from ._spawn import ExitInfo
 from ._supervision import MeshState
 
-__all__ = ["HostMesh", "ProcMesh", "shutdown_context", "this_host", "this_proc"]
+__all__ = ["HostMesh", "ProcMesh", "release_this_host", "shutdown_context", "this_host", "this_proc"]
 
 A = TypeVar("A", bound=Actor)
 _ids = itertools.count()
@@ -79,14 +81,22 @@ def _uid(name: str) -> str:
 
 
 class HostMesh(MeshTrait):
-    """Hosts, each served by a host agent that starts and watches procs."""
+    """Hosts, each served by a host agent that starts and watches procs.
+
+    Get one from :func:`this_host` (this machine) or from a job
+    (``tetrarch.job.AllocatorJob({"trainers": 2}).state().trainers``, any allocator).
+    """
 
     def __init__(self, shape: Shape, hosts: list[_Host] | None, *, allocator: str = "local",
-                 owned: bool = True, implicit: bool = False) -> None:
+                 owned: bool = True, implicit: bool = False, name: str = "hosts",
+                 options: Mapping[str, object] | None = None) -> None:
         self._shape = shape
         self._hosts = hosts  # None: not started yet (this_host() starts on first use)
         self._implicit = implicit  # the client's this_host(): restarted if its agent died
-        self._allocator = allocator
+        self._allocator = allocator  # a backend name, resolved through the plugin registry
+        self._name = name  # AllocRequest.name
+        self._options: Mapping[str, object] = dict(options or {})  # AllocRequest.options
+        self._origin = self  # the mesh whose host agents these are (a slice's owner)
         self._allocation: Allocation | None = None
         self._owned = owned
         self._lock = threading.Lock()
@@ -97,9 +107,13 @@ class HostMesh(MeshTrait):
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
         self._ensure_started()
-        return HostMesh(shape, self._hosts, allocator=self._allocator, owned=False)
+        mesh = HostMesh(shape, self._hosts, allocator=self._allocator, owned=False, name=self._name)
+        mesh._origin = self._origin  # ranks index the origin's hosts; its shutdown covers the slice
+        return mesh
 
     def _ensure_started(self) -> list[_Host]:
+        if self._origin is not self:
+            return self._origin._ensure_started()
         with self._lock:
             if self._shut:
                 raise MeshStoppedError("HostMesh has already been shut down; allocate a new one")
@@ -209,7 +223,7 @@ class HostMesh(MeshTrait):
             self._shut = True
             allocation, self._allocation = self._allocation, None
         for pm in list(_live_proc_meshes):
-            if pm._host_mesh is self:
+            if pm._host_mesh is not None and pm._host_mesh._origin is self:
                 try:
                     pm.stop().get(STOP_TIMEOUT() + 5)
                 except Exception:  # noqa: BLE001
@@ -269,7 +283,7 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
     def on_exit(index: int, info: ExitInfo) -> None:
         root.launches.exited(f"{alloc_id}/{index}", info.returncode, info.stderr_tail)
 
-    mesh._allocation = allocator.allocate(AllocRequest(n, command), on_exit)
+    mesh._allocation = allocator.allocate(AllocRequest(n, command, mesh._name, mesh._options), on_exit)
     try:
         waiter.wait(HOST_START_TIMEOUT())
     except BaseException:
@@ -441,14 +455,30 @@ def _rebuild_proc_mesh(host_mesh: HostMesh | None, shape: Shape, procs: list[tup
 
 
 def this_host() -> HostMesh:
-    """The host this code runs on (a mesh without dimensions); spawn procs on it."""
+    """The host this code runs on (a mesh without dimensions); spawn procs on it.
+
+    In a proc it is the host agent that started the proc. In the client it is a host
+    agent on this machine, started on first use by an allocator having the
+    ``same-host`` capability: the one ``TETRARCH_ALLOCATOR`` (or
+    ``configure(allocator=...)``) names, else the one the ``tetrarch_select_backend``
+    hooks and priority choose (``local`` unless a plugin adds another). The choice is
+    checked here, when ``this_host()`` is first called, not later when procs are spawned.
+    For hosts elsewhere use a job: ``tetrarch.job.AllocatorJob``.
+
+    Raises:
+        BackendNotFound: ``TETRARCH_ALLOCATOR`` names no installed allocator (the
+            message lists the installed ones and the ``pip install`` hint).
+        BackendUnavailable: it names an allocator that cannot start hosts on this
+            machine (e.g. ``slurm``: the message says to use ``AllocatorJob`` or unset
+            the variable) or cannot run here, or no same-host allocator is available.
+    """
     root = get_root()
     mesh = _this.host
     if mesh is None:
         if root.role == "proc" and root.host_agent_address:
             mesh = HostMesh(Shape(Extent([], [])), [_Host(root.host_agent_address, "", 0)], owned=False)
         else:
-            mesh = HostMesh(Shape(Extent([], [])), None, allocator="local", owned=True, implicit=True)
+            mesh = HostMesh(Shape(Extent([], [])), None, allocator=this_host_allocator(), owned=True, implicit=True)
         _this.host = mesh
     return mesh
 
@@ -496,9 +526,19 @@ def shutdown_context() -> Future[None]:
     Afterwards ``this_host()`` starts a fresh host agent on its next use.
     """
     _shutdown_all()
-    if _this.host is not None and _this.host._owned:
-        _this.host = None
+    release_this_host()
     return Future._completed(None)
+
+
+def release_this_host() -> None:
+    """Shut down the client's ``this_host()`` agent (and its procs); the next use starts a fresh one.
+
+    A proc's ``this_host()`` (its host agent, not owned here) is left alone.
+    """
+    mesh = _this.host
+    if mesh is not None and mesh._owned:
+        mesh.shutdown()
+        _this.host = None
 
 
 on_client_exit(_shutdown_all)
