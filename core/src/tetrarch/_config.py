@@ -263,7 +263,8 @@ TRANSPORT: Setting[str | None] = Setting(
 )
 ALLOCATOR: Setting[str | None] = Setting(
     "allocator", "TETRARCH_ALLOCATOR", str, None,
-    "allocator backend that starts host agents; unset: the available one of highest priority",
+    "allocator backend that starts host agents for jobs (tetrarch.job) and this_host(), which refuses one "
+    "without 'same-host'; unset: chosen by hooks, then priority",
 )
 RDMA_BACKEND: Setting[str | None] = Setting(
     "rdma_backend", "TETRARCH_RDMA_BACKEND", str, None,
