@@ -48,13 +48,7 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 from ._plugins._errors import BackendNotFound, BackendUnavailable, PluginLoadError
-from ._plugins._helpers import (
-    module_present,
-    not_implemented_factory,
-    not_implemented_yet,
-    pending_library_probe,
-    python_library_found,
-)
+from ._plugins._helpers import library_probe, module_present, not_implemented_factory, python_library_found
 from ._plugins._hookspecs import hookimpl, hookspec
 from ._plugins._registry import get_allocator, get_registry, get_transport
 from ._plugins._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
@@ -101,10 +95,9 @@ __all__ = [
     "get_transport",
     "hookimpl",
     "hookspec",
+    "library_probe",
     "module_present",
     "not_implemented_factory",
-    "not_implemented_yet",
-    "pending_library_probe",
     "python_library_found",
     "spawn_watched",
 ]
