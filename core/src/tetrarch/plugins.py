@@ -67,6 +67,7 @@ _LAZY = {
     "AllocatorError": "tetrarch._runtime._alloc",
     "spawn_watched": "tetrarch._runtime._spawn",
     "ExitInfo": "tetrarch._runtime._spawn",
+    "WatchedProcess": "tetrarch._runtime._spawn",
 }
 
 __all__ = [
@@ -90,6 +91,7 @@ __all__ = [
     "Status",
     "Transport",
     "TransportError",
+    "WatchedProcess",
     "get_allocator",
     "get_registry",
     "get_transport",
@@ -108,7 +110,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
-    from ._runtime._spawn import ExitInfo, spawn_watched
+    from ._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
     from ._transport._base import (
         Connection,
         ConnectionClosed,

@@ -15,7 +15,7 @@ from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 
 def transport_probe() -> ProbeResult:
     """Fast, side-effect free, never raises: is there anything this transport needs?"""
-    if not hasattr(socket, "sendmsg"):
+    if not hasattr(socket.socket, "sendmsg"):
         return ProbeResult.no("socket.sendmsg is missing on this platform", "use the builtin 'tcp' transport")
     return ProbeResult.yes("TCP sockets, a thread per connection")
 
