@@ -97,5 +97,5 @@ def test_disabling_the_broken_plugin_hides_its_error(broken_site: Path) -> None:
     result = run_plugins(broken_site, TETRARCH_DISABLE_PLUGINS="kaboom", TETRARCH_PLUGINS_STRICT="1")
     assert result.returncode == 0, result.stderr
     (row,) = [r for r in json.loads(result.stdout) if r["distribution"] == DIST]
-    assert row["status"] == "unavailable"
+    assert row["status"] == "disabled"
     assert row["reason"] == "disabled by TETRARCH_DISABLE_PLUGINS"

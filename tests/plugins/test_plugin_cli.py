@@ -57,7 +57,7 @@ def test_table_has_the_columns() -> None:
 def test_disabled_plugin_in_json() -> None:
     result = run_cli("plugins", "--json", env={"TETRARCH_DISABLE_PLUGINS": "tetrarch-alloc-slurm"})
     rows = {(r["kind"], r["backend"]): r for r in json.loads(result.stdout)}
-    assert rows[("allocator", "slurm")]["status"] == "unavailable"
+    assert rows[("allocator", "slurm")]["status"] == "disabled"
     assert rows[("allocator", "slurm")]["reason"] == "disabled by TETRARCH_DISABLE_PLUGINS"
 
 

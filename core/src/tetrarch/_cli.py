@@ -53,7 +53,7 @@ def plugin_rows(registry: Registry) -> list[dict[str, str]]:
     for p in registry.plugins():
         if p.state is PluginState.LOADED or known_for_distribution(p.distribution):
             continue
-        status = Status.BROKEN if p.state is PluginState.BROKEN else Status.UNAVAILABLE
+        status = Status.BROKEN if p.state is PluginState.BROKEN else Status.DISABLED
         rows.append(
             {
                 "distribution": p.distribution,

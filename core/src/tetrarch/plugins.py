@@ -48,13 +48,7 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 from ._plugins._errors import BackendNotFound, BackendUnavailable, PluginLoadError
-from ._plugins._helpers import (
-    module_present,
-    not_implemented_factory,
-    not_implemented_yet,
-    pending_library_probe,
-    python_library_found,
-)
+from ._plugins._helpers import library_probe, module_present, not_implemented_factory, python_library_found
 from ._plugins._hookspecs import hookimpl, hookspec
 from ._plugins._registry import get_allocator, get_registry, get_transport
 from ._plugins._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
@@ -73,6 +67,7 @@ _LAZY = {
     "AllocatorError": "tetrarch._runtime._alloc",
     "spawn_watched": "tetrarch._runtime._spawn",
     "ExitInfo": "tetrarch._runtime._spawn",
+    "WatchedProcess": "tetrarch._runtime._spawn",
 }
 
 __all__ = [
@@ -96,15 +91,15 @@ __all__ = [
     "Status",
     "Transport",
     "TransportError",
+    "WatchedProcess",
     "get_allocator",
     "get_registry",
     "get_transport",
     "hookimpl",
     "hookspec",
+    "library_probe",
     "module_present",
     "not_implemented_factory",
-    "not_implemented_yet",
-    "pending_library_probe",
     "python_library_found",
     "spawn_watched",
 ]
@@ -115,7 +110,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
-    from ._runtime._spawn import ExitInfo, spawn_watched
+    from ._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
     from ._transport._base import (
         Connection,
         ConnectionClosed,

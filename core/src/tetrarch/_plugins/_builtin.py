@@ -25,15 +25,9 @@ def _module_of(factory: str) -> str:
     return factory.partition(":")[0]
 
 
-def _implemented(factory: str, what: str) -> ProbeResult | None:
-    """None when the factory's module exists, else an honest "not implemented yet"."""
-    module = _module_of(factory)
-    if module_present(module):
-        return None
-    return ProbeResult.no(
-        f"the {what} is not implemented yet ({module} is missing)",
-        "use another backend of this kind, or a newer tetrarch",
-    )
+def _written(factory: str) -> bool:
+    """Whether the factory's module exists (core's RDMA backends are declared before they are written)."""
+    return module_present(_module_of(factory))
 
 
 _IPC = "tetrarch._transport._socket:IpcTransport"
@@ -43,29 +37,19 @@ _RDMA_SHM = "tetrarch._rdma._shm:ShmRdmaBackend"
 
 
 def _probe_ipc() -> ProbeResult:
-    missing = _implemented(_IPC, "ipc transport")
-    if missing is not None:
-        return missing
     if not hasattr(socket, "AF_UNIX"):
         return ProbeResult.no("this platform has no AF_UNIX sockets", "use the 'tcp' transport")
     return ProbeResult.yes("unix domain sockets")
 
 
 def _probe_tcp() -> ProbeResult:
-    return _implemented(_TCP, "tcp transport") or ProbeResult.yes("TCP sockets")
-
-
-def _probe_rdma_tcp() -> ProbeResult:
-    return _implemented(_RDMA_TCP, "RDMA TCP fallback") or ProbeResult.yes("copies over the actor transport")
+    return ProbeResult.yes("TCP sockets")
 
 
 def _probe_rdma_shm() -> ProbeResult:
-    missing = _implemented(_RDMA_SHM, "shared-memory RDMA backend")
-    if missing is not None:
-        return missing
     if not os.path.isdir("/dev/shm"):
-        return ProbeResult.no("/dev/shm does not exist", "use the 'tcp' RDMA backend")
-    return ProbeResult.yes("same-host copies through /dev/shm")
+        return ProbeResult.no("/dev/shm does not exist", "mount a tmpfs at /dev/shm")
+    return ProbeResult.yes("/dev/shm")
 
 
 class BuiltinBackends:
@@ -88,11 +72,11 @@ class BuiltinBackends:
     def tetrarch_rdma_backends(self) -> Sequence[BackendSpec]:
         return [
             BackendSpec(
-                _R, "tcp", _RDMA_TCP, probe=_probe_rdma_tcp, priority=0,
+                _R, "tcp", _RDMA_TCP, implemented=_written(_RDMA_TCP), priority=0,
                 summary="RDMA TCP fallback", capabilities=frozenset({"same-host", "multi-host"}),
             ),
             BackendSpec(
-                _R, "shm", _RDMA_SHM, probe=_probe_rdma_shm, priority=5,
+                _R, "shm", _RDMA_SHM, implemented=_written(_RDMA_SHM), probe=_probe_rdma_shm, priority=5,
                 summary="shared memory (same host)", capabilities=frozenset({"same-host"}),
             ),
         ]

@@ -11,15 +11,16 @@ class BackendNotFound(TetrarchError, LookupError):
     """No installed plugin provides a backend of that kind and name.
 
     The message lists the installed backends of the kind and, for a first-party
-    backend, the ``pip install "tetrarch[X]"`` command that installs it.
+    backend, the ``pip install "tetrarch[X]"`` command that installs it (or, when its
+    code is not written yet, says so instead).
     """
 
 
 class BackendUnavailable(TetrarchError, RuntimeError):
     """The backend is installed but cannot be used here.
 
-    Its probe failed, its plugin is broken or disabled, two distributions register
-    it, or its factory cannot be imported. The message gives the reason and remedy.
+    It is not implemented yet, its probe failed, its plugin is broken or disabled, two
+    distributions register it, or its factory cannot be imported. The message gives the reason and remedy.
     """
 
 

@@ -14,13 +14,7 @@ from typing import Any
 
 from ._specs import ProbeResult
 
-__all__ = [
-    "module_present",
-    "not_implemented_factory",
-    "not_implemented_yet",
-    "pending_library_probe",
-    "python_library_found",
-]
+__all__ = ["library_probe", "module_present", "not_implemented_factory", "python_library_found"]
 
 
 def module_present(module: str) -> bool:
@@ -50,31 +44,23 @@ def python_library_found(module: str, distribution: str) -> str | None:
     return f"{distribution} {version}"
 
 
-def not_implemented_yet(found: str, what: str, alternative: str = "") -> ProbeResult:
-    """The probe answer of a backend whose library is present but whose code is not.
+def library_probe(module: str, distribution: str, extra: str = "") -> Callable[[], ProbeResult]:
+    """A probe for a backend built on a Python library: is ``distribution`` installed?
 
-    ``not_implemented_yet("pyzmq 27.3.0", "zmq transport", "use 'tcp'")`` reads
-    "pyzmq 27.3.0 found; the zmq transport is not implemented yet".
-    """
-    return ProbeResult.no(f"{found} found; the {what} is not implemented yet", alternative)
-
-
-def pending_library_probe(module: str, distribution: str, extra: str, what: str,
-                          alternative: str = "") -> Callable[[], ProbeResult]:
-    """A probe for a backend built on a Python library whose tetrarch code is not written yet.
-
-    Unavailable either way, but it says which: the library is missing (with the install
-    hint for ``tetrarch[extra]``) or present and the backend is not implemented yet.
+    The probe answers ``yes("pyzmq 27.3.0")`` or ``no("pyzmq is not installed", "pip install
+    pyzmq (or pip install "tetrarch[zmq]")")`` (the second command when ``extra`` is given),
+    finding ``module`` without importing it. A backend whose code is not written yet
+    declares ``BackendSpec(implemented=False)``; the registry then puts that first.
     """
 
     def probe() -> ProbeResult:
         found = python_library_found(module, distribution)
-        if found is None:
-            return ProbeResult.no(f"{distribution} is not installed",
-                                  f'pip install {distribution} (or pip install "tetrarch[{extra}]")')
-        return not_implemented_yet(found, what, alternative)
+        if found is not None:
+            return ProbeResult.yes(found)
+        remedy = f"pip install {distribution}" + (f' (or pip install "tetrarch[{extra}]")' if extra else "")
+        return ProbeResult.no(f"{distribution} is not installed", remedy)
 
-    probe.__doc__ = f"Whether {distribution} is installed (found without importing it), then the honest state."
+    probe.__doc__ = f"Whether {distribution} is installed (found without importing it)."
     return probe
 
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 
 from ._specs import BackendKind
 
-__all__ = ["KNOWN_BACKENDS", "KnownBackend", "known_backend", "known_for_distribution", "normalize_dist"]
+__all__ = [
+    "KNOWN_BACKENDS",
+    "NOT_IMPLEMENTED_YET",
+    "KnownBackend",
+    "known_backend",
+    "known_for_distribution",
+    "normalize_dist",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +36,11 @@ class KnownBackend:
         """The command that installs it, e.g. ``pip install "tetrarch[zmq]"``."""
         return f'pip install "tetrarch[{self.extra}]"'
 
+    @property
+    def implemented(self) -> bool:
+        """False while its code is not written (its plugin says ``BackendSpec(implemented=False)``)."""
+        return (self.kind, self.name) not in NOT_IMPLEMENTED_YET
+
 
 _T, _R, _A = BackendKind.TRANSPORT, BackendKind.RDMA, BackendKind.ALLOCATOR
 
@@ -43,6 +55,13 @@ KNOWN_BACKENDS: Mapping[tuple[BackendKind, str], KnownBackend] = {
         KnownBackend(_A, "slurm", "tetrarch-alloc-slurm", "slurm"),
     )
 }
+
+#: First-party backends whose code is not written yet. When such a distribution is absent,
+#: its row says "not implemented" rather than telling users to install it; a test checks
+#: this agrees with the ``implemented`` flag of each installed plugin's spec.
+NOT_IMPLEMENTED_YET: frozenset[tuple[BackendKind, str]] = frozenset(
+    {(_T, "zmq"), (_T, "nng"), (_R, "verbs"), (_R, "efa"), (_A, "slurm")}
+)
 
 
 def normalize_dist(name: str) -> str:

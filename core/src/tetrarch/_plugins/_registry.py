@@ -22,8 +22,10 @@ from ._builtin import BuiltinBackends, DefaultPolicy, required_capabilities
 from ._errors import BackendNotFound, BackendUnavailable
 from ._hookspecs import PROJECT
 from ._known import KNOWN_BACKENDS, known_backend, known_for_distribution, normalize_dist
-from ._loader import DISABLED_REASON, PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
-from ._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
+from ._loader import PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
+from ._rows import describe as _describe
+from ._rows import is_absent, not_implemented_reason, spec_row, with_alternatives
+from ._specs import BackendKind, BackendSpec, BackendStatus, Status
 
 if TYPE_CHECKING:  # pragma: no cover - the runtime is never imported with the plugin layer
     from .._runtime._alloc import Allocator
@@ -92,25 +94,6 @@ def split_address(address: str) -> tuple[str | None, str, str]:
             raise ArgumentError(f"address {address!r}: a qualified scheme reads 'backend+scheme://'")
         return backend, base, rest
     return None, scheme, rest
-
-
-def _probe(spec: BackendSpec) -> ProbeResult:
-    if spec.probe is None:
-        return ProbeResult.yes()
-    try:
-        result = spec.probe()
-    except Exception as exc:  # noqa: BLE001 - a probe never takes the registry down
-        return ProbeResult.no(f"its probe raised {type(exc).__name__}: {exc}", "a bug in the plugin; report it")
-    if not isinstance(result, ProbeResult):
-        return ProbeResult.no(f"its probe returned {result!r}, not a ProbeResult", "a bug in the plugin; report it")
-    return result
-
-
-def _describe(row: BackendStatus) -> str:
-    text = f"{row.name} ({row.distribution}"
-    text += f" {row.version}): " if row.version else "): "
-    text += row.status.value + (f", {row.reason}" if row.reason else "")
-    return text
 
 
 class Registry:
@@ -206,10 +189,7 @@ class Registry:
                 rows.extend(self._conflict_rows(kind, name, provs))
                 continue
             spec, rec = provs[0]
-            probe = _probe(spec)
-            status = Status.AVAILABLE if probe.ok else Status.UNAVAILABLE
-            rows.append(BackendStatus(kind, name, status, rec.distribution, rec.version, probe.reason, probe.remedy,
-                                      spec))
+            rows.append(spec_row(spec, rec.distribution, rec.version))
         seen = set(providers)
         for rec in self._records:  # first-party distributions that did not load
             if rec.state is PluginState.LOADED:
@@ -218,17 +198,21 @@ class Registry:
                 if (known.kind, known.name) in seen:
                     continue
                 seen.add((known.kind, known.name))
-                status = Status.BROKEN if rec.state is PluginState.BROKEN else Status.UNAVAILABLE
+                status = Status.BROKEN if rec.state is PluginState.BROKEN else Status.DISABLED
                 rows.append(BackendStatus(known.kind, known.name, status, rec.distribution, rec.version, rec.reason,
                                           rec.hint))
         for (kind, name), known in KNOWN_BACKENDS.items():
-            if (kind, name) not in seen:
-                rows.append(
-                    BackendStatus(kind, name, Status.NOT_INSTALLED, known.distribution, "",
-                                  f"{known.distribution} is not installed", known.hint)
-                )
+            if (kind, name) in seen:
+                continue
+            absent = f"{known.distribution} is not installed"
+            if known.implemented:
+                rows.append(BackendStatus(kind, name, Status.NOT_INSTALLED, known.distribution, "", absent,
+                                          known.hint))
+            else:  # never tell users to install what cannot run
+                rows.append(BackendStatus(kind, name, Status.NOT_IMPLEMENTED, known.distribution, "",
+                                          not_implemented_reason(kind, name, absent)))
         rows.sort(key=lambda r: (r.kind.value, r.name, r.distribution))
-        return rows
+        return with_alternatives(rows)
 
     @staticmethod
     def _conflict_rows(
@@ -283,8 +267,8 @@ class Registry:
             BackendNotFound: the chosen name is not installed (the message lists the
                 installed backends and the ``pip install "tetrarch[X]"`` hint), or no
                 installed transport serves the address's scheme.
-            BackendUnavailable: the chosen backend is unavailable, broken, disabled
-                or in conflict, or no backend of the kind is available.
+            BackendUnavailable: the chosen backend is not implemented, unavailable,
+                broken, disabled or in conflict, or no backend of the kind is available.
             ValueError: a malformed address, an address for a non-transport kind, an
                 address contradicting the explicit choice, or a setting's environment
                 variable holding no valid value.
@@ -318,26 +302,31 @@ class Registry:
 
     def _named(self, kind: BackendKind, name: str, source: str) -> BackendSpec:
         rows = self._rows_named(kind, name)
-        if not rows or rows[0].status is Status.NOT_INSTALLED:
+        if not rows or is_absent(rows[0]):
             raise BackendNotFound(self._not_found(kind, name, source))
         row = rows[0]
         if row.status is Status.AVAILABLE and row.spec is not None:
             return row.spec
         where = f"{row.distribution} {row.version}".strip()
-        message = f"{kind.value} backend {name!r} ({where}), chosen by {source}, is {row.status.value}"
-        message += f": {row.reason}" if row.reason else ""
-        message += f"; {row.hint}" if row.hint else ""
+        message = f"{kind.value} backend {name!r} ({where}), chosen by {source}, "
+        if row.status is Status.NOT_IMPLEMENTED:  # its hint would repeat the list of available ones below
+            message += f"cannot be used: {row.reason}"
+        else:
+            message += f"is {row.status.value}" + (f": {row.reason}" if row.reason else "")
+            message += f"; {row.hint}" if row.hint else ""
         others = [r.name for r in self.statuses(kind) if r.status is Status.AVAILABLE]
         message += ". An explicit choice is never replaced; available instead: " + (", ".join(others) or "none")
         raise BackendUnavailable(message)
 
     def _not_found(self, kind: BackendKind, name: str, source: str) -> str:
-        installed = [r for r in self.statuses(kind) if r.status is not Status.NOT_INSTALLED]
+        installed = [r for r in self.statuses(kind) if not is_absent(r)]
         listing = ", ".join(f"{r.name} ({r.status.value})" for r in installed) or "none"
         message = (f"no {kind.value} backend named {name!r} (chosen by {source}); installed {kind.value} backends: "
                    f"{listing}")
         known = known_backend(kind, name)
-        if known is not None:
+        if known is not None and not known.implemented:
+            message += f". {name!r} is not implemented yet (it is to come with {known.distribution})"
+        elif known is not None:
             message += f". {name!r} comes with {known.distribution}: {known.hint}"
         broken = [p for p in self._records
                   if p.state is PluginState.BROKEN and not known_for_distribution(p.distribution)]
@@ -348,7 +337,7 @@ class Registry:
         return message
 
     def _auto(self, kind: BackendKind, scheme: str | None, request: Mapping[str, object]) -> BackendSpec:
-        rows = [r for r in self.statuses(kind) if r.status is not Status.NOT_INSTALLED]
+        rows = [r for r in self.statuses(kind) if not is_absent(r)]
         what = f"{kind.value} backend"
         if scheme is not None:
             rows = [r for r in rows if r.spec is not None and scheme in r.spec.schemes]
@@ -386,8 +375,9 @@ class Registry:
         row = next(r for r in rows if r.spec is chosen)
         if row.distribution != _CORE:
             return
-        skipped = [r for r in rows if r.status is not Status.AVAILABLE and r.distribution != _CORE
-                   and r.reason != DISABLED_REASON]
+        # Only backends that could run once fixed: a disabled or not implemented one is no loss.
+        fixable = (Status.UNAVAILABLE, Status.BROKEN, Status.CONFLICT)
+        skipped = [r for r in rows if r.distribution != _CORE and r.status in fixable]
         if not skipped:
             return
         detail = "; ".join(_describe(r) for r in skipped)

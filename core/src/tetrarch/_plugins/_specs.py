@@ -25,6 +25,8 @@ class Status(str, enum.Enum):
     BROKEN = "broken"  # its plugin raised while loading
     NOT_INSTALLED = "not installed"  # a first-party backend whose distribution is absent
     CONFLICT = "conflict"  # two distributions register the same kind and name
+    NOT_IMPLEMENTED = "not implemented"  # its plugin declares it (BackendSpec.implemented=False): code not written yet
+    DISABLED = "disabled"  # its plugin is named by the disable_plugins setting (TETRARCH_DISABLE_PLUGINS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,13 @@ class BackendSpec:
     ``factory`` is an import string ``"package.module:Name"``, resolved only when the
     backend is used, so listing plugins never imports pyzmq, pynng, pyverbs or torch.
     ``probe`` is called (never raising) to learn whether the backend can run here.
+
+    ``implemented=False`` declares a backend whose code is not written yet (its factory
+    is a placeholder). That fact goes first: its row's status is ``not implemented``
+    whatever the probe finds (the probe's finding is kept as context, its remedy is
+    dropped: nobody should install hardware tools for a backend that cannot run), the
+    row's hint names only backends of the kind that are available, and selection
+    refuses it by name and never picks it automatically.
     """
 
     kind: BackendKind
@@ -62,6 +71,7 @@ class BackendSpec:
     summary: str = ""
     schemes: tuple[str, ...] = ()  # transports: address schemes served
     capabilities: frozenset[str] = field(default_factory=frozenset)
+    implemented: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, not_implemented_yet
+from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 
-ALTERNATIVE = "use the 'local' allocator"
+ALTERNATIVE = "use the 'local' allocator"  # for the placeholder factory's error
 INSTALL = "run on a Slurm login node, or install the Slurm client tools (slurm-client) and set SLURM_CONF"
 
 
@@ -17,7 +17,7 @@ def probe() -> ProbeResult:
     missing = [tool for tool, path in found.items() if path is None]
     if missing:
         return ProbeResult.no(f"{' and '.join(missing)} not on PATH", INSTALL)
-    return not_implemented_yet(f"sbatch ({found['sbatch']}) and srun", "slurm allocator", ALTERNATIVE)
+    return ProbeResult.yes(f"sbatch ({found['sbatch']}) and srun")
 
 
 @hookimpl
@@ -28,6 +28,7 @@ def tetrarch_allocators() -> Sequence[BackendSpec]:
             "slurm",
             "tetrarch_alloc_slurm._slurm:SlurmAllocator",
             probe=probe,
+            implemented=False,  # the factory is a placeholder: `tetrarch plugins` says so first
             priority=0,
             extra="slurm",
             summary="host agents on the nodes of a Slurm job (sbatch + srun)",

@@ -1,7 +1,7 @@
 """tetrarch RDMA backend over EFA through libfabric (backend ``efa``).
 
 Needs the libfabric shared library (``apt-get install libfabric1 libfabric-dev``).
-Not implemented yet: ``tetrarch plugins`` reports it as unavailable and creating it
+Not implemented yet: ``tetrarch plugins`` reports it as ``not implemented`` and creating it
 raises :class:`NotImplementedError`.
 """
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from tetrarch.plugins import not_implemented_factory
 
-from ._plugin import ALTERNATIVE
-
 __all__ = ["EfaRdmaBackend"]
 
-EfaRdmaBackend = not_implemented_factory("efa RDMA backend", "rdma", alternative=ALTERNATIVE, name="EfaRdmaBackend")
+EfaRdmaBackend = not_implemented_factory("efa RDMA backend", "rdma", name="EfaRdmaBackend")

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tetrarch.plugins import (
-    BackendKind,
-    BackendSpec,
-    ProbeResult,
-    hookimpl,
-    module_present,
-    not_implemented_yet,
-)
+from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, module_present
 
-ALTERNATIVE = "use the builtin 'shm' or 'tcp' RDMA backend"
 INSTALL = "install Debian's python3-pyverbs (rdma-core) and put its pyverbs folder on PYTHONPATH"
 NO_DEVICE = "check `ibv_devices`; load the RDMA kernel modules (e.g. mlx5_ib, rdma_rxe) or use a host with an RDMA NIC"
 
@@ -38,7 +30,7 @@ def probe() -> ProbeResult:
     if not devices:
         return ProbeResult.no("pyverbs found but no RDMA device (get_device_list returned [])", NO_DEVICE)
     names = ", ".join(_device_name(d) for d in devices)
-    return not_implemented_yet(f"pyverbs and RDMA device(s) {names}", "verbs RDMA backend", ALTERNATIVE)
+    return ProbeResult.yes(f"pyverbs and RDMA device(s) {names}")
 
 
 @hookimpl
@@ -49,6 +41,7 @@ def tetrarch_rdma_backends() -> Sequence[BackendSpec]:
             "verbs",
             "tetrarch_rdma_verbs._verbs:VerbsRdmaBackend",
             probe=probe,
+            implemented=False,  # the factory is a placeholder: `tetrarch plugins` says so first
             priority=100,
             extra="verbs",
             summary="ibverbs (InfiniBand / RoCE) via pyverbs",

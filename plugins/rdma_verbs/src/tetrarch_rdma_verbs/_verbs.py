@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from tetrarch.plugins import not_implemented_factory
 
-from ._plugin import ALTERNATIVE
-
 __all__ = ["VerbsRdmaBackend"]
 
 VerbsRdmaBackend = not_implemented_factory(
-    "verbs RDMA backend", "rdma", alternative=ALTERNATIVE, name="VerbsRdmaBackend"
+    "verbs RDMA backend", "rdma", name="VerbsRdmaBackend"
 )

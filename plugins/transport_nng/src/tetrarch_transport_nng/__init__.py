@@ -1,6 +1,6 @@
 """tetrarch transport over pynng (backend ``nng``, addresses ``nng+tcp://``, ``nng+ipc://``).
 
-Not implemented yet: ``tetrarch plugins`` reports it as unavailable and creating it
+Not implemented yet: ``tetrarch plugins`` reports it as ``not implemented`` and creating it
 raises :class:`NotImplementedError`. Importing this package does not load pynng.
 """
 
