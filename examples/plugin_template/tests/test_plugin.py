@@ -7,13 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import tomllib
 
 import tetrarch_plugin_template._plugin as plugin_module
 from tetrarch._plugins import PluginSource, Registry
 from tetrarch.plugins import Allocator, BackendKind, Status, Transport
 from tetrarch_plugin_template._allocator import SandboxAllocator
 from tetrarch_plugin_template._transport import ThreadedTransport
+
+# tomllib is in the standard library from Python 3.11; the template supports 3.10.
+tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11 (tomllib)")
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
