@@ -40,6 +40,12 @@ class Talker(Actor):
         logging.getLogger("app").debug("debug hidden")
 
     @endpoint
+    def flood(self, n: int) -> None:
+        r = current_rank()["gpus"]
+        for i in range(n):
+            print(f"flood {r} {i}")
+
+    @endpoint
     def say(self, text: str) -> None:
         print(text)
 

@@ -27,10 +27,10 @@ SCENARIO = HERE / "scenarios" / "proc_output.py"
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def _run(run_scenario: Run, mode: str, **env: str) -> subprocess.CompletedProcess[str]:
-    res = run_scenario(SCENARIO, mode, timeout=60, pythonpath=[HERE], env=env)
-    assert res.returncode == 0, f"exit {res.returncode}\n--- stdout ---\n{res.stdout[-3000:]}\n" \
-                                f"--- stderr ---\n{res.stderr[-3000:]}"
+def _run(run_scenario: Run, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    res = run_scenario(SCENARIO, *args, timeout=60, pythonpath=[HERE], env=env)
+    assert res.returncode == 0, (f"exit {res.returncode}\n--- stdout ---\n{res.stdout[-3000:]}\n"
+                                 f"--- stderr ---\n{res.stderr[-3000:]}")
     return res
 
 
@@ -61,6 +61,15 @@ def test_prints_logs_and_warnings_arrive_prefixed_in_order_on_their_stream_befor
         assert not any(ln.startswith("out ") for ln in theirs)
         assert f"err {r}" not in mine and f"log {r}" not in mine
     assert not re.search(r"^(out|err|log) \d", out + err, re.M), "an unprefixed proc line slipped through"
+
+
+@pytest.mark.isolated
+def test_heavy_output_arrives_whole_and_in_order_in_many_batches(run_scenario):
+    n = 40_000  # about 1 MiB per proc: many batches, the senders wait for credit
+    res = _run(run_scenario, "flood", str(n))
+    assert res.stdout.rstrip().endswith("CLIENT DONE")
+    for r in range(2):
+        assert _of(res.stdout, r) == [f"flood {r} {i}" for i in range(n)]
 
 
 @pytest.mark.isolated
@@ -117,3 +126,12 @@ def test_lines_are_split_with_bounded_length_and_the_unterminated_rest_kept():
     assert s.end() == [b"XY"]
     assert s.end() == []
     assert LineSplitter(limit=4).feed(b"0123456789\n") == [b"0123", b"4567", b"89\n"]
+
+
+def test_logging_option_refuses_bad_arguments_naming_the_fix():
+    from tetrarch import this_proc
+
+    with pytest.raises(TypeError, match="stream_to_client: bool"):
+        this_proc().logging_option(stream_to_client="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seconds >= 0"):
+        this_proc().logging_option(aggregate_window_sec=-1)

@@ -4,7 +4,8 @@ MODE ``talk``: 3 procs of the mesh ``trainers`` print, log, warn and write a lon
 an unterminated one; the client stops them at once, then prints ``CLIENT DONE``.
 ``crash``: rank 1 of 2 segfaults after a print. ``toggle``: ``logging_option`` switches
 forwarding off and on. ``aggregate``: 4 procs print the same line within a window.
-``titles``: prints ``TITLE <cmdline>`` for a proc and its host agent.
+``titles``: prints ``TITLE <cmdline>`` for a proc and its host agent. ``flood N``: 2 procs
+print N lines each, and are stopped at once.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from output_actors import Talker
 from tetrarch import this_host
 
 
-def main(mode: str) -> None:
-    gpus = {"talk": 3, "crash": 2, "toggle": 1, "aggregate": 4, "titles": 2}[mode]
+def main(mode: str, *args: str) -> None:
+    gpus = {"talk": 3, "crash": 2, "toggle": 1, "aggregate": 4, "titles": 2, "flood": 2}[mode]
     pm = this_host().spawn_procs(per_host={"gpus": gpus}, name="trainers")
     talkers = pm.spawn("talker", Talker)
     if mode == "talk":
         talkers.talk.broadcast()  # no waiting: the stop below runs it first, then ends the procs
+    elif mode == "flood":
+        talkers.flood.broadcast(int(args[0]))
     elif mode == "crash":
         tetrarch.unhandled_fault_hook = lambda failure: print("FAULT SEEN", flush=True)
         try:
@@ -49,4 +52,4 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

@@ -253,6 +253,8 @@ class OutputPrinter:
                 self._busy = True
             try:
                 self._print(batch)
+            except Exception:  # noqa: BLE001 - the printer must survive (and answer: the sender waits)
+                _log.exception("printing procs' output failed")
             finally:
                 with self._cond:
                     self._busy = False
