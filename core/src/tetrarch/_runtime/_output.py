@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import logging
+import os
 import sys
 import threading
 import time
@@ -384,8 +385,10 @@ def set_process_title(title: str) -> None:
 
     Uses the ``setproctitle`` library (the whole command line); without it, only the
     kernel's 15-character process name (``prctl(PR_SET_NAME)``, ``ps -o comm``); off Linux,
-    nothing. Never raises.
+    nothing. The title is cut to the length of the original command line (``SPT_NOENV``):
+    longer, it would overwrite what ``/proc/<pid>/environ`` shows. Never raises.
     """
+    os.environ.setdefault("SPT_NOENV", "1")  # read by setproctitle at its first use
     try:
         from setproctitle import setproctitle
     except ImportError:
