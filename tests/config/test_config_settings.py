@@ -48,7 +48,7 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
     assert list(SETTINGS) == [
         "host_start_timeout", "proc_start_timeout", "stop_timeout", "connect_timeout", "cleanup_timeout",
         "heartbeat_interval", "orphan_timeout", "frozen_timeout", "transport", "allocator", "rdma_backend",
-        "disable_plugins", "plugins_strict", "rdma_fallback", "test_slowdown",
+        "disable_plugins", "plugins_strict", "rdma_fallback", "forward_output", "aggregate_window", "test_slowdown",
     ]
     for key, setting in SETTINGS.items():
         assert setting.key == key and setting.env == f"TETRARCH_{key.upper()}"
@@ -91,7 +91,7 @@ def test_launch_variables_are_declared_apart_from_settings() -> None:
         "TETRARCH_SECRET_FD", "TETRARCH_SECRET_FILE", "TETRARCH_OWNER_ADDR", "TETRARCH_PROC_ID",
         "TETRARCH_CLIENT_ADDR", "TETRARCH_ALLOC_ID",
         "TETRARCH_HOST_INDEX", "TETRARCH_HOST_AGENT_ADDR", "TETRARCH_SYS_PATH", "TETRARCH_PROC_MESH",
-        "TETRARCH_RANK_<DIM>", "TETRARCH_SIZE_<DIM>", "TETRARCH_SPANS_HOSTS",
+        "TETRARCH_RANK_<DIM>", "TETRARCH_SIZE_<DIM>", "TETRARCH_PROC_COORDS", "TETRARCH_SPANS_HOSTS",
     }
     assert not set(LAUNCH_VARS) & {s.env for s in SETTINGS.values()}
     assert all(v.doc for v in LAUNCH_VARS.values())

@@ -179,12 +179,21 @@ def test_a_proc_or_host_agent_without_a_secret_says_what_is_missing(run_scenario
 # ------------------------------------------------------------------ a real mesh
 
 
+def _kind(proc: psutil.Process) -> str | None:
+    """``host-agent`` or ``proc`` by its process title (``tetrarch proc ...``), else by its module."""
+    cmdline = " ".join(proc.cmdline())
+    for kind, module in (("host-agent", "_host_agent"), ("proc", "_proc_main")):
+        if cmdline.startswith(f"tetrarch {kind} ") or f"tetrarch._runtime.{module}" in cmdline:
+            return kind
+    return None
+
+
 def _tetrarch_processes() -> list[psutil.Process]:
     """The host agents and procs under this process."""
     found = []
     for proc in psutil.Process().children(recursive=True):
         try:
-            if any(arg.startswith("tetrarch._runtime._") for arg in proc.cmdline()):
+            if _kind(proc) is not None:
                 found.append(proc)
         except psutil.NoSuchProcess:
             pass
@@ -194,8 +203,7 @@ def _tetrarch_processes() -> list[psutil.Process]:
 def test_no_host_agent_or_proc_has_the_secret_in_its_environment_or_command_line(procs) -> None:
     secret = get_root().secret
     seen = _tetrarch_processes()
-    kinds = {next(a for a in p.cmdline() if a.startswith("tetrarch.")) for p in seen}
-    assert kinds == {"tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main"}
+    assert {_kind(p) for p in seen} == {"host-agent", "proc"}
     assert len(seen) >= 5, seen  # this host's agent and the module's 4 procs at least
     for proc in seen:
         with open(f"/proc/{proc.pid}/environ", "rb") as f:
@@ -221,7 +229,8 @@ def test_an_actor_does_not_find_the_secret_in_proc_self_environ(procs) -> None:
 
 
 def test_no_host_agent_or_proc_keeps_the_secret_pipe_open(procs) -> None:
-    """A pipe end whose other end lives in another process: only stdio and the stderr pipes of children.
+    """A pipe end whose other end lives in another process: only stdio and the stdout and stderr pipes of
+    children (a host agent reads both of its procs').
 
     The secret pipe's write end is closed before the child starts, so its read end, if
     left open, would be such a lone end in the child.
@@ -229,11 +238,12 @@ def test_no_host_agent_or_proc_keeps_the_secret_pipe_open(procs) -> None:
     for proc in _tetrarch_processes():
         try:
             links = _fd_links(proc.pid)
-            children_stderr = set()
+            children_stdio = set()
             for child in proc.children():
-                children_stderr.add(_fd_links(child.pid).get(2))
+                child_links = _fd_links(child.pid)
+                children_stdio |= {child_links.get(1), child_links.get(2)}
         except (FileNotFoundError, psutil.NoSuchProcess):
             continue  # ended meanwhile
         pipes = [link for link in links.values() if link.startswith("pipe:")]
         lone = {fd: link for fd, link in links.items() if fd > 2 and pipes.count(link) == 1}
-        assert set(lone.values()) <= children_stderr, (proc.cmdline(), lone)
+        assert set(lone.values()) <= children_stdio, (proc.cmdline(), lone)

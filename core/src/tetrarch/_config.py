@@ -27,6 +27,7 @@ from typing import Any, Generic, Literal, TypeVar
 from ._errors import ArgumentTypeError, ConfigError
 
 __all__ = [
+    "AGGREGATE_WINDOW",
     "ALLOCATOR",
     "CLEANUP_TIMEOUT",
     "CONFIG_VARS",
@@ -37,6 +38,7 @@ __all__ = [
     "ENV_HOST_AGENT_ADDR",
     "ENV_HOST_INDEX",
     "ENV_OWNER_ADDR",
+    "ENV_PROC_COORDS",
     "ENV_PROC_ID",
     "ENV_PROC_MESH",
     "ENV_RANK_DIM",
@@ -44,6 +46,7 @@ __all__ = [
     "ENV_SECRET_FILE",
     "ENV_SIZE_DIM",
     "ENV_SYS_PATH",
+    "FORWARD_OUTPUT",
     "FROZEN_TIMEOUT",
     "HEARTBEAT_INTERVAL",
     "HOST_START_TIMEOUT",
@@ -282,6 +285,15 @@ RDMA_FALLBACK: Setting[bool] = Setting(
     "rdma_fallback", "TETRARCH_RDMA_FALLBACK", bool, True,
     "RDMA may fall back to core's backends when no hardware backend is usable (warns once)",
 )
+FORWARD_OUTPUT: Setting[bool] = Setting(
+    "forward_output", "TETRARCH_FORWARD_OUTPUT", bool, True,
+    "procs' stdout and stderr reach the client line by line, prefixed with mesh and rank (`0`: unprefixed, "
+    "through their host agent's own stdout and stderr); see `ProcMesh.logging_option`",
+)
+AGGREGATE_WINDOW = _seconds(
+    "aggregate_window", 0.0,
+    "window in which identical lines from many procs print once with a count (`0`: every line, no folding)",
+)
 TEST_SLOWDOWN: Setting[float] = Setting(
     "test_slowdown", "TETRARCH_TEST_SLOWDOWN", float, 1.0,
     "multiplies the time bounds of tetrarch's own test suite", propagate=False,
@@ -293,7 +305,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
     for s in (
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, ALLOCATOR, RDMA_BACKEND, DISABLE_PLUGINS,
-        PLUGINS_STRICT, RDMA_FALLBACK, TEST_SLOWDOWN,
+        PLUGINS_STRICT, RDMA_FALLBACK, FORWARD_OUTPUT, AGGREGATE_WINDOW, TEST_SLOWDOWN,
     )
 })
 
@@ -352,6 +364,10 @@ ENV_RANK_DIM = LaunchVar(
     "TETRARCH_RANK_<DIM>", "a proc's coordinate along the mesh dimension `<DIM>` (its label upper-cased)"
 )
 ENV_SIZE_DIM = LaunchVar("TETRARCH_SIZE_<DIM>", "the size of the mesh dimension `<DIM>`")
+ENV_PROC_COORDS = LaunchVar(
+    "TETRARCH_PROC_COORDS", "a proc's coordinates in its mesh, `hosts=0 gpus=1`: with its mesh name, the prefix of "
+    "its output lines and its process title"
+)
 ENV_SPANS_HOSTS = LaunchVar(
     "TETRARCH_SPANS_HOSTS", "`1` for the host agents and procs of an allocation that spans hosts: they listen on a "
     "routable address instead of loopback"
@@ -362,7 +378,8 @@ LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
     v.name: v
     for v in (
         ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
-        ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_SPANS_HOSTS,
+        ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_PROC_COORDS,
+        ENV_SPANS_HOSTS,
     )
 })
 

@@ -27,7 +27,8 @@ def main() -> None:
     mesh = procs.spawn("s", Sleeper)
     mesh.sleep.call(0).get(timeout=scaled(30))
     pending = mesh.sleep.call(30)
-    agent = next(c for c in psutil.Process().children() if "_host_agent" in " ".join(c.cmdline()))
+    agent = next(c for c in psutil.Process().children()  # by its process title, or its module without one
+                 if any(name in " ".join(c.cmdline()) for name in ("tetrarch host-agent", "_host_agent")))
     start = time.monotonic()
     agent.kill()
     try:

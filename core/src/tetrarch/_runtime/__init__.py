@@ -38,6 +38,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_port``         Port and PortReceiver
     ``_collect``      gathering the replies of one operation
     ``_endpoint``     Endpoint[P, R] and its adverbs over a mesh
+    ``_output``       procs' stdout and stderr at their owner, prefixed with mesh and rank; process titles
 
 ``actors``
     ``_actor``      Actor and the @endpoint decorators
@@ -74,7 +75,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("plugins", ("tetrarch._plugins",)),
     ("router", ("tetrarch._runtime._router",)),
     ("services", tuple(f"tetrarch._runtime.{m}" for m in (
-        "_launch", "_supervision", "_port", "_collect", "_endpoint"))),
+        "_launch", "_supervision", "_port", "_collect", "_endpoint", "_output"))),
     ("actors", tuple(f"tetrarch._runtime.{m}" for m in ("_actor", "_runner", "_procagent"))),
     ("process", ("tetrarch._runtime._root",)),
     ("meshes", tuple(f"tetrarch._runtime.{m}" for m in ("_mesh", "_hostalloc", "_procmesh", "_job", "_channel"))),

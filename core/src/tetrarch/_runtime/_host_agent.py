@@ -9,6 +9,10 @@ connection drops (the client died) or on ``shutdown``.
 It watches the OS state of its procs (:class:`~._launch.StateMonitor`): a proc that stays
 stopped past its ``TETRARCH_FROZEN_TIMEOUT`` is reported ``frozen`` to its owner, then
 killed, so it cannot come back half-alive after its owner gave up on it.
+
+It reads its procs' stdout and stderr and sends them, line by line, to their owners
+(:class:`~._output.OutputForwarder`), unless ``TETRARCH_FORWARD_OUTPUT=0`` or
+``ProcMesh.logging_option(stream_to_client=False)`` sends them to its own stdout and stderr.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+from functools import partial
 from typing import Any
 
 from .._config import (
@@ -25,7 +30,10 @@ from .._config import (
     ENV_HOST_AGENT_ADDR,
     ENV_HOST_INDEX,
     ENV_OWNER_ADDR,
+    ENV_PROC_COORDS,
     ENV_PROC_ID,
+    ENV_PROC_MESH,
+    FORWARD_OUTPUT,
     FROZEN_TIMEOUT,
     HEARTBEAT_INTERVAL,
     TRANSPORT,
@@ -33,6 +41,7 @@ from .._config import (
 from .._log import get_logger
 from . import _serial, _wire
 from ._launch import StateMonitor, announce_ready, report_exit, report_frozen, start_heartbeat
+from ._output import OutputForwarder, set_process_title
 from ._root import Root, child_env, install_root
 from ._router import PeerUnreachable
 from ._secret import take_secret
@@ -54,6 +63,7 @@ class HostAgent:
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.monitor = StateMonitor(self.frozen)
+        self.output = OutputForwarder(root.runtime)
 
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
         """``host`` messages (I/O thread)."""
@@ -66,6 +76,10 @@ class HostAgent:
                 targets = [self.procs[i] for i in kill.idents if i in self.procs]
             for p in targets:
                 p.signal(kill.signal)
+        elif hdr.op == "output_mode":
+            mode: _wire.OutputMode = _serial.loads(payload)
+            self.output.set_forward(mode.idents, mode.forward)
+            self.root.runtime.reply_later(hdr.reply_addr, hdr.reply_port, 0, _wire.OK, None)
         elif hdr.op == "shutdown":
             self.done.set()
 
@@ -81,16 +95,20 @@ class HostAgent:
                 env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) else str(gpu)
 
             def on_exit(info: ExitInfo, ident: str = ident) -> None:
+                self.output.finish(ident)  # every line it wrote reaches its owner before its exit report
                 with self.lock:
                     self.procs.pop(ident, None)
                     self.owners.pop(ident, None)
                     self.monitor.remove(ident)
                 report_exit(self.root.runtime, owner, ident, info.returncode, info.stderr_tail)
 
+            self.output.add(ident, owner, env.get(ENV_PROC_MESH.name, ident), env.get(ENV_PROC_COORDS.name, ""),
+                            FORWARD_OUTPUT.value_in(env))
             try:
                 proc = spawn_watched([sys.executable, "-m", "tetrarch._runtime._proc_main"], env, on_exit,
-                                     secret=self.root.secret)
+                                     secret=self.root.secret, output=partial(self.output.line, ident))
             except OSError as exc:
+                self.output.finish(ident)
                 report_exit(self.root.runtime, owner, ident, 127, f"cannot start {sys.executable}: {exc}\n")
                 continue
             frozen_s, interval_s = FROZEN_TIMEOUT.value_in(env), HEARTBEAT_INTERVAL.value_in(env)
@@ -130,6 +148,7 @@ def main() -> int:
     client = os.environ[ENV_CLIENT_ADDR.name]
     alloc_id = os.environ[ENV_ALLOC_ID.name]
     index = int(os.environ.get(ENV_HOST_INDEX.name) or os.environ.get("SLURM_PROCID") or 0)
+    set_process_title(f"tetrarch host-agent {index}")
     root = Root("host", secret, TRANSPORT(), name=f"host{index}")
     install_root(root)
     agent = HostAgent(root, client)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import faulthandler
+import io
 import os
 import sys
 import threading
 
-from .._config import ENV_OWNER_ADDR, ENV_PROC_ID, TRANSPORT
+from .._config import ENV_OWNER_ADDR, ENV_PROC_COORDS, ENV_PROC_ID, ENV_PROC_MESH, TRANSPORT
 from .._log import get_logger
 from ._launch import announce_ready, start_heartbeat
+from ._output import set_process_title
 from ._root import Root, adopt_client_sys_path, install_root
 from ._router import PeerUnreachable
 from ._secret import take_secret
@@ -22,6 +25,13 @@ def main() -> int:
     secret = take_secret()  # from the inherited pipe, closed before user code runs; never the environment
     owner = os.environ[ENV_OWNER_ADDR.name]
     ident = os.environ[ENV_PROC_ID.name]
+    set_process_title(" ".join(filter(None, ("tetrarch proc", os.environ.get(ENV_PROC_MESH.name, ident),
+                                             os.environ.get(ENV_PROC_COORDS.name)))))
+    # stdout is a pipe to the host agent: write each line when printed, not when a block fills
+    # (an actor's print shows at once, and none waits in a buffer that a hard exit would lose).
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
+    faulthandler.enable()  # a crash (segfault, abort) writes the Python stacks to stderr, which is forwarded
     adopt_client_sys_path()
     done = threading.Event()
     orphaned = []
@@ -49,6 +59,7 @@ def main() -> int:
     done.wait()
     root.close()
     if orphaned:
+        sys.stdout.flush()
         os._exit(0)  # owner gone: do not wait on actors that may be blocked
     return 0
 

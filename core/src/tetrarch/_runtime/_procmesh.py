@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import logging
 import os
 import pickle
 import secrets
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 from .._config import (
     ENV_ALLOC_ID,
     ENV_CLIENT_ADDR,
+    ENV_PROC_COORDS,
     ENV_PROC_MESH,
     ENV_RANK_DIM,
     ENV_SIZE_DIM,
@@ -44,6 +46,7 @@ from ._future import Future
 from ._hostalloc import this_host_allocator
 from ._launch import ProcRecord
 from ._mesh import ActorMesh
+from ._output import set_output_options
 from ._root import Root, child_env, get_root, on_client_exit
 from ._router import PeerUnreachable
 from ._runner import current_actor
@@ -186,6 +189,7 @@ class HostMesh(MeshTrait):
                 for label, size in zip(extent.labels, extent.sizes, strict=True):
                     env[ENV_RANK_DIM.for_dim(label)] = str(point[label])
                     env[ENV_SIZE_DIM.for_dim(label)] = str(size)
+                env[ENV_PROC_COORDS.name] = " ".join(f"{label}={point[label]}" for label in extent.labels)
                 gpu = lp["gpus"] if "gpus" in local.labels else None
                 specs.append(_wire.ProcSpec(ident, env, gpu))
                 records.append(ProcRecord(ident, f"proc {mesh_name}{point}"))
@@ -397,11 +401,43 @@ class ProcMesh(MeshTrait):
         coll.futures[0].add_done_callback(on_init)
         return mesh  # type: ignore[return-value]
 
+    def logging_option(self, stream_to_client: bool = True, aggregate_window_sec: float | None = None,
+                       level: int = logging.INFO) -> Future[None]:
+        """Where the procs' stdout and stderr go, and which Python log records they emit.
+
+        ``stream_to_client``: each line at this (the owning) process's stdout or stderr,
+        as the proc wrote it, after ``[<mesh> <dim>=<i> ...] ``; False: unprefixed, through
+        the host agent's own stdout and stderr. ``aggregate_window_sec``: identical lines
+        written within that many seconds (by any procs of the mesh) print once, as
+        ``[<mesh> N similar log lines] <line>``; None or 0: every line. ``level``: the
+        procs' root logger level (a handler to stderr is added where there is none).
+        Defaults for new meshes: ``TETRARCH_FORWARD_OUTPUT``, ``TETRARCH_AGGREGATE_WINDOW``.
+        Applies to this mesh or slice; lines already received are printed first. Like
+        Monarch's, it is asynchronous: ``.get()`` or ``await`` the future, which
+        completes once every live proc and host agent applied the change.
+
+        Raises:
+            TypeError: an argument of the wrong type.
+            ValueError: a negative window.
+        """
+        if not isinstance(stream_to_client, bool) or not isinstance(level, int) or isinstance(level, bool):
+            raise ArgumentTypeError(f"logging_option(stream_to_client: bool, level: int), got "
+                                    f"{stream_to_client!r}, {level!r}; e.g. level=logging.INFO")
+        if aggregate_window_sec is not None and (not isinstance(aggregate_window_sec, (int, float))
+                                                 or aggregate_window_sec < 0):
+            raise ArgumentError(f"aggregate_window_sec must be None or seconds >= 0, got {aggregate_window_sec!r}")
+        root = get_root()
+        procs = [self._procs[r] for r in self._shape.ranks()]
+        hosts = [h.address for h in (self._host_mesh._hosts or [])] if self._host_mesh is not None else []
+        return set_output_options(root.runtime, root.output, [(p.ident, p.address) for p in procs if p.address],
+                                  hosts, stream_to_client, aggregate_window_sec, level)
+
     def stop(self) -> Future[None]:
         """Stop every actor (pending messages first), then let the procs exit.
 
         Procs that do not exit within ``TETRARCH_STOP_TIMEOUT`` seconds are killed.
-        Stopping twice returns the first stop's future.
+        Stopping twice returns the first stop's future. Once it completes, every line
+        the procs wrote has been printed (see :meth:`logging_option`).
 
         Raises:
             ValueError: this is a slice or a reference (only the owner may stop).
@@ -434,6 +470,7 @@ class ProcMesh(MeshTrait):
             hosts = self._host_mesh._hosts if self._host_mesh is not None else []
             _kill_records(root, [p for p in alive if not p.gone], [(h, None) for h in hosts or []])
             waiter.wait(5.0)
+        root.output.drain(timeout=STOP_TIMEOUT())  # their lines came before their exit reports
         for p in self._procs:
             root.launches.forget(p.ident)
         root.supervisor.release_proc_mesh(self._state)

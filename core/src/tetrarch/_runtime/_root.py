@@ -21,6 +21,7 @@ from .._log import set_process_name
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
 from ._launch import LaunchTracker
+from ._output import OutputPrinter
 from ._port import link_service
 from ._procagent import ProcAgent
 from ._router import Router, install_router
@@ -50,6 +51,7 @@ class Root:
         self.supervisor = Supervisor(self.runtime, role)
         self.proc_agent = ProcAgent(self.runtime, on_exit=on_proc_exit)
         link_service(self.runtime)
+        self.output = OutputPrinter(self.runtime)  # the output of procs this process started
         self.host_agent_address = os.environ.get(ENV_HOST_AGENT_ADDR.name) if role == "proc" else None
         self.closed = False
 
@@ -121,3 +123,5 @@ def _shutdown_at_exit() -> None:
         _root.supervisor.quiet = True  # stopping everything is not a failure
     for hook in list(_exit_hooks):
         hook()
+    if _root is not None:
+        _root.output.drain(timeout=5.0)  # procs' last lines reach the terminal before we exit

@@ -5,6 +5,13 @@ agents), so every launcher gets the same guarantees: the child gets a parent-dea
 signal, its stderr is forwarded to ours while the last lines are kept for error
 reports, exactly one :class:`ExitInfo` is delivered when it ends, and the allocation's
 secret, when given, reaches it through an inherited pipe rather than its environment.
+
+With ``output=`` (the host agent, for its procs) both fd 1 and fd 2 of the child are
+pipes and every line written to them, by Python or C code or a subprocess, is handed to
+that callback instead (lines longer than :data:`MAX_LINE` come in pieces; a last line
+without a newline comes as it is). Every line the child wrote before it exited is
+handed over before its :class:`ExitInfo`; output that a grandchild still holding the
+pipes writes after the child exited is not waited for.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -22,10 +30,50 @@ from dataclasses import dataclass
 from .._config import ENV_SECRET_FD, ENV_SECRET_FILE
 from ._secret import secret_pipe
 
-__all__ = ["ExitInfo", "WatchedProcess", "spawn_watched"]
+__all__ = ["MAX_LINE", "ExitInfo", "LineSplitter", "OutputCallback", "WatchedProcess", "spawn_watched"]
 
 _PR_SET_PDEATHSIG = 1
 _TAIL_LINES = 40
+#: The longest line handed to an ``output`` callback; a longer one comes in pieces of this size.
+MAX_LINE = 64 * 1024
+_READ = 64 * 1024
+
+#: ``output(fd, line)``: ``fd`` is 1 (stdout) or 2 (stderr); ``line`` ends with ``b"\n"``
+#: unless it is a piece of an overlong line or the last, unterminated line.
+OutputCallback = Callable[[int, bytes], None]
+
+
+class LineSplitter:
+    """Cuts a byte stream into lines of at most ``limit`` bytes (bounded memory)."""
+
+    __slots__ = ("_buf", "_limit")
+
+    def __init__(self, limit: int = MAX_LINE) -> None:
+        self._buf = b""
+        self._limit = limit
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The complete lines (and overlong pieces) that ``data`` finishes."""
+        buf = self._buf + data
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()
+        out = []
+        for line in lines:
+            out.extend(self._pieces(line + b"\n"))
+        while len(self._buf) >= self._limit:
+            out.append(self._buf[:self._limit])
+            self._buf = self._buf[self._limit:]
+        return out
+
+    def _pieces(self, line: bytes) -> list[bytes]:
+        if len(line) <= self._limit:
+            return [line]
+        return [line[i:i + self._limit] for i in range(0, len(line), self._limit)]
+
+    def end(self) -> list[bytes]:
+        """The unterminated rest, if any (the stream ended)."""
+        rest, self._buf = self._buf, b""
+        return [rest] if rest else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +111,77 @@ def _pdeathsig_preexec() -> None:  # runs in the child between fork and exec
 class WatchedProcess:
     """A child process whose end is reported once through ``on_exit``."""
 
-    def __init__(self, popen: subprocess.Popen, on_exit: Callable[[ExitInfo], None] | None) -> None:
+    def __init__(self, popen: subprocess.Popen, on_exit: Callable[[ExitInfo], None] | None,
+                 output: OutputCallback | None = None) -> None:
         self.popen = popen
         self.pid = popen.pid
         self._on_exit = on_exit
+        self._output = output
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self.exit_info: ExitInfo | None = None
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name=f"tetrarch-watch-{self.pid}", daemon=True)
+        watch = self._watch if output is None else self._watch_output
+        self._thread = threading.Thread(target=watch, name=f"tetrarch-watch-{self.pid}", daemon=True)
         self._thread.start()
+
+    def _watch_output(self) -> None:
+        """Read fd 1 and 2 of the child line by line until it exited and its pipes are drained."""
+        assert self.popen.stdout is not None
+        assert self.popen.stderr is not None
+        streams = {self.popen.stdout.fileno(): 1, self.popen.stderr.fileno(): 2}
+        splitters = {fd: LineSplitter() for fd in streams}
+        sel = selectors.DefaultSelector()
+        for fd in streams:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        pidfd: int | None = None
+        try:
+            pidfd = os.pidfd_open(self.pid)
+            sel.register(pidfd, selectors.EVENT_READ)
+        except (AttributeError, OSError):  # not Linux >= 5.3: wait for the pipes to close
+            pass
+        exited = False
+        while streams:
+            for key, _ in sel.select():
+                fd = key.fd
+                if fd == pidfd:
+                    exited = True  # drain what it wrote; a grandchild holding the pipes is not waited for
+                    sel.unregister(fd)
+                    continue
+                if fd in streams and not self._drain(fd, streams, splitters):
+                    sel.unregister(fd)
+            if exited:
+                for fd in list(streams):
+                    self._drain(fd, streams, splitters, final=True)
+        sel.close()
+        if pidfd is not None:
+            os.close(pidfd)
+        self.popen.stdout.close()
+        self._finish()
+
+    def _drain(self, fd: int, streams: dict[int, int], splitters: dict[int, LineSplitter],
+               final: bool = False) -> bool:
+        """Hand on what ``fd`` holds now; False (and ``fd`` dropped from ``streams``) once it is done."""
+        assert self._output is not None
+        stream = streams[fd]
+        while True:
+            try:
+                data = os.read(fd, _READ)
+            except BlockingIOError:
+                if not final:
+                    return True
+                data = b""
+            lines = splitters[fd].feed(data) if data else splitters[fd].end()
+            for line in lines:
+                if stream == 2:
+                    self._tail.append(line.decode("utf-8", "replace"))
+                try:
+                    self._output(stream, line)
+                except Exception:  # noqa: BLE001 - the watcher must report the exit whatever happens
+                    pass
+            if not data:
+                del streams[fd]
+                return False
 
     def _watch(self) -> None:
         out = getattr(sys.stderr, "buffer", None)
@@ -84,6 +194,10 @@ class WatchedProcess:
                     out.flush()
                 except (OSError, ValueError):
                     out = None
+        self._finish()
+
+    def _finish(self) -> None:
+        assert self.popen.stderr is not None
         self.popen.stderr.close()
         rc = self.popen.wait()
         self.exit_info = ExitInfo(self.pid, rc, "".join(self._tail))
@@ -170,8 +284,13 @@ def spawn_watched(
     *,
     cwd: str | None = None,
     secret: bytes | None = None,
+    output: OutputCallback | None = None,
 ) -> WatchedProcess:
     """Start ``argv`` with exactly ``env``; it is SIGKILLed if this process dies.
+
+    With ``output``, the child's stdout and stderr are pipes and ``output(fd, line)``
+    gets every line written to either, from a watcher thread, in order per stream;
+    without it, its stdout is ours and its stderr is copied to ours.
 
     With ``secret`` (the allocation's secret, e.g. ``AgentCommand.secret``) the child
     inherits a pipe holding it, named by ``TETRARCH_SECRET_FD`` in its environment:
@@ -195,6 +314,7 @@ def spawn_watched(
                 env=full_env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if output is not None else None,
                 stderr=subprocess.PIPE,
                 preexec_fn=_pdeathsig_preexec,
                 close_fds=True,
@@ -204,4 +324,4 @@ def spawn_watched(
             for fd in pass_fds:  # the child has its copy (or never started)
                 os.close(fd)
 
-    return WatchedProcess(_spawner.run(start), on_exit)
+    return WatchedProcess(_spawner.run(start), on_exit, output)

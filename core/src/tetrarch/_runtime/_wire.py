@@ -23,6 +23,7 @@ __all__ = [
     "PORT",
     "SVC_HOST",
     "SVC_LAUNCH",
+    "SVC_OUTPUT",
     "SVC_PORT",
     "SVC_PROC",
     "SVC_SUPERVISE",
@@ -32,6 +33,8 @@ __all__ = [
     "FailureRecord",
     "Header",
     "KillProcs",
+    "OutputLines",
+    "OutputMode",
     "PortHeader",
     "ProcExit",
     "ProcFrozen",
@@ -61,7 +64,11 @@ DEAD = 2  #: payload: a string saying why the target is gone (the caller gets Su
 SVC_PROC = "proc"  #: actors of a process: ``spawn`` (SpawnMeta + class), ``stop_actor`` (key), ``stop``
 #: processes this one started: ``ready`` (ProcReady), ``exit`` (ProcExit), ``frozen`` (ProcFrozen), ``ping``
 SVC_LAUNCH = "launch"
-SVC_HOST = "host"  #: a host agent: ``spawn_procs`` (SpawnProcs), ``kill_procs`` (KillProcs), ``shutdown``
+#: a host agent: ``spawn_procs`` (SpawnProcs), ``kill_procs`` (KillProcs), ``output_mode`` (OutputMode), ``shutdown``
+SVC_HOST = "host"
+#: procs' output: ``lines`` (a list of OutputLines, host agent to owner; answered once printed: the
+#: sender's credit), ``level`` (an int: the root logger's level in a proc; answered)
+SVC_OUTPUT = "output"
 SVC_SUPERVISE = "supervise"  #: supervision: ``failure`` (FailureRecord)
 SVC_PORT = "port"  #: ports: ``link`` (the sender holds a port of ours; watch it)
 
@@ -258,3 +265,22 @@ class KillProcs(NamedTuple):
 
     idents: list[str]
     signal: int
+
+
+class OutputLines(NamedTuple):
+    """Lines one proc wrote (in order), in a batch of ``output``/``lines`` from its host agent."""
+
+    ident: str
+    #: Its mesh's name and its coordinates (``hosts=0 gpus=1``): the prefix of each line.
+    mesh: str
+    coords: str
+    #: ``(fd, line)``: fd 1 (stdout) or 2 (stderr); the line as written, newline included.
+    lines: list[tuple[int, bytes]]
+
+
+class OutputMode(NamedTuple):
+    """Payload of ``host``/``output_mode``: where the output of these procs goes from now on."""
+
+    idents: list[str]
+    #: True: to their owner, prefixed; False: to the host agent's own stdout and stderr.
+    forward: bool

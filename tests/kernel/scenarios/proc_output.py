@@ -1,0 +1,55 @@
+"""Scenario: procs' output at the client (``python proc_output.py MODE``), run by ``test_output.py``.
+
+MODE ``talk``: 3 procs of the mesh ``trainers`` print, log, warn and write a long line and
+an unterminated one; the client stops them at once, then prints ``CLIENT DONE``.
+``crash``: rank 1 of 2 segfaults after a print. ``toggle``: ``logging_option`` switches
+forwarding off and on. ``aggregate``: 4 procs print the same line within a window.
+``titles``: prints ``TITLE <cmdline>`` for a proc and its host agent. ``flood N``: 2 procs
+print N lines each, and are stopped at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import psutil
+
+import tetrarch
+from output_actors import Talker
+from tetrarch import this_host
+
+
+def main(mode: str, *args: str) -> None:
+    gpus = {"talk": 3, "crash": 2, "toggle": 1, "aggregate": 4, "titles": 2, "flood": 2}[mode]
+    pm = this_host().spawn_procs(per_host={"gpus": gpus}, name="trainers")
+    talkers = pm.spawn("talker", Talker)
+    if mode == "talk":
+        talkers.talk.broadcast()  # no waiting: the stop below runs it first, then ends the procs
+    elif mode == "flood":
+        talkers.flood.broadcast(int(args[0]))
+    elif mode == "crash":
+        tetrarch.unhandled_fault_hook = lambda failure: print("FAULT SEEN", flush=True)
+        try:
+            talkers.slice(gpus=1).crash.call_one().get()
+        except Exception as exc:  # noqa: BLE001 - the crash is expected
+            print("CALL FAILED", type(exc).__name__, flush=True)
+    elif mode == "toggle":
+        talkers.say.call_one("forwarded 1").get()
+        pm.logging_option(stream_to_client=False).get()
+        talkers.say.call_one("unprefixed").get()
+        pm.logging_option(stream_to_client=True).get()
+        talkers.say.call_one("forwarded 2").get()
+    elif mode == "aggregate":
+        pm.logging_option(aggregate_window_sec=600, level=logging.INFO).get()
+        talkers.same.call().get()
+    elif mode == "titles":
+        pid, ppid = talkers.slice(gpus=1).pids.call_one().get()
+        print("TITLE", " ".join(psutil.Process(pid).cmdline()))
+        print("TITLE", " ".join(psutil.Process(ppid).cmdline()))
+    pm.stop().get()
+    print("CLIENT DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
