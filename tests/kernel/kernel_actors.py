@@ -120,3 +120,49 @@ class MeshUser(Actor):
     def bump_and_read(self, counters: object) -> list[int]:
         counters.incr.broadcast(5)  # type: ignore[attr-defined]
         return counters.value.call().get().values()  # type: ignore[attr-defined]
+
+
+def peak_rss_reset() -> int | None:
+    """Reset this process's peak RSS (``VmHWM``) to its current RSS and return that (None if the kernel refuses)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    return _proc_status("VmRSS")
+
+
+def peak_rss() -> int:
+    """This process's peak RSS in bytes since the last :func:`peak_rss_reset`."""
+    return _proc_status("VmHWM")
+
+
+def _proc_status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+class Payloads(Actor):
+    """Receives and returns large payloads, and says how much memory that took."""
+
+    @endpoint
+    def reset_peak(self) -> int | None:
+        return peak_rss_reset()
+
+    @endpoint
+    def peak(self) -> int:
+        return peak_rss()
+
+    @endpoint
+    def digest(self, data: object) -> tuple[str, int, int]:
+        """``(type name, size in bytes, crc32)`` of a bytes-like argument."""
+        import zlib
+
+        return type(data).__name__, memoryview(data).nbytes, zlib.crc32(data)  # type: ignore[arg-type]
+
+    @endpoint
+    def make(self, size: int) -> bytes:
+        return bytes(range(256)) * (size // 256)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 
 import pytest
 
+import tetrarch
 from kernel_actors import Counter, Failing, InitFails, NotAnActor
 from tetrarch import ActorError, SupervisionError
+from tetrarch._runtime import _serial
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(60))
@@ -69,8 +72,39 @@ def test_non_endpoint_names_endpoint_decorator(procs):
 
 def test_unpicklable_argument_named_at_call_site(procs):
     counters = procs.spawn("unpicklable", Counter)
-    with pytest.raises(TypeError, match=r"argument 0 of type lock cannot be pickled"):
+    with pytest.raises(TypeError, match=r"argument 0 of type _thread.lock cannot be pickled") as info:
         counters.incr.call(threading.Lock())
+    assert importlib.util.find_spec("tetrarch.rdma") is None
+    assert "RDMABuffer" not in str(info.value), "no RDMABuffer to suggest while tetrarch.rdma does not exist"
+
+
+def test_the_unpicklable_argument_message_suggests_rdmabuffer_once_it_exists(monkeypatch, tmp_path) -> None:
+    (tmp_path / "rdma.py").write_text("")
+    monkeypatch.setattr(tetrarch, "__path__", [*tetrarch.__path__, str(tmp_path)])
+    with pytest.raises(TypeError, match="RDMABuffer"):
+        _serial.dumps_checked(((threading.Lock(),), {}), "call to m.f", [("argument 0", threading.Lock())])
+
+
+def test_calling_an_endpoint_directly_names_the_adverbs(procs) -> None:
+    counters = procs.spawn("called_directly", Counter)
+    with pytest.raises(TypeError) as info:
+        counters.value()  # what the user typed
+    text = str(info.value)
+    for adverb in (".call(", ".call_one(", ".broadcast(", ".choose(", ".stream("):
+        assert f"called_directly.value{adverb}" in text, text
+
+
+def test_calling_an_endpoint_on_the_actor_class_says_to_spawn_it() -> None:
+    with pytest.raises(TypeError, match=r"Counter.incr is an endpoint.*procs.spawn\('name', Counter"):
+        Counter.incr()
+    assert Counter.value(Counter(5)) == 5  # with an instance it is the plain method (super().method(), tests)
+
+
+def test_an_endpoint_typo_names_the_endpoints_and_the_likely_one(procs) -> None:
+    counters = procs.spawn("typo", Counter)
+    with pytest.raises(AttributeError, match=r"no endpoint 'incrr' \(endpoints: \['incr', 'value'\]\); "
+                                             r"did you mean 'incr'\?"):
+        counters.incrr  # noqa: B018
 
 
 def test_slicing_errors(procs):
@@ -96,6 +130,7 @@ def test_an_unpicklable_result_names_its_cause_in_the_message(procs, kind: str, 
     failing = procs.slice(gpus=0).spawn("unpicklable_result", Failing)
     with pytest.raises(ActorError) as info:
         failing.unpicklable_result.call_one(kind).get(timeout=scaled(30))
-    assert cause in str(info.value), str(info.value)
-    assert "could not be pickled" in str(info.value)
+    text = str(info.value)
+    assert cause in text and "PicklingError" in text and "could not be pickled" in text, text
+    assert text.startswith("Actor call unpicklable_result") and ".unpicklable_result failed" in text, text
     assert failing.ok.call_one().get(timeout=scaled(30)) == "still alive"  # the actor lives on

@@ -15,6 +15,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_valuemesh``  ValueMesh: one value per rank
     ``_future``     Future: a result usable from threads and asyncio
     ``_wire``       every message kind, declared once as a named record
+    ``_buffers``    receive buffers that become ``bytes`` without a copy
     ``_serial``     pickling with out-of-band buffers
     ``_outcome``    error records out, exceptions back
     ``_context``    context(), current_rank(), Instance (what actor code sees)
@@ -69,8 +70,8 @@ __all__ = ["LAYERS"]
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
-        "_shape", "_valuemesh", "_future", "_wire", "_serial", "_outcome", "_context", "_tombstones", "_secret",
-        "_spawn", "_alloc"))),
+        "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
+        "_secret", "_spawn", "_alloc"))),
     ("transport", ("tetrarch._transport",)),
     ("plugins", ("tetrarch._plugins",)),
     ("router", ("tetrarch._runtime._router",)),

@@ -80,10 +80,12 @@ class EndpointProperty(Generic[P, R]):
                             f"(a sync endpoint blocks the actor's thread, so it cannot overlap)")
         self.concurrent = concurrent
         self.explicit_response_port = explicit_response_port
+        self.owner = ""
         functools.update_wrapper(self, fn)
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
+        self.owner = owner.__qualname__
 
     @overload
     def __get__(self, obj: None, objtype: type | None = None) -> EndpointProperty[P, R]: ...
@@ -97,6 +99,19 @@ class EndpointProperty(Generic[P, R]):
         return self.fn.__get__(obj, objtype)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The method itself, called on the class with an actor instance first (``Base.method(self)``).
+
+        Raises:
+            TypeError: the first argument is not an actor instance (``Counter.incr()``):
+                endpoints run on a mesh; the message says how to call them.
+        """
+        if not args or not isinstance(args[0], Actor):
+            cls = self.owner or "TheActor"
+            raise ArgumentTypeError(
+                f"{cls}.{self.name} is an endpoint: it runs in an actor of a mesh, not on the class. Spawn the "
+                f"actors (mesh = procs.spawn('name', {cls}, ...)) and call mesh.{self.name}.call(...), "
+                f".call_one(...) or .broadcast(...); inside the actor, call self.{self.name}(...)"
+            )
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:

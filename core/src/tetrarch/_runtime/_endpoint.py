@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
 from . import _serial, _wire
 from ._collect import Collector
 from ._future import Future
@@ -60,6 +60,22 @@ class Endpoint(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Endpoint {self._mesh._name}.{self._name} over {self._mesh.extent!r}>"
+
+    if not TYPE_CHECKING:  # at run time only: type checkers keep reporting ``mesh.method()`` as an error
+
+        def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+            """Not a way to call: an endpoint of a mesh is called through an adverb.
+
+            Raises:
+                TypeError: always; the message names the adverbs.
+            """
+            name = f"{self._mesh._name}.{self._name}"
+            raise ArgumentTypeError(
+                f"an endpoint of an actor mesh is not called directly: use {name}.call(...) (every actor, a future "
+                f"of a ValueMesh), {name}.call_one(...) (a mesh of one actor), {name}.choose(...) (one actor "
+                f"picked for you), {name}.stream(...) (one future per reply) or {name}.broadcast(...) (no reply); "
+                f"then .get() the future"
+            )
 
     def _payload(self, args: tuple, kwargs: dict) -> list:
         if not args and not kwargs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import pickle
 from typing import Any, Protocol
 
@@ -115,8 +116,10 @@ class ActorMesh(MeshTrait):
                 f"{self._cls.__qualname__}.{name} is not an endpoint: decorate it with @endpoint to call it on a "
                 f"mesh (endpoints: {sorted(self._endpoints) or 'none'})"
             )
+        close = difflib.get_close_matches(name, self._endpoints, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise EndpointNotFoundError(f"{self._cls.__qualname__} has no endpoint {name!r} (endpoints: "
-                             f"{sorted(self._endpoints) or 'none'})")
+                                    f"{sorted(self._endpoints) or 'none'}){hint}")
 
     @property
     def initialized(self) -> Future[None]:

@@ -32,11 +32,11 @@ def error_record(exc: BaseException, actor: str, method: str, skip: int = 1) -> 
     return _wire.ErrorRecord(carried, text, actor, method)
 
 
-def unpicklable_result(exc: BaseException) -> _wire.ErrorRecord:
-    """The record sent instead of a result that could not be pickled."""
-    why = (f"the result could not be pickled ({type(exc).__name__}: {exc}); return picklable values (or pass "
-           f"large data another way)")
-    return _wire.ErrorRecord(RemoteException("PicklingError", why), "", "", "")
+def unpicklable_result(exc: BaseException, value: object, actor: str = "", method: str = "") -> _wire.ErrorRecord:
+    """The record sent instead of ``value``, a result of ``actor.method`` that could not be pickled (``exc``)."""
+    why = (f"the result (of type {_serial.type_name(value)}) could not be pickled ({type(exc).__name__}: {exc}); "
+           f"return picklable values (plain data, numpy arrays, tensors, actor meshes)")
+    return _wire.ErrorRecord(RemoteException("PicklingError", why), "", actor, method)
 
 
 def decode_error(status: int, payload: list, what: str) -> BaseException:

@@ -278,15 +278,20 @@ class Router:
                         box.scheduled = True
                         self._flush_queue.append(box)
 
-    def reply(self, address: str | None, port: int | None, tag: int, status: int, value: Any) -> None:
-        """Send ``value`` to ``port`` at ``address`` (no-op without a port); unreachable peers are ignored."""
+    def reply(self, address: str | None, port: int | None, tag: int, status: int, value: Any,
+              origin: tuple[str, str] = ("", "")) -> None:
+        """Send ``value`` to ``port`` at ``address`` (no-op without a port); unreachable peers are ignored.
+
+        A ``value`` that cannot be pickled is replaced by an error naming the cause and
+        ``origin`` (the actor and endpoint that produced it), which the caller gets as ActorError.
+        """
         if address is None or port is None:
             return
         try:
             payload = _serial.dumps(value)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result becomes an error for the caller
             status = _wire.ERR
-            payload = _serial.dumps(_outcome.unpicklable_result(exc))
+            payload = _serial.dumps(_outcome.unpicklable_result(exc, value, *origin))
         try:
             self.send(address, [_wire.port_header(port, tag, status), *payload])
         except PeerUnreachable:

@@ -248,7 +248,7 @@ class ActorRunner:
         finally:
             _set_running_loop(self._loop)
             _current.reset(token)
-        self._answer(result, explicit, raddr, rport, rank)
+        self._answer(result, explicit, raddr, rport, rank, method)
         return None
 
     async def _call_async(self, info: _MessageInfo, fn: Callable, args: tuple, kwargs: dict, raddr: str | None,
@@ -266,13 +266,14 @@ class ActorRunner:
         except BaseException as exc:  # noqa: BLE001 - see _raised
             self._raised(exc, explicit, raddr, rport, rank, method)
             return
-        self._answer(result, explicit, raddr, rport, rank)
+        self._answer(result, explicit, raddr, rport, rank, method)
 
-    def _answer(self, result: Any, explicit: bool, raddr: str | None, rport: int | None, rank: int) -> None:
+    def _answer(self, result: Any, explicit: bool, raddr: str | None, rport: int | None, rank: int,
+                method: str) -> None:
         if self.failed is not None:  # the handler aborted the actor
             self.runtime.reply(raddr, rport, rank, _wire.DEAD, self.failed)
         elif not explicit:
-            self.runtime.reply(raddr, rport, rank, _wire.OK, result)
+            self.runtime.reply(raddr, rport, rank, _wire.OK, result, (self.display, method))
 
     def _raised(self, exc: BaseException, explicit: bool, raddr: str | None, rport: int | None, rank: int,
                 method: str) -> None:

@@ -4,14 +4,17 @@ Plain data goes through the C pickler. Only when the stream refers to ``__main__
 class or function of the user's script, which the remote process cannot import) or
 the C pickler refuses (lambdas, local functions) do we fall back to cloudpickle, which
 pickles those by value. Large contiguous buffers (``bytes`` and ``bytearray`` — also inside
-the arguments' tuples, lists and dicts —, numpy arrays and CPU torch tensors) travel out
-of band: the transport sends them as their own frames without a copy into the pickle
-stream; the receiver rebuilds ``bytes``/``bytearray`` with one copy, arrays with none.
+the arguments' tuples, lists and dicts —, contiguous memoryviews, numpy arrays and CPU
+torch tensors) travel out of band: the transport sends them as their own frames without
+a copy into the pickle stream. The receiver rebuilds ``bytes``, memoryviews and
+arrays over the received frame without a copy (a large frame arrives in its own buffer,
+see :mod:`._buffers`); a ``bytearray`` is mutable and gets its own copy.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import io
 import pickle
 import sys
@@ -21,8 +24,9 @@ from typing import Any
 import cloudpickle
 
 from .._errors import ArgumentTypeError
+from ._buffers import as_bytes
 
-__all__ = ["PicklingError", "arg_parts", "dumps", "dumps_checked", "loads"]
+__all__ = ["PicklingError", "arg_parts", "dumps", "dumps_checked", "loads", "type_name"]
 
 PicklingError = pickle.PicklingError
 _MAIN = b"__main__"
@@ -71,7 +75,26 @@ class _BigBytes:
         self.data = data
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        return (type(self.data), (pickle.PickleBuffer(self.data),))
+        data = self.data
+        return (as_bytes if type(data) is bytes else bytearray, (pickle.PickleBuffer(data),))
+
+
+def _rebuild_view(buf: Any, fmt: str, shape: tuple[int, ...]) -> memoryview:
+    view: Any = memoryview(buf).cast("B")  # read-only stays read-only (pickle's READONLY_BUFFER)
+    return view.cast(fmt, shape) if (fmt, shape) != ("B", (view.nbytes,)) else view
+
+
+def _reduce_view(view: Any) -> Any:
+    """A large C-contiguous ``memoryview``: out of band, rebuilt with its format and shape."""
+    if view.nbytes < _OOB_MIN or not view.c_contiguous:
+        return NotImplemented
+    shape = tuple(view.shape or ())
+    try:
+        flat = view.cast("B")
+        flat.cast(view.format, shape)  # a format ``cast`` cannot restore keeps the copying fallback
+    except (TypeError, ValueError):
+        return NotImplemented
+    return (_rebuild_view, (pickle.PickleBuffer(flat), view.format, shape))
 
 
 _LIFT_DEPTH = 3  # (args, kwargs) -> each argument -> its items
@@ -95,25 +118,31 @@ def _lift_bytes(obj: Any, depth: int = _LIFT_DEPTH) -> Any:
     return obj
 
 
+def _reduce_buffer(obj: Any) -> Any:
+    """Out-of-band reduction of a large memoryview or CPU tensor; NotImplemented for anything else."""
+    kind = type(obj)
+    if kind is memoryview:
+        return _reduce_view(obj)
+    torch = sys.modules.get("torch")
+    if torch is not None and kind is torch.Tensor:
+        return _reduce_tensor(obj)
+    return NotImplemented
+
+
 class _Pickler(pickle.Pickler):
-    """C pickler plus out-of-band CPU tensors when torch is already imported."""
+    """C pickler plus out-of-band memoryviews and CPU tensors (when torch is already imported)."""
 
     def reducer_override(self, obj: Any) -> Any:  # only reached for non-builtin types
-        torch = sys.modules.get("torch")
-        if torch is not None and type(obj) is torch.Tensor:
-            return _reduce_tensor(obj)
-        return NotImplemented
+        return _reduce_buffer(obj)
 
 
 class _CloudPickler(cloudpickle.CloudPickler):
-    """cloudpickle (by-value classes and functions) plus out-of-band CPU tensors."""
+    """cloudpickle (by-value classes and functions) plus out-of-band memoryviews and CPU tensors."""
 
     def reducer_override(self, obj: Any) -> Any:
-        torch = sys.modules.get("torch")
-        if torch is not None and type(obj) is torch.Tensor:
-            reduced = _reduce_tensor(obj)
-            if reduced is not NotImplemented:
-                return reduced
+        reduced = _reduce_buffer(obj)
+        if reduced is not NotImplemented:
+            return reduced
         return super().reducer_override(obj)
 
 
@@ -162,6 +191,26 @@ def arg_parts(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[str, An
     return [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
 
 
+def type_name(value: object) -> str:
+    """``value``'s type as a user reads it: ``_thread.lock``, ``numpy.ndarray``, ``dict``."""
+    kind = type(value)
+    module = kind.__module__
+    return kind.__qualname__ if module in ("builtins", "__main__") else f"{module}.{kind.__qualname__}"
+
+
+def _alternatives() -> str:
+    """What can travel instead of an unpicklable value; RDMABuffer only once ``tetrarch.rdma`` exists."""
+    rdma = ", an RDMABuffer for memory the receiver reads remotely" if _has_module("tetrarch.rdma") else ""
+    return f"plain data, numpy arrays, tensors, an actor mesh or a Port{rdma}"
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def dumps_checked(obj: Any, what: str, parts: Sequence[tuple[str, Any]] = ()) -> list[Any]:
     """:func:`dumps`, raising a ``TypeError`` that names the offending part and its type.
 
@@ -178,9 +227,8 @@ def dumps_checked(obj: Any, what: str, parts: Sequence[tuple[str, Any]] = ()) ->
                 dumps(value)
             except Exception as inner:
                 raise ArgumentTypeError(
-                    f"{what}: {desc} of type {type(value).__qualname__} cannot be pickled "
-                    f"({type(inner).__name__}: {inner}); pass picklable values (or an RDMABuffer / "
-                    f"an actor mesh reference) instead"
+                    f"{what}: {desc} of type {type_name(value)} cannot be pickled "
+                    f"({type(inner).__name__}: {inner}); pass picklable values instead ({_alternatives()})"
                 ) from inner
         raise ArgumentTypeError(f"{what} cannot be pickled ({type(exc).__name__}: {exc})") from exc
 

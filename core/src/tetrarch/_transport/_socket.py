@@ -6,7 +6,10 @@ header (``4 + 8 * count`` bytes) exceeds it closes the connection as soon as it 
 Writers hand the header and the frames to ``sendmsg`` as a list (vectored I/O), so a
 large tensor is never concatenated into a bigger buffer. One I/O thread per transport
 owns an epoll selector and does all reads; any thread may write (non-blocking socket,
-waiting for writability when the kernel buffer is full).
+waiting for writability when the kernel buffer is full). A message of at least
+``_DIRECT_MIN`` bytes is read straight into buffers allocated for it, each large frame
+into one of its own backed by a fresh ``bytes`` object (:func:`frame_buffer`), so the
+receiver can adopt a ``bytes`` payload without a copy.
 
 ``ipc://@name`` uses Linux's abstract socket namespace (no file to clean up), and is
 what :meth:`IpcTransport.default_address` hands out on Linux.
@@ -27,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from .._log import get_logger
+from .._runtime._buffers import frame_buffer
 from ._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, Listener, Transport, TransportError
 
 __all__ = ["IpcTransport", "SocketTransport", "TcpTransport", "parse_address"]
@@ -37,7 +41,8 @@ _COUNT = struct.Struct("!I")
 _MAX_FRAMES = 1 << 16
 _IOV_MAX = 1000
 _RECV_CHUNK = 1 << 18
-_DIRECT_MIN = 1 << 20  # a message at least this big is received straight into its own buffer
+_DIRECT_MIN = 1 << 20  # a message at least this big is received straight into its own buffers ...
+_OWN_MIN = 1 << 16  # ... and each of its frames at least this big into a buffer of its own
 
 
 def parse_address(address: str) -> tuple[str, object]:
@@ -79,7 +84,7 @@ class _SocketConnection(Connection):
         self.context = None
         # receive state (I/O thread only)
         self._rbuf = bytearray()
-        self._direct: tuple[list[int], bytearray, int] | None = None  # (sizes, target, filled)
+        self._direct: tuple[list[memoryview], list[memoryview]] | None = None  # (frames, left to fill)
 
     # -- Connection API -------------------------------------------------
     @property
@@ -169,9 +174,9 @@ class _SocketConnection(Connection):
         self._parse()
 
     def _fill_direct(self) -> None:
-        sizes, target, filled = self._direct  # type: ignore[misc]
+        frames, targets = self._direct  # type: ignore[misc]
         try:
-            n = self._sock.recv_into(memoryview(target)[filled:])
+            n = self._sock.recvmsg_into(targets[:_IOV_MAX])[0]
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -180,12 +185,10 @@ class _SocketConnection(Connection):
         if n == 0:
             self._io.drop(self, None)
             return
-        filled += n
-        if filled < len(target):
-            self._direct = (sizes, target, filled)
-            return
-        self._direct = None
-        self._deliver(sizes, memoryview(target))
+        _consume(targets, n)
+        if not targets:
+            self._direct = None
+            self._handler.on_message(self, frames)
 
     def _deliver(self, sizes: list[int], body: memoryview) -> None:
         frames = []
@@ -228,14 +231,49 @@ class _SocketConnection(Connection):
                 self._deliver(sizes, body)
                 continue
             if total >= _DIRECT_MIN:
-                target = bytearray(total)
-                have = end - start
-                target[:have] = buf[start:end]
-                self._direct = (sizes, target, have)
+                frames, targets = _receive_buffers(sizes)
+                have = buf[start:end]
+                done = 0
+                while done < len(have):  # what already arrived goes in first
+                    k = min(targets[0].nbytes, len(have) - done)
+                    targets[0][:k] = have[done : done + k]
+                    done += k
+                    _consume(targets, k)
+                self._direct = (frames, targets)
                 pos = end
             break
         if pos:
             del buf[:pos]
+
+
+def _receive_buffers(sizes: list[int]) -> tuple[list[memoryview], list[memoryview]]:
+    """Buffers to read a large message into: ``(frames, targets)``.
+
+    A frame of at least ``_OWN_MIN`` bytes gets a :func:`frame_buffer` of its own; the
+    smaller ones share one ``bytearray``. ``targets`` lists the non-empty frames in wire
+    order: what is left to fill.
+    """
+    pool = memoryview(bytearray(sum(n for n in sizes if n < _OWN_MIN)))
+    frames = []
+    pos = 0
+    for n in sizes:
+        if n >= _OWN_MIN:
+            frames.append(frame_buffer(n))
+        else:
+            frames.append(pool[pos : pos + n])
+            pos += n
+    return frames, [f for f in frames if f.nbytes]
+
+
+def _consume(targets: list[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes (just filled) from ``targets``."""
+    i = 0
+    while i < len(targets) and n >= targets[i].nbytes:
+        n -= targets[i].nbytes
+        i += 1
+    del targets[:i]
+    if n:
+        targets[0] = targets[0][n:]
 
 
 class _SocketListener(Listener):
