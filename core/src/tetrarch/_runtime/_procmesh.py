@@ -496,8 +496,13 @@ def _shutdown_all() -> None:
             pass
     try:
         _wait_for_stops(meshes, futures)
+        _shutdown_hosts()
     except KeyboardInterrupt:
         _kill_now(meshes, futures)
+        _shutdown_hosts()
+
+
+def _shutdown_hosts() -> None:
     for hm in list(_live_host_meshes):
         try:
             hm.shutdown()

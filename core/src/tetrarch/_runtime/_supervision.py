@@ -398,11 +398,12 @@ class Supervisor:
                     self._inflight[t] = n
                 else:
                     self._inflight.pop(t, None)
-            if received:
+            if received and dead:
                 self._received.update(dead)
-            for t in (*targets, *dead):
-                if t not in self._inflight:
-                    released += self._held.pop(t, ())
+            if self._held:
+                for t in (*targets, *dead):
+                    if t not in self._inflight:
+                        released += self._held.pop(t, ())
         for failure in released:
             self._to_client_hook(failure)
 
