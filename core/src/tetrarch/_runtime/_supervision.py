@@ -176,11 +176,12 @@ def _init_traceback(failure: MeshFailure) -> str:
     initialized = getattr(failure.mesh, "initialized", None)
     if initialized is None or not failure.cause.startswith("__init__ raised"):
         return ""
-    try:  # its reply was sent before the failure report: bounded, normally already there
-        exc = initialized.exception(timeout=2.0)
-    except Exception:  # noqa: BLE001 - no traceback to add
-        return ""
-    text = getattr(exc, "remote_traceback", "")
+    # Its reply was sent before the failure report: normally there already. Waited on without
+    # get(), which would count as the user receiving the failures of its other ranks.
+    arrived = threading.Event()
+    initialized.add_done_callback(lambda _f: arrived.set())
+    arrived.wait(2.0)
+    text = getattr(initialized._error, "remote_traceback", "")
     return "\n" + "".join("    " + line for line in text.splitlines(True)).rstrip() if text else ""
 
 
