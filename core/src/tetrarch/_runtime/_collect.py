@@ -8,7 +8,8 @@ by whoever reads the future, not on the I/O thread.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from . import _serial, _wire
 from ._future import Future
@@ -17,7 +18,23 @@ from ._router import Router
 from ._shape import Shape
 from ._valuemesh import ValueMesh
 
-__all__ = ["Collector", "group_by_address"]
+__all__ = ["Claims", "Collector", "group_by_address"]
+
+
+class Claims(Protocol):
+    """Where calls on meshes the client owns tell the supervisor which failures the user saw.
+
+    Targets are ``(actor key, process address)`` pairs: one actor each.
+    """
+
+    def calls_started(self, targets: Sequence[tuple[str, str]]) -> None:
+        """A call (or spawn) to ``targets`` is in flight: hold their failures until it ends."""
+        ...
+
+    def calls_ended(self, targets: Sequence[tuple[str, str]], dead: Sequence[tuple[str, str]],
+                    received: bool) -> None:
+        """It ended; ``dead`` answered that they are gone; ``received``: user code asked for the outcome."""
+        ...
 
 
 def group_by_address(targets: list[tuple[str, str]]) -> dict[str, list[int]]:
@@ -32,9 +49,13 @@ class Collector:
     """Gathers the replies of one call on its reply port (I/O thread)."""
 
     __slots__ = ("rt", "port", "futures", "n", "frames", "count", "shape", "what", "watches", "lock", "single",
-                 "stream_next")
+                 "stream_next", "claims", "targets", "deadly", "observed")
 
-    def __init__(self, rt: Router, n: int, shape: Shape, what: str, single: bool, stream: bool) -> None:
+    def __init__(self, rt: Router, n: int, shape: Shape, what: str, single: bool, stream: bool,
+                 claims: Claims | None = None, targets: Sequence[tuple[str, str]] = (),
+                 deadly: tuple[int, ...] = (_wire.DEAD,)) -> None:
+        """``claims`` and ``targets`` (``(address, actor key)`` per tag): report the outcome to the
+        client's supervisor; ``deadly``: the reply statuses that mean the actor is gone."""
         self.rt = rt
         self.n = n
         self.shape = shape
@@ -46,6 +67,12 @@ class Collector:
         self.stream_next = 0 if stream else -1
         self.watches: list[tuple[str, int]] = []
         self.lock = threading.Lock()
+        self.claims = claims
+        self.targets = [(key, addr) for addr, key in targets]
+        self.deadly = deadly
+        self.observed = self.futures  # the futures through which user code receives the outcome
+        if claims is not None:
+            claims.calls_started(self.targets)
         self.port = rt.open_port(self.on_reply)
 
     def on_reply(self, hdr: _wire.PortHeader, payload: list) -> None:
@@ -104,3 +131,6 @@ class Collector:
         self.rt.close_port(self.port)
         for address, token in self.watches:
             self.rt.unwatch(address, token)
+        if self.claims is not None:
+            dead = [t for t, (status, _) in zip(self.targets, self.frames, strict=True) if status in self.deadly]
+            self.claims.calls_ended(self.targets, dead, any(f._asked for f in self.observed))

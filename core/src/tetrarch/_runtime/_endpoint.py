@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, T
 
 from .._errors import ArgumentError, ArgumentTypeError
 from . import _serial, _wire
-from ._collect import Collector
+from ._collect import Claims, Collector
 from ._future import Future
 from ._router import PeerUnreachable, Router
 from ._shape import Extent, Shape
@@ -47,6 +47,9 @@ class EndpointMesh(Protocol):
     def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]]]: ...
 
     def _healthy_ranks(self) -> list[int] | None: ...
+
+    @property
+    def _claims(self) -> Claims | None: ...
 
 
 class Endpoint(Generic[P, R]):
@@ -99,7 +102,8 @@ class Endpoint(Generic[P, R]):
         labels, sizes = shape.labels, shape.sizes
         raddr: str | None
         rport: int | None
-        coll = Collector(rt, len(targets), shape, what, single, stream) if reply and reply_to is None else None
+        coll = (Collector(rt, len(targets), shape, what, single, stream, mesh._claims, targets)
+                if reply and reply_to is None else None)
         if coll is not None:
             raddr, rport = rt.address, coll.port
             coll.watch_targets(by_addr)

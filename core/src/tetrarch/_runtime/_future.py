@@ -29,7 +29,7 @@ _CB_LOCK = _thread.allocate_lock()
 class Future(Generic[R]):
     """The eventual result of an operation on a mesh. Not constructible by users."""
 
-    __slots__ = ("_latch", "_state", "_value", "_error", "_decode", "_callbacks", "__weakref__")
+    __slots__ = ("_latch", "_state", "_value", "_error", "_decode", "_callbacks", "_asked", "__weakref__")
 
     def __init__(self, _token: object = None) -> None:
         if _token is not _TOKEN:
@@ -41,6 +41,9 @@ class Future(Generic[R]):
         self._error: BaseException | None = None
         self._decode: Callable[[], Any] | None = None
         self._callbacks: list[Callable[[Future[R]], None]] | None = None
+        #: Some code asked for the outcome (``get``, ``await``) and will receive it: the
+        #: supervisor counts a failure this future reports as seen by the user.
+        self._asked = False
 
     # -- completion (runtime side) ----------------------------------------
     @classmethod
@@ -106,6 +109,7 @@ class Future(Generic[R]):
         if self._state is not _DONE:
             if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
                 raise ArgumentError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
+            self._asked = True
             if _in_running_loop():
                 warnings.warn(
                     "Future.get() called from within an active event loop blocks it; use 'await' instead",
@@ -113,8 +117,13 @@ class Future(Generic[R]):
                     stacklevel=2,
                 )
             if not self._latch.acquire(timeout=-1 if timeout is None else timeout):
-                raise FutureTimeoutError(f"result not ready after {timeout} s (the future is still pending)")
-            self._latch.release()
+                with _CB_LOCK:  # atomic with completion: either we saw it done, or nobody will receive it
+                    if self._state is not _DONE:
+                        self._asked = False
+                        raise FutureTimeoutError(f"result not ready after {timeout} s (the future is still pending)")
+            else:
+                self._latch.release()
+        self._asked = True
         return self._resolve()
 
     result = get
@@ -153,6 +162,7 @@ class Future(Generic[R]):
         """
         loop = asyncio.get_running_loop()
         afut: asyncio.Future[R] = loop.create_future()
+        self._asked = True
 
         def transfer(_: Future[R]) -> None:
             def settle() -> None:
@@ -170,6 +180,7 @@ class Future(Generic[R]):
 
     def __await__(self) -> Generator[Any, None, R]:
         if self._state is _DONE:
+            self._asked = True
             return self._resolve()
         return (yield from self.as_asyncio().__await__())
 

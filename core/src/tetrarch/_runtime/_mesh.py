@@ -14,7 +14,7 @@ from .._errors import (
 )
 from . import _wire
 from ._actor import endpoints_of
-from ._collect import Collector, group_by_address
+from ._collect import Claims, Collector, group_by_address
 from ._endpoint import Endpoint
 from ._future import Future
 from ._root import get_root
@@ -43,7 +43,7 @@ class ActorMesh(MeshTrait):
 
     def __init__(self, name: str, cls: type, shape: Shape, ids: list[tuple[str, str]], *,
                  initialized: Future[None] | None = None, owned: bool = True, state: MeshState | None = None,
-                 proc_mesh: _ProcMeshState | None = None) -> None:
+                 proc_mesh: _ProcMeshState | None = None, claims: Claims | None = None) -> None:
         self._name = name
         self._cls = cls
         self._shape = shape
@@ -52,6 +52,7 @@ class ActorMesh(MeshTrait):
         self._state = state or MeshState()
         self._initialized = initialized
         self._proc_mesh = proc_mesh
+        self._claims = claims  # the client's supervisor, for meshes the client owns (see Supervisor.claim)
         self._endpoints = endpoints_of(cls)
         self._target_cache: dict[Shape, tuple[list[tuple[str, str]], dict[str, list[int]]]] = {}
         clash = _RESERVED.intersection(self._endpoints)
@@ -62,7 +63,7 @@ class ActorMesh(MeshTrait):
     # -- mesh trait -----------------------------------------------------------
     def _new_with_shape(self, shape: Shape) -> ActorMesh:
         return ActorMesh(self._name, self._cls, shape, self._ids, initialized=self._initialized, owned=False,
-                         state=self._state, proc_mesh=self._proc_mesh)
+                         state=self._state, proc_mesh=self._proc_mesh, claims=self._claims)
 
     def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]]]:
         """``(address, actor key)`` per point of ``shape``, and point indices by address (cached)."""
@@ -93,6 +94,9 @@ class ActorMesh(MeshTrait):
             for r in shape.ranks():
                 failure = failed.get(r)
                 if failure is not None:
+                    if self._claims is not None:  # raised to the user: a failure they have seen
+                        addr, key = self._ids[r]
+                        self._claims.calls_ended([], [(key, addr)], True)
                     root = failure.root_event
                     first = f"; root event: {root.actor}: {root.cause}" if root is not failure else ""
                     raise SupervisionError(

@@ -8,8 +8,10 @@ import logging
 import os
 import pickle
 import secrets
+import signal
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from .._errors import (
     NotSupportedError,
     SupervisionError,
 )
+from .._log import get_logger
 from .._plugins import get_registry
 from . import _serial, _wire
 from ._actor import Actor
@@ -60,6 +63,9 @@ A = TypeVar("A", bound=Actor)
 _ids = itertools.count()
 _live_proc_meshes: weakref.WeakSet[ProcMesh] = weakref.WeakSet()
 _live_host_meshes: weakref.WeakSet[HostMesh] = weakref.WeakSet()
+_log = get_logger("supervision")
+#: How long stopping at exit may take before tetrarch says what it waits for (s).
+_QUIET_STOP_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,9 +379,14 @@ class ProcMesh(MeshTrait):
         extent = self._shape.extent
         labels, sizes = self._shape.labels, self._shape.sizes
         owner = current_actor()
-        coll = Collector(rt, len(ids), self._shape, f"{name}.__init__", False, False)
+        # Failures of meshes the client owns are held while a call (or this spawn) to the
+        # failed actor is in flight, so that one the user receives counts as handled.
+        claims = root.supervisor if owner is None and root.role == "client" else None
+        coll = Collector(rt, len(ids), self._shape, f"{name}.__init__", False, False, claims, ids,
+                         (_wire.ERR, _wire.DEAD))
         coll.watch_targets(group_by_address(ids))
-        mesh = ActorMesh(name, cls, Shape(extent), ids, initialized=Future._new(), proc_mesh=self)
+        mesh = ActorMesh(name, cls, Shape(extent), ids, initialized=Future._new(), proc_mesh=self, claims=claims)
+        coll.observed = [mesh.initialized]  # the user waits on initialized, not on the raw replies
         root.supervisor.adopt(key, name, mesh, mesh._state, owner, self._state, [
             (p.address, i, f"{name}{extent.point(i)}" if labels else name, p.hostname, p.pid)
             for i, p in enumerate(procs)])
@@ -537,7 +548,12 @@ def this_proc() -> ProcMesh:
 
 
 def _shutdown_all() -> None:
-    """Stop every live proc mesh and host agent (atexit)."""
+    """Stop every live proc mesh and host agent (atexit, and ``shutdown_context()``).
+
+    When the procs take longer than a moment (a call still runs in them, e.g. after
+    Ctrl-C), says what it waits for. A ``KeyboardInterrupt`` meanwhile (a second
+    Ctrl-C) kills the procs at once instead.
+    """
     meshes = [pm for pm in list(_live_proc_meshes) if pm._owned]
     futures = []
     for pm in meshes:
@@ -545,16 +561,57 @@ def _shutdown_all() -> None:
             futures.append(pm.stop())
         except Exception:  # noqa: BLE001
             pass
-    for f in futures:
-        try:
-            f.get(STOP_TIMEOUT() + 6)
-        except Exception:  # noqa: BLE001
-            pass
+    try:
+        _wait_for_stops(meshes, futures)
+        _shutdown_hosts()
+    except KeyboardInterrupt:
+        _kill_now(meshes, futures)
+        _shutdown_hosts()
+
+
+def _shutdown_hosts() -> None:
     for hm in list(_live_host_meshes):
         try:
             hm.shutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _wait_for_stops(meshes: list[ProcMesh], futures: list[Future[None]]) -> None:
+    limit = STOP_TIMEOUT()
+    deadline = time.monotonic() + limit + 6
+    if not all(_stopped_within(f, _QUIET_STOP_S) for f in futures):
+        n = sum(1 for pm in meshes for p in pm._procs if not p.gone)
+        _log.warning("stopping %d proc%s (waiting up to %g s for them to exit; Ctrl-C again to kill them now)", n,
+                     "" if n == 1 else "s", limit)
+    for f in futures:
+        _stopped_within(f, max(deadline - time.monotonic(), 0.0))
+
+
+def _stopped_within(fut: Future[None], timeout: float) -> bool:
+    try:
+        fut.get(timeout)
+    except TimeoutError:
+        return False
+    except Exception:  # noqa: BLE001 - a failed stop is over too
+        pass
+    return True
+
+
+def _kill_now(meshes: list[ProcMesh], futures: list[Future[None]]) -> None:
+    """SIGKILL the procs of ``meshes`` and wait (briefly) until their stops are over."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a third Ctrl-C must not break the kill
+    root = get_root()
+    n = 0
+    for pm in meshes:
+        hosts = pm._host_mesh._hosts if pm._host_mesh is not None else []
+        alive = [p for p in pm._procs if not p.gone]
+        n += len(alive)
+        _kill_records(root, alive, [(h, None) for h in hosts or []])
+    _log.warning("killing %d proc%s now", n, "" if n == 1 else "s")
+    for f in futures:
+        _stopped_within(f, 5.0)
 
 
 def shutdown_context() -> Future[None]:

@@ -104,6 +104,7 @@ class ActorRunner:
         self._concurrent = {name for name, ep in self.endpoints.items() if getattr(ep, "concurrent", False)}
         self.obj: Any = None
         self.failed: str | None = None  # why the actor is dead, once it is
+        self._init_traceback = ""  # where __init__ raised, for the calls it rejects
         self.stopped = False
         self.stop_reason = "was stopped"
         self.children: list[Stoppable] = []  # meshes this actor spawned (it owns them)
@@ -205,6 +206,8 @@ class ActorRunner:
             self.obj = self.cls(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - reported to the spawner and the owner
             on_init(exc)
+            tb = error_record(exc, self.display, "__init__").traceback.rstrip()
+            self._init_traceback = f"\nRemote traceback of {self.display}.__init__:\n{tb}" if tb else ""
             self.fail(f"__init__ raised {type(exc).__name__}: {exc}")
             return
         finally:
@@ -294,7 +297,7 @@ class ActorRunner:
         self.runtime.reply(raddr, rport, rank, _wire.DEAD, self.failed)
 
     def _reject(self, hdr: _wire.CallHeader) -> None:
-        why = self.failed or f"{self.display} {self.stop_reason}"
+        why = self.failed + self._init_traceback if self.failed else f"{self.display} {self.stop_reason}"
         self.runtime.reply(hdr.reply_addr, hdr.reply_port, hdr.rank, _wire.DEAD, why)
 
     # -- failure and supervision ------------------------------------------------

@@ -27,7 +27,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .._log import get_logger
@@ -71,11 +71,15 @@ class MeshFailure:
         host, pid: where it ran (empty / 0 when unknown).
         cause: what happened, e.g. ``"proc ... died: killed by SIGKILL"``.
         causes: the earlier failures that led to this one, the root event first.
+        received: on the client, True when user code already got this failure as an
+            exception: a call it waited on (or ``mesh.initialized``) raised it, or a call
+            on the failed rank raised "unhealthy". The default fault hook lets such a
+            failure pass (the user has handled it or let it propagate); False elsewhere.
 
-    Picklable (without ``mesh``); ``str(failure)`` names mesh, rank and cause.
+    Picklable (without ``mesh`` and ``received``); ``str(failure)`` names mesh, rank and cause.
     """
 
-    __slots__ = ("mesh_key", "mesh_name", "rank", "actor", "host", "pid", "cause", "causes", "mesh")
+    __slots__ = ("mesh_key", "mesh_name", "rank", "actor", "host", "pid", "cause", "causes", "mesh", "received")
 
     def __init__(self, mesh_key: str, mesh_name: str, rank: int, actor: str, host: str, pid: int, cause: str,
                  causes: tuple[MeshFailure, ...] = (), mesh: Any = None) -> None:
@@ -88,6 +92,7 @@ class MeshFailure:
         self.cause = cause
         self.causes = causes
         self.mesh = mesh
+        self.received = False
 
     @classmethod
     def _from_record(cls, record: FailureRecord, mesh: Any = None) -> MeshFailure:
@@ -140,15 +145,44 @@ def report_failure(runtime: Router, owner_address: str, record: FailureRecord) -
     runtime.send_later(owner_address, [_wire.sys_header(_wire.SVC_SUPERVISE, "failure"), *_serial.dumps(record)])
 
 
+#: The one line that says why the client ends and how to keep it running.
+ENDING = ("tetrarch: ending the program with exit code 1: no code handled this failure (to handle failures, catch "
+          "the SupervisionError of a call you wait on, give the owning actor a __supervise__, or set "
+          "tetrarch.unhandled_fault_hook)")
+
+
 def default_fault_hook(failure: MeshFailure) -> None:
     """Print ``failure.report()`` to stderr and end the client with exit code 1.
 
     The client ends as if its main thread raised ``SystemExit(1)``: ``finally`` blocks
-    and atexit handlers run, and the procs it started are stopped.
+    and atexit handlers run, and the procs it started are stopped. A failure the user
+    already received (``failure.received``: a call they waited on raised it) passes:
+    it was handled where it was raised. Once the client is ending, later failures are
+    printed in one line each.
     """
-    _log.error("unhandled failure reached the client (pid %d on %s)\n%s", os.getpid(), socket.gethostname(),
-               failure.report())
+    if failure.received:
+        _log.debug("failure received by the caller, not ending the client: %s", failure)
+        return
+    if _exit_code:
+        _log.error("also failed: %s", failure)
+        return
+    _log.error("unhandled failure reached the client (pid %d on %s)\n%s%s\n%s", os.getpid(), socket.gethostname(),
+               failure.report(), _init_traceback(failure), ENDING)
     exit_client(1)
+
+
+def _init_traceback(failure: MeshFailure) -> str:
+    """The remote traceback of a failed ``__init__`` (from ``mesh.initialized``), indented; else ''."""
+    initialized = getattr(failure.mesh, "initialized", None)
+    if initialized is None or not failure.cause.startswith("__init__ raised"):
+        return ""
+    # Its reply was sent before the failure report: normally there already. Waited on without
+    # get(), which would count as the user receiving the failures of its other ranks.
+    arrived = threading.Event()
+    initialized.add_done_callback(lambda _f: arrived.set())
+    arrived.wait(2.0)
+    text = getattr(initialized._error, "remote_traceback", "")
+    return "\n" + "".join("    " + line for line in text.splitlines(True)).rstrip() if text else ""
 
 
 unhandled_fault_hook: Callable[[MeshFailure], None] = default_fault_hook
@@ -166,9 +200,25 @@ _exit_code: list[int] = []
 _prev_sigint: Any = None
 
 
+def _main_code_running(frame: Any) -> bool:
+    """Whether the main thread (at ``frame``) still runs the program's ``__main__`` code.
+
+    Not while the interpreter prints an uncaught exception, joins threads or runs atexit
+    handlers: raising there would break that work (CPython then prints ``lost
+    sys.stderr`` and dumps the exception object).
+    """
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _on_sigint(signum: int, frame: Any) -> None:
     if _exit_code:
-        raise SystemExit(_exit_code[0])
+        if _main_code_running(frame):
+            raise SystemExit(_exit_code[0])
+        return  # the program is already ending: let the interpreter finish its exit
     prev = _prev_sigint
     if callable(prev):
         prev(signum, frame)
@@ -195,12 +245,19 @@ def install_exit_path() -> None:
 
 
 def exit_client(code: int) -> None:
-    """End the client process with ``code``, letting atexit handlers run."""
+    """End the client process with ``code``, letting atexit handlers run.
+
+    While the main thread runs the program, it gets ``SystemExit(code)``. Once the
+    program has ended on its own (its uncaught exception is being printed, atexit
+    handlers run), nothing is interrupted: the interpreter is already exiting.
+    """
     if _exit_code:
         return
     _exit_code.append(code)
     main = threading.main_thread()
     if main.is_alive() and signal.getsignal(signal.SIGINT) is _on_sigint and main.ident is not None:
+        if not _main_code_running(sys._current_frames().get(main.ident)):
+            return
         # Wakes the main thread even when it is blocked, and raises SystemExit there.
         signal.pthread_kill(main.ident, signal.SIGINT)
         return
@@ -241,6 +298,11 @@ class Supervisor:
         self._owned: dict[str, _Owned] = {}
         self._hooks: queue.SimpleQueue[MeshFailure] | None = None
         self.quiet = False  # set while the client shuts down: stops are not failures
+        # The client's claims, per actor ``(mesh key, address)``: calls in flight to it, its
+        # failures held until they end, and the actors whose failure user code received.
+        self._inflight: dict[tuple[str, str], int] = {}
+        self._held: dict[tuple[str, str], list[MeshFailure]] = {}
+        self._received: set[tuple[str, str]] = set()
         runtime.add_service(_wire.SVC_SUPERVISE, self.service)
 
     # -- registration -----------------------------------------------------------
@@ -272,6 +334,7 @@ class Supervisor:
         """Stop tracking a mesh (it was stopped): later events about it are ignored."""
         with self._lock:
             owned = self._owned.pop(key, None)
+            self._received = {t for t in self._received if t[0] != key}
         if owned is not None:
             for addr, token in owned.watches:
                 self.runtime.unwatch(addr, token)
@@ -309,9 +372,48 @@ class Supervisor:
         if owned.owner is not None:
             owned.owner.supervise(failure)
         elif self.role == "client":
-            self._to_client_hook(failure)
+            self._offer(failure, (key, owned.ranks[rank][0]))
         else:
             _log.error("a mesh spawned outside any actor failed and has no owner to tell:\n%s", failure.report())
+
+    # -- the client: failures the user received from calls -----------------------------
+    # A failure of a mesh the client owns is held while a call (or the spawn) to the
+    # failed actor is in flight. When that call ends, its failure is marked received if
+    # user code asked for the call's outcome (a thread waits in get(), a task awaits it,
+    # or it was read already): the exception it gets is the failure. The hook then runs.
+    def calls_started(self, targets: Sequence[tuple[str, str]]) -> None:
+        """A call to the actors ``targets`` (``(mesh key, address)``) is in flight (any thread)."""
+        with self._lock:
+            for t in targets:
+                self._inflight[t] = self._inflight.get(t, 0) + 1
+
+    def calls_ended(self, targets: Sequence[tuple[str, str]], dead: Sequence[tuple[str, str]],
+                    received: bool) -> None:
+        """That call ended: ``dead`` answered that they are gone; ``received``: the user asked for the
+        outcome. Also called with no ``targets`` when a call raised "unhealthy" for ``dead``."""
+        released: list[MeshFailure] = []
+        with self._lock:
+            for t in targets:
+                n = self._inflight.get(t, 0) - 1
+                if n > 0:
+                    self._inflight[t] = n
+                else:
+                    self._inflight.pop(t, None)
+            if received and dead:
+                self._received.update(dead)
+            if self._held:
+                for t in (*targets, *dead):
+                    if t not in self._inflight:
+                        released += self._held.pop(t, ())
+        for failure in released:
+            self._to_client_hook(failure)
+
+    def _offer(self, failure: MeshFailure, target: tuple[str, str]) -> None:
+        with self._lock:
+            if target in self._inflight:
+                self._held.setdefault(target, []).append(failure)
+                return
+        self._to_client_hook(failure)
 
     def _to_client_hook(self, failure: MeshFailure) -> None:
         if self.quiet:
@@ -328,6 +430,9 @@ class Supervisor:
             failure = self._hooks.get()
             if self.quiet:
                 continue
+            with self._lock:
+                addr = self._owned[failure.mesh_key].ranks[failure.rank][0] if failure.mesh_key in self._owned else ""
+                failure.received = (failure.mesh_key, addr) in self._received
             hook = _current_hook()
             try:
                 hook(failure)
