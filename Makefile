@@ -4,8 +4,10 @@
 #   make demo     run examples/quickstart.py
 #   make lint     ruff check and mypy (settings in the root pyproject.toml)
 #   make test     run the whole suite (tests/ and plugins/*/tests) with one pytest command
+#   make test-packaging  build the seven wheels; install each README install into a fresh venv
+#                 from them (and a third-party wheel cache, .cache/wheels) and run the quickstart
 #   make bench    run benchmarks/bench_calls.py
-#   make clean    remove build litter (keeps .venv; `make distclean` removes it too)
+#   make clean    remove build litter (keeps .venv and .cache; `make distclean` removes them too)
 #
 # VPY=/path/to/python on the command line (make lint VPY=...) runs lint, test, demo and
 # bench with that interpreter's environment as it is: no .venv is built or updated.
@@ -36,7 +38,7 @@ PYPROJECTS := $(wildcard core/pyproject.toml) $(PLUGIN_PYPROJECTS)
 
 PYTEST_ARGS ?=
 
-.PHONY: venv deps-apt demo lint test bench clean distclean
+.PHONY: venv deps-apt demo lint test test-packaging bench clean distclean
 
 # What the run targets need first: the venv, unless VPY names another interpreter.
 ifeq ($(origin VPY),command line)
@@ -80,6 +82,11 @@ lint: $(RUN_DEPS)
 test: $(RUN_DEPS)
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
+# Minutes, not seconds: kept out of `make test` (tests/packaging/conftest.py skips it there).
+# The first run downloads the third-party wheels into .cache/wheels through pip's configuration.
+test-packaging: $(RUN_DEPS)
+	$(VPY) -m pytest -m packaging tests/packaging $(PYTEST_ARGS)
+
 bench: $(RUN_DEPS)
 	$(VPY) benchmarks/bench_calls.py
 
@@ -91,4 +98,4 @@ clean:
 	rm -rf .mypy_cache .ruff_cache
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) .cache

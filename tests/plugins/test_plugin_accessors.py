@@ -11,7 +11,7 @@ import pytest
 import tetrarch.plugins
 from tetrarch._config import configure
 from tetrarch._plugins import Registry, get_registry, reset_registry
-from tetrarch.plugins import Allocator, BackendKind, BackendNotFound, BackendUnavailable, Transport
+from tetrarch.plugins import Allocator, BackendKind, BackendNotFound, Transport
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,8 +45,8 @@ def test_unknown_names_list_the_choices_and_the_install_hint(builtins_only: Regi
         builtins_only.get_transport("zmq")
     with pytest.raises(BackendNotFound, match=r"'slurm' is not implemented yet"):
         builtins_only.get_allocator("slurm")
-    with pytest.raises(BackendUnavailable, match="no allocator backend is available"):
-        builtins_only.get_allocator()
+    # core alone has an allocator, so a plain `pip install tetrarch` runs this_host()
+    assert type(builtins_only.get_allocator()).__name__ == "LocalAllocator"
 
 
 def test_get_allocator_returns_an_allocator() -> None:

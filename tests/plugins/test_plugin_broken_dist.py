@@ -83,7 +83,7 @@ def test_broken_plugin_is_reported_and_the_rest_still_load(broken_site: Path) ->
     assert others == plugin_rows(Registry())
     dists = {r["distribution"] for r in others}
     assert {"tetrarch", "tetrarch-transport-zmq", "tetrarch-transport-nng", "tetrarch-rdma-verbs",
-            "tetrarch-rdma-efa", "tetrarch-alloc-local", "tetrarch-alloc-slurm"} <= dists
+            "tetrarch-rdma-efa", "tetrarch-alloc-slurm"} <= dists
     assert not [r for r in others if r["status"] in ("broken", "not installed")]
 
 

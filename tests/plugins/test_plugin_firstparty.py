@@ -1,4 +1,8 @@
-"""The six first-party plugin distributions report the truth about this machine."""
+"""The first-party plugin distributions report the truth about this machine.
+
+``tetrarch-alloc-local`` registers no backend: the ``local`` allocator is core's
+(``tests/kernel/test_local_allocator.py``).
+"""
 
 from __future__ import annotations
 
@@ -25,7 +29,6 @@ FIRST_PARTY = {
     (T, "nng"): "tetrarch-transport-nng",
     (R, "verbs"): "tetrarch-rdma-verbs",
     (R, "efa"): "tetrarch-rdma-efa",
-    (A, "local"): "tetrarch-alloc-local",
     (A, "slurm"): "tetrarch-alloc-slurm",
 }
 

@@ -36,7 +36,7 @@ def rows_by_key(registry: Registry) -> dict[tuple[BackendKind, str], list]:
 def test_builtins_are_registered_under_core() -> None:
     registry = Registry(entry_points=False)
     rows = rows_by_key(registry)
-    for key in [(T, "ipc"), (T, "tcp"), (R, "tcp"), (R, "shm")]:
+    for key in [(T, "ipc"), (T, "tcp"), (R, "tcp"), (R, "shm"), (A, "local")]:
         (row,) = rows[key]
         assert row.distribution == "tetrarch"
         assert row.version == "0.1.0"
@@ -46,6 +46,9 @@ def test_builtins_are_registered_under_core() -> None:
     assert rows[(T, "ipc")][0].spec.priority == 20
     assert rows[(T, "tcp")][0].spec.capabilities == {"local", "multi-host"}
     assert rows[(R, "shm")][0].spec.priority == 5
+    local = rows[(A, "local")][0].spec
+    assert local.priority == 10 and local.capabilities == {"same-host"}
+    assert local.factory == "tetrarch._runtime._local_alloc:LocalAllocator"
 
 
 def test_builtin_probes_are_truthful() -> None:
@@ -193,7 +196,7 @@ def test_disable_by_distribution_or_entry_point_name(monkeypatch: pytest.MonkeyP
         assert "TETRARCH_DISABLE_PLUGINS" in row.hint
     states = {p.distribution: p.state for p in registry.plugins()}
     assert states["tetrarch-transport-zmq"] is PluginState.DISABLED
-    assert states["tetrarch-alloc-local"] is PluginState.LOADED
+    assert states["tetrarch-alloc-slurm"] is PluginState.LOADED
 
 
 def test_disable_applies_to_injected_plugins_but_never_core(fakes, monkeypatch: pytest.MonkeyPatch,
@@ -227,14 +230,14 @@ def test_entry_points_load_one_by_one() -> None:
     pm.add_hookspecs(_hookspecs)
     eps = [
         importlib.metadata.EntryPoint("missing", "tetrarch_no_such_module_xyz", "tetrarch"),
-        importlib.metadata.EntryPoint("local", "tetrarch_alloc_local._plugin", "tetrarch"),
+        importlib.metadata.EntryPoint("slurm", "tetrarch_alloc_slurm._plugin", "tetrarch"),
     ]
     records = load_entry_points(pm, disabled=frozenset(), strict=False, entry_points=lambda: eps)
     by_name = {r.name: r for r in records}
     assert by_name["missing"].state is PluginState.BROKEN
     assert "ModuleNotFoundError" in by_name["missing"].reason
-    assert by_name["local"].state is PluginState.LOADED
-    assert [s.name for s in by_name["local"].specs] == ["local"]
+    assert by_name["slurm"].state is PluginState.LOADED
+    assert [s.name for s in by_name["slurm"].specs] == ["slurm"]
     strict_pm = pluggy.PluginManager("tetrarch")
     strict_pm.add_hookspecs(_hookspecs)
     with pytest.raises(PluginLoadError, match="'missing'"):

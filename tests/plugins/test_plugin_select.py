@@ -169,7 +169,7 @@ def test_nothing_available_lists_why(fakes, make_registry, monkeypatch: pytest.M
     with pytest.raises(BackendUnavailable) as info:
         registry.select(A)
     assert "fake x cannot run" in str(info.value)
-    assert 'pip install "tetrarch[local]"' in str(info.value)
+    assert 'pip install "tetrarch[slurm]"' in str(info.value)
 
 
 def test_a_plugin_policy_goes_before_the_default(fakes, make_registry) -> None:

@@ -1,4 +1,4 @@
-"""Core's own backends and default selection policy.
+"""Core's own backends (ipc/tcp transports, tcp/shm RDMA, the local allocator) and default selection policy.
 
 Registered directly by the registry (not through an entry point), under the
 distribution ``tetrarch``. Two plugin objects, so a test registry can keep the policy
@@ -18,7 +18,7 @@ from ._specs import BackendKind, BackendSpec, ProbeResult
 
 __all__ = ["BuiltinBackends", "DefaultPolicy", "default_policy", "required_capabilities"]
 
-_T, _R = BackendKind.TRANSPORT, BackendKind.RDMA
+_T, _R, _A = BackendKind.TRANSPORT, BackendKind.RDMA, BackendKind.ALLOCATOR
 
 
 def _module_of(factory: str) -> str:
@@ -34,6 +34,7 @@ _IPC = "tetrarch._transport._socket:IpcTransport"
 _TCP = "tetrarch._transport._socket:TcpTransport"
 _RDMA_TCP = "tetrarch._rdma._tcp:TcpRdmaBackend"
 _RDMA_SHM = "tetrarch._rdma._shm:ShmRdmaBackend"
+_LOCAL = "tetrarch._runtime._local_alloc:LocalAllocator"
 
 
 def _probe_ipc() -> ProbeResult:
@@ -52,8 +53,12 @@ def _probe_rdma_shm() -> ProbeResult:
     return ProbeResult.yes("/dev/shm")
 
 
+def _probe_local() -> ProbeResult:
+    return ProbeResult.yes("host agents are processes on this machine")
+
+
 class BuiltinBackends:
-    """The transports and RDMA backends that ship inside core."""
+    """The transports, RDMA backends and allocator that ship inside core."""
 
     @hookimpl
     def tetrarch_transports(self) -> Sequence[BackendSpec]:
@@ -78,6 +83,15 @@ class BuiltinBackends:
             BackendSpec(
                 _R, "shm", _RDMA_SHM, implemented=_written(_RDMA_SHM), probe=_probe_rdma_shm, priority=5,
                 summary="shared memory (same host)", capabilities=frozenset({"same-host"}),
+            ),
+        ]
+
+    @hookimpl
+    def tetrarch_allocators(self) -> Sequence[BackendSpec]:
+        return [
+            BackendSpec(
+                _A, "local", _LOCAL, probe=_probe_local, priority=10,
+                summary="host agents as processes on this machine", capabilities=frozenset({"same-host"}),
             ),
         ]
 

@@ -1,7 +1,10 @@
 """First-party backends and the extra that installs each (fsspec's ``known_implementations``).
 
 Core never imports a plugin; this table only lets ``tetrarch plugins`` and the errors of
-:meth:`Registry.select` say *what to install* for a backend that is absent.
+:meth:`Registry.select` say *what to install* for a backend that is absent. Core's own
+backends (ipc/tcp transports, tcp/shm RDMA, the ``local`` allocator) are never absent,
+so they are not listed; ``tetrarch-alloc-local`` now only re-exports core's allocator
+and ships no backend.
 """
 
 from __future__ import annotations
@@ -51,7 +54,6 @@ KNOWN_BACKENDS: Mapping[tuple[BackendKind, str], KnownBackend] = {
         KnownBackend(_T, "nng", "tetrarch-transport-nng", "nng"),
         KnownBackend(_R, "verbs", "tetrarch-rdma-verbs", "verbs"),
         KnownBackend(_R, "efa", "tetrarch-rdma-efa", "efa"),
-        KnownBackend(_A, "local", "tetrarch-alloc-local", "local"),
         KnownBackend(_A, "slurm", "tetrarch-alloc-slurm", "slurm"),
     )
 }

@@ -1,23 +1,14 @@
-"""tetrarch allocator whose "hosts" are host agent processes on this machine (backend ``local``).
+"""Compatibility name for core's ``local`` allocator.
 
-Usually reached through the registry (``TETRARCH_ALLOCATOR=local`` or by priority);
-the classes load lazily so the entry point stays featherweight.
+The ``local`` allocator (host agents as processes on this machine) is part of core
+(``tetrarch``) since 0.1, so a plain ``pip install tetrarch`` runs ``this_host()``.
+This distribution, ``tetrarch-alloc-local``, stays because documentation and users name
+it: it only re-exports :class:`LocalAllocator` and :class:`LocalAllocation` from core
+and registers no backend (a second ``local`` backend would be a conflict).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from tetrarch._runtime._local_alloc import LocalAllocation, LocalAllocator
 
 __all__ = ["LocalAllocation", "LocalAllocator"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import _local
-
-        return getattr(_local, name)
-    raise AttributeError(f"module 'tetrarch_alloc_local' has no attribute {name!r}")
-
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._local import LocalAllocation, LocalAllocator

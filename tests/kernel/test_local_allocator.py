@@ -1,4 +1,4 @@
-"""LocalAllocator: host agents as processes on this machine."""
+"""LocalAllocator (core's ``local`` allocator): host agents as processes on this machine."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from tetrarch._plugins import Registry
+from tetrarch._runtime._local_alloc import LocalAllocation, LocalAllocator
 from tetrarch.plugins import AgentCommand, AllocatorError, AllocRequest, BackendKind, ExitInfo
 from tetrarch.testing import Collector, scaled
-from tetrarch_alloc_local import LocalAllocation, LocalAllocator
 
 pytestmark = pytest.mark.timeout(scaled(60))
 
@@ -114,9 +114,12 @@ def test_unstartable_agent_raises_allocator_error(tmp_path: Path) -> None:
 
 
 def test_registry_creates_the_local_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Core alone provides it: no entry point (no plugin distribution) is needed."""
     monkeypatch.delenv("TETRARCH_ALLOCATOR", raising=False)
     monkeypatch.delenv("TETRARCH_DISABLE_PLUGINS", raising=False)
-    registry = Registry()
+    registry = Registry(entry_points=False)
+    (row,) = [r for r in registry.statuses(BackendKind.ALLOCATOR) if r.name == "local"]
+    assert row.distribution == "tetrarch"
     assert registry.select(BackendKind.ALLOCATOR).name == "local"
     allocator = registry.create(BackendKind.ALLOCATOR, "local")
     assert isinstance(allocator, LocalAllocator)

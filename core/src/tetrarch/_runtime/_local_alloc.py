@@ -1,4 +1,9 @@
-"""Host agents as child processes of this process."""
+"""The ``local`` allocator: host agents as child processes of this process.
+
+Part of core (registered by ``tetrarch._plugins._builtin``), so a plain
+``pip install tetrarch`` can run ``this_host()``; the ``tetrarch-alloc-local``
+distribution only re-exports these classes under ``tetrarch_alloc_local``.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-from tetrarch.plugins import Allocation, Allocator, AllocatorError, AllocRequest, ExitInfo, spawn_watched
-
-if TYPE_CHECKING:
-    from tetrarch._runtime._spawn import WatchedProcess
+from .._errors import AllocatorError
+from ._alloc import Allocation, Allocator, AllocRequest
+from ._spawn import ExitInfo, WatchedProcess, spawn_watched
 
 __all__ = ["LocalAllocation", "LocalAllocator"]
 
