@@ -28,7 +28,9 @@ TORCH := torch==2.13.0
 # Third-party packages the plugins and the test suite need. The plugins themselves are
 # installed with --no-deps (their only other requirement is tetrarch itself), so their
 # third-party dependencies are listed here explicitly. numpy: torch warns on import without it.
-THIRD_PARTY := pyzmq pynng pytest pytest-timeout psutil uvloop numpy setproctitle
+# setproctitle: a core dependency (process titles). setuptools: make test-packaging builds
+# the wheels with --no-build-isolation.
+THIRD_PARTY := pyzmq pynng pytest pytest-timeout psutil uvloop numpy setproctitle setuptools
 # `make lint`'s tools, pinned: a new release may add findings, so upgrades are deliberate.
 LINT_TOOLS := ruff==0.17.5 mypy==2.4.1
 PLUGINS := transport_zmq transport_nng rdma_verbs rdma_efa alloc_local alloc_slurm
