@@ -12,7 +12,8 @@ from __future__ import annotations
 __all__ = [
     "ActorError", "AllocatorError", "ArgumentError", "ArgumentTypeError", "ConfigError", "EndpointNotFoundError",
     "FutureTimeoutError", "MeshIndexError", "MeshKeyError", "MeshNotFoundError", "MeshStoppedError", "NotOwnerError",
-    "NotSupportedError", "ProcessStartError", "RemoteException", "SupervisionError", "TetrarchError",
+    "NotSupportedError", "ProcessStartError", "RDMAError", "RDMATcpFallbackWarning", "RemoteException",
+    "SupervisionError", "TetrarchError",
     "UsageError",
 ]
 
@@ -127,6 +128,18 @@ class SupervisionError(TetrarchError, RuntimeError):
 
     def __reduce__(self) -> tuple:
         return (SupervisionError, (self.args[0], self.endpoint))
+
+
+class RDMAError(TetrarchError, RuntimeError):
+    """An RDMA transfer was refused or failed: the buffer was dropped (or never existed at its
+    owner), the range lies outside it, or the backend failed (the message says which)."""
+
+
+class RDMATcpFallbackWarning(UserWarning):
+    """RDMA runs over the TCP fallback because no hardware backend is usable (shown once per process).
+
+    The message names the skipped backends and why; ``TETRARCH_RDMA_FALLBACK=0`` makes it an error.
+    """
 
 
 class ProcessStartError(TetrarchError, RuntimeError):

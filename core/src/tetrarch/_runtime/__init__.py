@@ -50,6 +50,9 @@ A module that needs something from above takes it as an argument or a ``Protocol
 ``process``
     ``_root``       wires a process together (router + services) and holds it
 
+``rdma`` (outside ``_runtime``; needs the process's router and the actor context)
+    ``tetrarch._rdma``       RDMABuffer, RDMAAction, the backend interface, core's tcp and shm backends
+
 ``meshes`` (what users call)
     ``_mesh``       ActorMesh
     ``_hostalloc``  which allocator starts a host mesh (the registry's selection rules)
@@ -80,6 +83,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "_launch", "_supervision", "_port", "_collect", "_endpoint", "_output"))),
     ("actors", tuple(f"tetrarch._runtime.{m}" for m in ("_actor", "_runner", "_procagent"))),
     ("process", ("tetrarch._runtime._root",)),
+    ("rdma", ("tetrarch._rdma",)),
     ("meshes", tuple(f"tetrarch._runtime.{m}" for m in ("_mesh", "_hostalloc", "_procmesh", "_job", "_channel"))),
     ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main")),
 )
