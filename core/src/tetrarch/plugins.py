@@ -66,6 +66,12 @@ _LAZY = {
     "AgentCommand": "tetrarch._runtime._alloc",
     "AllocatorError": "tetrarch._runtime._alloc",
     "spawn_watched": "tetrarch._runtime._spawn",
+    "RdmaBackend": "tetrarch._rdma._backend",
+    "RdmaHost": "tetrarch._rdma._backend",
+    "LocalRegion": "tetrarch._rdma._backend",
+    "RemoteRegion": "tetrarch._rdma._backend",
+    "PeerIdentity": "tetrarch._rdma._backend",
+    "MemoryKind": "tetrarch._rdma._backend",
     "ExitInfo": "tetrarch._runtime._spawn",
     "WatchedProcess": "tetrarch._runtime._spawn",
 }
@@ -86,8 +92,14 @@ __all__ = [
     "ConnectionHandler",
     "ExitInfo",
     "Listener",
+    "LocalRegion",
+    "MemoryKind",
+    "PeerIdentity",
     "PluginLoadError",
     "ProbeResult",
+    "RdmaBackend",
+    "RdmaHost",
+    "RemoteRegion",
     "Status",
     "Transport",
     "TransportError",
@@ -109,6 +121,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion
     from ._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
     from ._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
     from ._transport._base import (
