@@ -91,6 +91,7 @@ test-packaging: $(RUN_DEPS)
 
 bench: $(RUN_DEPS)
 	$(VPY) benchmarks/bench_calls.py
+	$(VPY) benchmarks/bench_rdma.py
 
 clean:
 	find . -path ./$(VENV) -prune -o -path ./.git -prune -o \

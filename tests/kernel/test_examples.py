@@ -21,6 +21,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
         ("work_queue.py", "work_queue: processed 20 items with 4 workers"),
         ("ping_pong.py", "ping_pong: 2 pairs played 10 rounds"),
         ("supervision.py", "supervision: the manager handled 1 failure; the fault hook recorded 1"),
+        ("parameter_server.py", "parameter_server: loss went from 0.3439 to 0.0014 over 20 steps"),
     ],
 )
 def test_example_runs(run_scenario, script: str, expected: str) -> None:
