@@ -35,8 +35,8 @@ address such as ``foo+tcp://host:port``, or by priority; ``tetrarch plugins`` sh
 its status. A ``tetrarch_select_backend`` hookimpl may replace the default policy.
 
 Code that needs a backend asks by kind: :func:`get_transport` returns a
-:class:`Transport`, :func:`get_allocator` an :class:`Allocator` (RDMA backends have
-no interface yet: ``get_registry().create(BackendKind.RDMA)``).
+:class:`Transport`, :func:`get_allocator` an :class:`Allocator`. RDMA backends implement
+:class:`RdmaBackend`; ``tetrarch.rdma`` selects and starts them per transfer.
 
 The runtime interfaces (:class:`Transport`, :class:`Allocator`, ...) load lazily so
 importing this module stays cheap.

@@ -445,8 +445,8 @@ class Registry:
         """The allocator to use: :meth:`create` for :attr:`BackendKind.ALLOCATOR`, typed.
 
         ``name`` chooses it; without one, the ``allocator`` setting, then priority decide.
-        RDMA backends have no interface yet, so they have no typed accessor: use
-        :meth:`create` with :attr:`BackendKind.RDMA`.
+        RDMA backends are selected per transfer by ``tetrarch.rdma`` (``tetrarch._rdma``),
+        which creates them with :meth:`create`.
 
         Raises:
             BackendNotFound, BackendUnavailable, TypeError, Exception: as
@@ -539,8 +539,7 @@ def get_transport(name: str | None = None) -> Transport:
 def get_allocator(name: str | None = None) -> Allocator:
     """The process-wide registry's allocator: :meth:`Registry.get_allocator`.
 
-    There is no ``get_rdma_backend``: RDMA backends have no interface yet; use
-    ``get_registry().create(BackendKind.RDMA, name)``.
+    RDMA backends are selected per transfer by ``tetrarch.rdma`` (see docs/rdma.md).
 
     Raises:
         PluginLoadError: as :func:`get_registry`.
