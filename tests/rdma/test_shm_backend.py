@@ -178,7 +178,13 @@ def test_deregister_waits_for_a_copy_in_flight(host: LoopbackHost, monkeypatch: 
     fut = host.backend.read(remote, 0, region_of(dst), later())
     assert copying.wait(scaled(10))
     dropped = threading.Event()
-    t = threading.Thread(target=lambda: (host.backend.deregister(1), dropped.set()))  # type: ignore[union-attr]
+    backend = host.backend
+
+    def drop() -> None:
+        backend.deregister(1)
+        dropped.set()
+
+    t = threading.Thread(target=drop)
     t.start()
     assert not dropped.wait(0.2)  # a bounded check that it is still waiting, not a synchronization
     release.set()
