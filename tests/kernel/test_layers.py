@@ -18,7 +18,7 @@ from tetrarch._runtime import LAYERS
 PACKAGE = Path(tetrarch.__file__).parent
 #: Public façades and tools that sit on top of the whole stack.
 ABOVE_THE_STACK = {"tetrarch", "tetrarch.__main__", "tetrarch._cli", "tetrarch.plugins", "tetrarch.job",
-                   "tetrarch._runtime"}
+                   "tetrarch.rdma", "tetrarch._runtime"}
 
 
 def _module_name(path: Path) -> str:

@@ -285,6 +285,14 @@ RDMA_FALLBACK: Setting[bool] = Setting(
     "rdma_fallback", "TETRARCH_RDMA_FALLBACK", bool, True,
     "RDMA may fall back to core's backends when no hardware backend is usable (warns once)",
 )
+RDMA_TCP_CHUNK_SIZE: Setting[int] = Setting(
+    "rdma_tcp_chunk_size", "TETRARCH_RDMA_TCP_CHUNK_SIZE", int, 512 * 1024,
+    "bytes per message of the RDMA TCP fallback (a transfer streams as many chunks as it needs)", unit="bytes",
+)
+RDMA_TCP_WINDOW: Setting[int] = Setting(
+    "rdma_tcp_window", "TETRARCH_RDMA_TCP_WINDOW", int, 16,
+    "chunks of one RDMA TCP fallback write that may be unacknowledged at once",
+)
 FORWARD_OUTPUT: Setting[bool] = Setting(
     "forward_output", "TETRARCH_FORWARD_OUTPUT", bool, True,
     "procs' stdout and stderr reach the client line by line, prefixed with mesh and rank (`0`: unprefixed, "

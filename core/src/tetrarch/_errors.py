@@ -135,7 +135,7 @@ class RDMAError(TetrarchError, RuntimeError):
     owner), the range lies outside it, or the backend failed (the message says which)."""
 
 
-class RDMATcpFallbackWarning(UserWarning):
+class RDMATcpFallbackWarning(RuntimeWarning):
     """RDMA runs over the TCP fallback because no hardware backend is usable (shown once per process).
 
     The message names the skipped backends and why; ``TETRARCH_RDMA_FALLBACK=0`` makes it an error.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pluggy
 
 from .._config import ALLOCATOR, DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_BACKEND, RDMA_FALLBACK, TRANSPORT, Setting
-from .._errors import ArgumentError, ArgumentTypeError
+from .._errors import ArgumentError, ArgumentTypeError, RDMATcpFallbackWarning
 from . import _hookspecs
 from ._builtin import BuiltinBackends, DefaultPolicy, required_capabilities
 from ._errors import BackendNotFound, BackendUnavailable
@@ -249,6 +249,7 @@ class Registry:
         *,
         address: str | None = None,
         request: Mapping[str, object] | None = None,
+        among: Iterable[str] | None = None,
     ) -> BackendSpec:
         """Choose the backend of ``kind`` to use.
 
@@ -262,6 +263,8 @@ class Registry:
         replaced by another backend. An RDMA choice that falls back to a core backend
         while a hardware backend is installed warns once per process (or raises when
         ``request["allow_fallback"]`` is False or ``TETRARCH_RDMA_FALLBACK=0``).
+        ``among`` limits an automatic choice to those names (an RDMA transfer: the
+        backends both sides have); an explicit choice is not limited by it.
 
         Raises:
             BackendNotFound: the chosen name is not installed (the message lists the
@@ -293,7 +296,7 @@ class Registry:
                 raise ArgumentError(f"address {address!r} names transport {addr_backend!r} but {source} chose "
                                     f"{chosen!r}")
         if chosen is None:
-            return self._auto(kind, scheme, req)
+            return self._auto(kind, scheme, req, None if among is None else frozenset(among))
         spec = self._named(kind, chosen, source)
         if scheme is not None and scheme not in spec.schemes:
             served = ", ".join(f"{s}://" for s in spec.schemes) or "nothing"
@@ -336,15 +339,19 @@ class Registry:
             )
         return message
 
-    def _auto(self, kind: BackendKind, scheme: str | None, request: Mapping[str, object]) -> BackendSpec:
+    def _auto(self, kind: BackendKind, scheme: str | None, request: Mapping[str, object],
+              among: frozenset[str] | None = None) -> BackendSpec:
         rows = [r for r in self.statuses(kind) if not is_absent(r)]
+        if among is not None:
+            rows = [r for r in rows if r.name in among or r.distribution != _CORE]  # skipped ones still count
         what = f"{kind.value} backend"
         if scheme is not None:
             rows = [r for r in rows if r.spec is not None and scheme in r.spec.schemes]
             what = f"transport for {scheme}:// addresses"
             if not rows:
                 raise BackendNotFound(f"no installed transport serves {scheme}:// addresses; " + self._installed(kind))
-        candidates = [r.spec for r in rows if r.status is Status.AVAILABLE and r.spec is not None]
+        candidates = [r.spec for r in rows if r.status is Status.AVAILABLE and r.spec is not None
+                      and (among is None or r.name in among)]
         chosen = None
         if candidates:
             chosen = self._pm.hook.tetrarch_select_backend(kind=kind, candidates=candidates, request=request)
@@ -495,7 +502,7 @@ def _warn_fallback_once(message: str) -> None:
         if _fallback_warned:
             return
         _fallback_warned = True
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
+    warnings.warn(message, RDMATcpFallbackWarning, stacklevel=4)
 
 
 _registry: Registry | None = None

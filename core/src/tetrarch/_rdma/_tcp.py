@@ -1,0 +1,179 @@
+"""The ``tcp`` RDMA backend: core's fallback, chunks streamed over the actor transport.
+
+A read asks the owner's ``rdma`` service for a range (``tcp_read``); the owner checks it
+against its registration table and streams it back as port messages of
+``rdma_tcp_chunk_size`` bytes, each sent straight from the registered memory (no copy
+on the sending side) and copied by the reader into the destination at its offset as it
+arrives. A write sends chunks (``tcp_write``), at most ``rdma_tcp_window`` of them
+unacknowledged; the owner checks each against its table, copies it into place and
+acknowledges it. Many chunks are in flight at once in both directions; TCP's own flow
+control paces the stream.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from .._config import RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW
+from .._errors import RDMAError, SupervisionError
+from .._runtime import _serial, _wire
+from .._runtime._router import PeerUnreachable
+from ._backend import LocalRegion, RdmaBackend, RdmaHost, RemoteRegion
+from ._runtime import SERVICE, RdmaRuntime
+
+__all__ = ["TcpRdmaBackend"]
+
+_READ = struct.Struct("!QQQQ")  # buffer id, offset, nbytes, chunk size
+_WRITE = struct.Struct("!QQQ")  # buffer id, offset in the buffer, offset in the transfer
+
+
+def _set(fut: Future[Any], error: BaseException | None = None) -> None:
+    try:
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+    except Exception:  # noqa: BLE001 - already failed (timeout, owner died)
+        pass
+
+
+class TcpRdmaBackend(RdmaBackend):
+    """Moves registered memory as chunked messages over the kernel's connections."""
+
+    runtime: RdmaRuntime
+
+    def start(self, host: RdmaHost) -> None:
+        super().start(host)
+        self.runtime = host.runtime  # type: ignore[attr-defined]  # core's own host: the runtime behind it
+        self.runtime.add_op("tcp_read", self._serve_read)
+        self.runtime.add_op("tcp_write", self._serve_write)
+
+    def register(self, region: LocalRegion, buffer_id: int) -> object:
+        return None  # the owner's table is all a tcp transfer needs
+
+    def deregister(self, buffer_id: int) -> None:
+        pass
+
+    # ------------------------------------------------------------ initiator side
+    def _open(self, remote: RemoteRegion, nbytes: int, on_chunk: Any) -> tuple[Future[None], int]:
+        fut: Future[None] = Future()
+        router = self.runtime.router
+        port = router.open_port(on_chunk)
+        fut.add_done_callback(lambda _f: router.close_port(port))
+        return fut, port
+
+    def _send(self, fut: Future[None], owner: str, frames: list) -> bool:
+        try:
+            self.runtime.router.send(owner, frames)
+            return True
+        except PeerUnreachable as exc:
+            _set(fut, SupervisionError(f"the owner of the RDMA buffer ({owner}) is unreachable: {exc}"))
+            return False
+
+    def read(self, remote: RemoteRegion, offset: int, dst: LocalRegion, deadline: float) -> Future[None]:
+        view = dst.view
+        assert view is not None  # CPU memory only (memory_kinds)
+        total = dst.nbytes
+        got = [0]
+        lock = threading.Lock()
+
+        def on_chunk(hdr: _wire.PortHeader, frames: list) -> None:
+            if hdr.status != _wire.OK:
+                _set(fut, _error(frames))
+                return
+            data = frames[0]
+            n = data.nbytes if isinstance(data, memoryview) else len(data)
+            start = hdr.tag
+            if not 0 <= start <= total - n:
+                _set(fut, RDMAError(f"the owner sent {n} bytes at offset {start} of a {total}-byte read"))
+                return
+            view[start:start + n] = data
+            with lock:
+                got[0] += n
+                done = got[0] == total
+            if done:
+                _set(fut)
+
+        fut, port = self._open(remote, total, on_chunk)
+        router = self.runtime.router
+        meta = _READ.pack(remote.buffer_id, offset, total, RDMA_TCP_CHUNK_SIZE())
+        self._send(fut, remote.owner.address, [_wire.sys_header(SERVICE, "tcp_read", router.address, port), meta])
+        return fut
+
+    def write(self, remote: RemoteRegion, offset: int, src: LocalRegion, deadline: float) -> Future[None]:
+        view = src.view
+        assert view is not None
+        total = src.nbytes
+        chunk = max(1, RDMA_TCP_CHUNK_SIZE())
+        window = threading.Semaphore(max(1, RDMA_TCP_WINDOW()))
+        acked = [0]
+        lock = threading.Lock()
+
+        def on_ack(hdr: _wire.PortHeader, frames: list) -> None:
+            if hdr.status != _wire.OK:
+                _set(fut, _error(frames))
+                window.release()
+                return
+            with lock:
+                acked[0] += min(chunk, total - hdr.tag)
+                done = acked[0] == total
+            window.release()
+            if done:
+                _set(fut)
+
+        fut, port = self._open(remote, total, on_ack)
+        fut.add_done_callback(lambda _f: window.release(max(1, RDMA_TCP_WINDOW())))  # unblock the pump
+        router = self.runtime.router
+        owner = remote.owner.address
+
+        def pump() -> None:
+            header = _wire.sys_header(SERVICE, "tcp_write", router.address, port)
+            for rel in range(0, total, chunk):
+                window.acquire()
+                if fut.done():
+                    return
+                meta = _WRITE.pack(remote.buffer_id, offset + rel, rel)
+                if not self._send(fut, owner, [header, meta, view[rel:rel + chunk]]):
+                    return
+
+        self.runtime.pool.submit(pump)
+        return fut
+
+    # ------------------------------------------------------------ owner side (the rdma service)
+    def _serve_read(self, hdr: _wire.SysHeader, frames: list) -> None:
+        buffer_id, offset, nbytes, chunk = _READ.unpack(frames[0])
+        region = self.host.lookup(buffer_id, offset, nbytes)  # raises RDMAError: the service replies it
+        chunk = max(1, min(chunk, 64 << 20))
+        router, addr, port = self.runtime.router, hdr.reply_addr, hdr.reply_port
+        if addr is None or port is None:
+            return
+
+        def stream() -> None:
+            view = region.view
+            assert view is not None
+            try:
+                for rel in range(0, nbytes, chunk):
+                    router.send(addr, [_wire.port_header(port, rel, _wire.OK), view[rel:rel + chunk]])
+            except PeerUnreachable:
+                pass  # the reader is gone
+
+        self.runtime.pool.submit(stream)
+
+    def _serve_write(self, hdr: _wire.SysHeader, frames: list) -> None:
+        buffer_id, offset, rel = _WRITE.unpack(frames[0])
+        data = frames[1]
+        n = data.nbytes if isinstance(data, memoryview) else len(data)
+        if self.runtime.readonly(buffer_id):
+            raise RDMAError(f"RDMA buffer {buffer_id} is read-only at its owner; write_from needs writable memory")
+        region = self.host.lookup(buffer_id, offset, n)
+        assert region.view is not None
+        region.view[:] = data
+        self.runtime.router.reply_later(hdr.reply_addr, hdr.reply_port, rel, _wire.OK, None)
+
+
+def _error(frames: list) -> BaseException:
+    error = _serial.loads(frames)
+    return error if isinstance(error, BaseException) else RDMAError(str(error))
