@@ -62,7 +62,7 @@ from ._backend import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegi
 __all__ = ["ShmRdmaBackend"]
 
 #: The owner copies in slices of this size and gives up between slices once the deadline passed.
-SLICE = 64 << 20
+SLICE = 16 << 20
 #: How long past the transfer's deadline the initiator waits for the owner's answer, so that its
 #: future (which keeps the initiator's memory alive) is never done while the owner may still copy.
 GRACE_S = 10.0
