@@ -1,0 +1,258 @@
+"""``RdmaSuite``: the contract every RDMA backend passes (core's ``tcp`` and ``shm``, and plugins').
+
+Subclass it and provide the ``backend`` fixture (the backend's name)::
+
+    import pytest
+    from tetrarch.testing.rdma import RdmaSuite
+
+    class TestFooRdma(RdmaSuite):
+        @pytest.fixture(scope="class")
+        def backend(self) -> str:
+            return "foo"
+
+Every test registers its buffers in an owner proc with ``RDMABuffer(data, backend=...)``,
+so the transfers run through that backend only, and reads them from the client (and
+from a third process). Owners are actors (:class:`tetrarch.testing._rdma_actors.Holder`)
+in a two-proc mesh made once per class; the SIGKILL and SIGSTOP tests make their own.
+
+Switches a subclass may override (fixtures, like fsspec's abstract suites):
+
+``stalls_when_owner_stopped`` (default True)
+    a transfer from a SIGSTOPped owner cannot finish (its owner serves it, as ``tcp``
+    does); set False for a backend that reads the owner's memory without its help (the
+    timeout test then only checks the transfer ends, either way, in time).
+
+The suite needs ``pytest``, ``psutil`` (``tetrarch[test]``) and, for the dtype test, torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import tetrarch
+from tetrarch import SupervisionError, this_host
+from tetrarch.testing import scaled
+from tetrarch.testing._rdma_actors import Holder, digest, pattern
+
+__all__ = ["RdmaSuite"]
+
+MiB = 1 << 20
+
+
+class RdmaSuite:
+    """The RDMA backend contract (see the module docstring)."""
+
+    pytestmark = pytest.mark.timeout(scaled(120))
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls) -> str:
+        raise NotImplementedError("subclasses of RdmaSuite provide a class-scoped `backend` fixture (its name)")
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def stalls_when_owner_stopped(cls) -> bool:
+        return True
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def holders(cls) -> Iterator[Any]:
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        yield procs.spawn("rdma_holders", Holder)
+        procs.stop().get(timeout=scaled(30))
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def owner(cls, holders: Any) -> Any:
+        return holders.slice(gpus=0)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def third(cls, holders: Any) -> Any:
+        return holders.slice(gpus=1)
+
+    @staticmethod
+    def _make(owner: Any, backend: str, nbytes: int, seed: int = 1, key: str | None = None) -> Any:
+        return owner.make.call_one(key or f"b{nbytes}-{seed}", nbytes, seed, backend).get(timeout=scaled(60))
+
+    # ------------------------------------------------------------ round trips
+    @pytest.mark.parametrize("nbytes", [1, 3, 4097, MiB + 1, 64 * MiB + 7, 256 * MiB],
+                             ids=["1B", "3B", "4097B", "1MiB+1", "64MiB+7", "256MiB"])
+    def test_round_trip(self, owner: Any, backend: str, nbytes: int) -> None:
+        """read_into gets the owner's bytes; write_from puts ours there; the handle names the backend."""
+        buf = self._make(owner, backend, nbytes, key=f"rt{nbytes}")
+        assert buf.size() == nbytes and buf.backend == backend
+        dst = bytearray(nbytes)
+        buf.read_into(dst, timeout=scaled(60)).get(timeout=scaled(60))
+        assert digest(dst) == digest(pattern(nbytes, 1))
+        src = pattern(nbytes, 2)
+        buf.write_from(src, timeout=scaled(60)).get(timeout=scaled(60))
+        assert owner.digest.call_one(f"rt{nbytes}").get() == digest(src)
+        buf.drop().get(timeout=scaled(10))
+        owner.forget.call_one(f"rt{nbytes}").get()
+
+    def test_read_into_a_larger_destination_fills_its_leading_bytes(self, owner: Any, backend: str) -> None:
+        buf = self._make(owner, backend, 1000)
+        dst = bytearray(b"\xff" * 1500)
+        buf.read_into(dst).get(timeout=scaled(30))
+        assert dst[:1000] == pattern(1000, 1) and dst[1000:] == b"\xff" * 500
+
+    def test_a_third_process_reads_a_buffer_it_was_passed(self, owner: Any, third: Any, backend: str) -> None:
+        buf = self._make(owner, backend, 3 * MiB + 5)
+        assert third.read_from.call_one(buf).get(timeout=scaled(60)) == digest(pattern(3 * MiB + 5, 1))
+
+    def test_every_dtype_through_a_uint8_view(self, owner: Any, backend: str) -> None:
+        torch = pytest.importorskip("torch")
+        for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+                      torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64):
+            n = 1001
+            raw = pattern(n * torch.tensor([], dtype=dtype).element_size(), 3)
+            buf = self._make(owner, backend, len(raw), seed=3, key=f"dtype-{dtype}")
+            dst = torch.empty(n, dtype=dtype)
+            buf.read_into(dst.view(torch.uint8).flatten()).get(timeout=scaled(30))
+            assert bytes(dst.view(torch.uint8).numpy()) == bytes(raw), dtype
+            buf.drop().get(timeout=scaled(10))
+
+    # ------------------------------------------------------------ bad input
+    def test_sizes_that_do_not_fit_raise_value_error(self, owner: Any, backend: str) -> None:
+        buf = self._make(owner, backend, 100)
+        with pytest.raises(ValueError, match="dst has 99 bytes but the buffer holds 100"):
+            buf.read_into(bytearray(99))
+        with pytest.raises(ValueError, match="src has 101 bytes but the buffer holds only 100"):
+            buf.write_from(bytearray(101))
+
+    def test_unusable_memory_is_refused_with_the_fix(self) -> None:
+        from tetrarch.rdma import RDMABuffer
+
+        with pytest.raises(ValueError, match="empty"):
+            RDMABuffer(bytearray())
+        torch = pytest.importorskip("torch")
+        with pytest.raises(ValueError, match=r"1-D.*t\.view\(torch\.uint8\)\.flatten\(\)"):
+            RDMABuffer(torch.zeros(4, 4))
+        with pytest.raises(ValueError, match="not contiguous"):
+            RDMABuffer(torch.zeros(8)[::2])
+        with pytest.raises(TypeError, match="read-only"):
+            RDMABuffer(memoryview(b"abc"))
+        with pytest.raises(TypeError, match="must be a torch tensor"):
+            RDMABuffer([1, 2, 3])
+
+    def test_a_dropped_buffer_cannot_be_read(self, owner: Any, third: Any, backend: str) -> None:
+        from tetrarch.rdma import RDMAError
+
+        buf = self._make(owner, backend, 4096, key="dropped")
+        held = third.read_from.call_one(buf).get(timeout=scaled(30))  # a holder elsewhere reads it while alive
+        assert held == digest(pattern(4096, 1))
+        buf.drop().get(timeout=scaled(10))
+        with pytest.raises(RDMAError, match="dropped"):
+            buf.read_into(bytearray(4096))
+        with pytest.raises(tetrarch.ActorError, match="dropped"):  # the other holder's copy of the handle
+            third.read_from.call_one(buf).get(timeout=scaled(30))
+
+    def test_a_forged_handle_cannot_reach_outside_the_region(self, owner: Any, backend: str) -> None:
+        from tetrarch._rdma._buffer import Descriptor
+        from tetrarch.rdma import RDMABuffer, RDMAError
+
+        buf = self._make(owner, backend, 4096, key="forged")
+        desc = Descriptor(*buf.__reduce__()[1][0])
+        for forged in (desc._replace(size=8192), desc._replace(buffer_id=desc.buffer_id + 10_000)):
+            fake = RDMABuffer._from_descriptor(forged)
+            with pytest.raises(RDMAError):
+                fake.read_into(bytearray(forged.size)).get(timeout=scaled(30))
+            with pytest.raises(RDMAError):
+                fake.write_from(bytearray(forged.size)).get(timeout=scaled(30))
+        assert owner.digest.call_one("forged").get() == digest(pattern(4096, 1))
+
+    # ------------------------------------------------------------ concurrency and batches
+    def test_many_concurrent_transfers_on_one_buffer_and_across_buffers(self, owner: Any, backend: str) -> None:
+        one = self._make(owner, backend, 2 * MiB + 3, key="conc-one")
+        dsts = [bytearray(2 * MiB + 3) for _ in range(16)]
+        futs = [one.read_into(d) for d in dsts]
+        bufs = [self._make(owner, backend, 65536 + i, seed=i, key=f"conc-{i}") for i in range(8)]
+        dsts2 = [bytearray(65536 + i) for i in range(8)]
+        futs += [b.read_into(d) for b, d in zip(bufs, dsts2, strict=True)]
+        for fut in futs:
+            fut.get(timeout=scaled(60))
+        assert all(digest(d) == digest(pattern(2 * MiB + 3, 1)) for d in dsts)
+        assert all(d == pattern(65536 + i, i) for i, d in enumerate(dsts2))
+
+    def test_rdma_action_mixes_reads_and_writes(self, owner: Any, backend: str) -> None:
+        from tetrarch.rdma import RDMAAction
+
+        a = self._make(owner, backend, MiB, seed=4, key="act-a")
+        b = self._make(owner, backend, 3000, seed=5, key="act-b")
+        got = bytearray(MiB)
+        new = pattern(3000, 6)
+        action = RDMAAction().read_remote(got, a).write_remote(b, new)
+        action.submit(timeout=scaled(30)).get(timeout=scaled(30))
+        assert got == pattern(MiB, 4)
+        assert owner.digest.call_one("act-b").get() == digest(new)
+        with pytest.raises(ValueError, match="overlaps"):
+            RDMAAction().read_remote(memoryview(got)[:3000], b).read_remote(memoryview(got)[2999:6000], b)
+        action.submit(timeout=scaled(30)).get(timeout=scaled(30))  # again
+
+    # ------------------------------------------------------------ failures
+    def test_owner_killed_during_a_transfer_gives_supervision_error(self, backend: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(tetrarch, "unhandled_fault_hook", lambda failure: None)
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        try:
+            victim = procs.spawn("victim", Holder)
+            buf = self._make(victim, backend, 256 * MiB, key="victim")
+            pid = victim.pid.call_one().get()
+            dst = bytearray(256 * MiB)
+            for _ in range(3):  # kill during the transfer; a backend that finished first gets another go
+                fut = buf.read_into(dst, timeout=scaled(60))
+                os.kill(pid, signal.SIGKILL)
+                start = time.monotonic()
+                try:
+                    fut.get(timeout=scaled(10))
+                except SupervisionError:
+                    assert time.monotonic() - start < scaled(2)
+                    return
+                if not _alive(pid):
+                    break
+            with pytest.raises(SupervisionError):  # killed after the transfer: the next one fails
+                buf.read_into(dst, timeout=scaled(60)).get(timeout=scaled(10))
+        finally:
+            procs.stop().get(timeout=scaled(30))
+
+    def test_a_timeout_fires_on_time(self, backend: str, stalls_when_owner_stopped: bool) -> None:
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        try:
+            frozen = procs.spawn("frozen", Holder)
+            buf = self._make(frozen, backend, 64 * MiB, key="frozen")
+            pid = frozen.pid.call_one().get()
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                start = time.monotonic()
+                fut = buf.read_into(bytearray(64 * MiB), timeout=0.5)
+                try:
+                    fut.get(timeout=scaled(5))
+                    assert not stalls_when_owner_stopped, "a read from a stopped owner cannot have finished"
+                except TimeoutError as exc:
+                    assert "timed out" in str(exc)
+                assert time.monotonic() - start < 0.5 + scaled(1)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            procs.stop().get(timeout=scaled(30))
+
+    def test_bad_timeouts_are_refused(self, owner: Any, backend: str) -> None:
+        buf = self._make(owner, backend, 10)
+        for bad in (0, -1, float("inf"), "5"):
+            with pytest.raises(ValueError, match="timeout"):
+                buf.read_into(bytearray(10), timeout=bad)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
