@@ -11,7 +11,7 @@ import pytest
 from tetrarch.plugins import BackendKind, Status, get_registry
 from tetrarch.testing.rdma import RdmaSuite
 
-CORE_BACKENDS = ["tcp"]
+CORE_BACKENDS = ["tcp", "shm"]
 
 
 def _skip_unless_available(name: str) -> None:
