@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from concurrent.futures import Future as CFuture
+from concurrent.futures import InvalidStateError
 from typing import Any, NamedTuple
 
 from .._errors import ArgumentError, RDMAError
@@ -89,14 +91,31 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
         fut.set_exception(exc)
         return fut
     owner = desc.owner.address
+    # The owner's death fails the backend's own future: a dead owner touches no memory any more.
     runtime.watch(owner, fut)
     if name != "tcp" and not runtime.router.is_local(owner):
         runtime.pool.submit(_ping, runtime, owner)  # a connection to the owner, so its death is seen
+    # The local memory lives until the BACKEND is done with it, not until the caller's deadline:
+    # a timed-out transfer may still be copying into ``local`` (the interface's contract).
+    fut.add_done_callback(_keep(local))
+    caller: CFuture[None] = CFuture()
+    fut.add_done_callback(functools.partial(_relay, caller))
     verb = "write_from" if write else "read_into"
     what = f"RDMABuffer.{verb} of {region.nbytes} bytes ({name}) with {desc.owner_name}"
-    runtime.deadlines.fail_after(fut, timeout, what)
-    fut.add_done_callback(_keep(local))  # the local memory lives until the transfer ends
-    return fut
+    runtime.deadlines.fail_after(caller, timeout, what)
+    return caller
+
+
+def _relay(caller: CFuture[None], fut: CFuture[None]) -> None:
+    """Complete the caller's future like the backend's, unless its deadline failed it first."""
+    error = RDMAError("the RDMA backend cancelled the transfer") if fut.cancelled() else fut.exception()
+    try:
+        if error is not None:
+            caller.set_exception(error)
+        else:
+            caller.set_result(None)
+    except InvalidStateError:
+        pass  # timed out already
 
 
 def _keep(local: Memory) -> Any:
