@@ -61,7 +61,7 @@ def test_transport_plugins(rows, name: str, module: str, dist: str) -> None:
         assert row.reason == f"the {name} transport is not implemented yet (found here: {dist} {version})"
     else:
         assert row.reason == f"the {name} transport is not implemented yet (also: {dist} is not installed)"
-    assert row.hint == "use the 'ipc' or 'tcp' transport instead"
+    assert row.hint == "use the 'ipc' (same host only) or 'tcp' transport instead"
 
 
 def test_verbs_plugin(rows) -> None:
@@ -91,7 +91,7 @@ def test_allocator_plugins(rows) -> None:
     assert slurm.status is Status.NOT_IMPLEMENTED
     assert slurm.reason.startswith("the slurm allocator is not implemented yet (")
     assert "slurm-client" not in slurm.hint
-    assert slurm.hint == "use the 'local' allocator instead"
+    assert slurm.hint == "use the 'local' (same host only) allocator instead"
 
 
 def _fake_pyverbs(monkeypatch: pytest.MonkeyPatch, get_device_list) -> None:

@@ -61,13 +61,19 @@ def spec_row(spec: BackendSpec, distribution: str, version: str) -> BackendStatu
 
 
 def _alternatives(rows: Sequence[BackendStatus], kind: BackendKind, name: str) -> str:
-    names = sorted({r.name for r in rows if r.kind is kind and r.status is Status.AVAILABLE and r.name != name})
+    found = {r.name: r for r in rows if r.kind is kind and r.status is Status.AVAILABLE and r.name != name}
     noun = kind_noun(kind)
-    if not names:
+    if not found:
         return f"no other {noun} is available here"
-    quoted = [repr(n) for n in names]
+    quoted = [repr(n) + _scope(found[n]) for n in sorted(found)]
     listing = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
     return f"use the {listing} {noun} instead"
+
+
+def _scope(row: BackendStatus) -> str:
+    """`` (same host only)`` for an alternative that cannot serve peers on other hosts."""
+    caps = row.spec.capabilities if row.spec is not None else frozenset()
+    return " (same host only)" if caps & {"same-host", "local"} and "multi-host" not in caps else ""
 
 
 def with_alternatives(rows: list[BackendStatus]) -> list[BackendStatus]:
