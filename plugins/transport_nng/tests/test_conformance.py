@@ -11,7 +11,7 @@ from tetrarch.testing.transport import TransportConformance
 
 pytest.importorskip("pynng")
 
-from tetrarch_transport_nng._nng import NngTransport  # noqa: E402
+from tetrarch_transport_nng._nng import NngTransport
 
 
 class TestNngIpc(TransportConformance):

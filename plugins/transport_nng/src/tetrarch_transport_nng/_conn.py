@@ -181,7 +181,8 @@ class NngConnection(Connection):
         if rv != 0:
             lib.nng_msg_free(msg)
             self.close()
-            raise ConnectionClosed(f"connection to {self._peer} is closed ({ffi.string(lib.nng_strerror(rv)).decode()})")
+            why = ffi.string(lib.nng_strerror(rv)).decode()
+            raise ConnectionClosed(f"connection to {self._peer} is closed ({why})")
 
     def close(self) -> None:
         if self._closed:
