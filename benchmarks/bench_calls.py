@@ -129,6 +129,51 @@ def zmq_baseline(calls: int) -> tuple[float, float] | None:
     return _pcts(lat)
 
 
+_NNG_ECHO = r"""
+import sys, pynng
+s = pynng.Pair0(listen=sys.argv[1]); print("ok", flush=True)
+while True:
+    m = s.recv()
+    if m == b"quit":
+        break
+    s.send(m)
+s.close()
+"""
+
+
+def nng_baseline(calls: int, pipelined: int) -> tuple[float, float, float] | None:
+    """p50/p99 of a raw pynng pair0 round trip over ipc, and its pipelined echo rate."""
+    try:
+        import pynng
+    except ImportError:
+        return None
+    addr = f"abstract://tetrarch-bench-nng-{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-c", _NNG_ECHO, addr], stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    s = pynng.Pair0(dial=addr)
+    lat = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        s.send(b"x" * 8)
+        s.recv()
+        lat.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    done = 0
+    for _ in range(pipelined):  # keep at most 64 in flight: pair0 has small queues
+        s.send(b"x" * 8)
+        if _ >= 64:
+            s.recv()
+            done += 1
+    for _ in range(pipelined - done):
+        s.recv()
+    rate = pipelined / (time.perf_counter() - t)
+    s.send(b"quit")
+    s.close()
+    proc.wait(10)
+    p50, p99 = _pcts(lat)
+    return p50, p99, rate
+
+
 def tetrarch_calls(calls: int, pipelined: int) -> tuple[float, float, float]:
     procs = this_host().spawn_procs(per_host={"procs": 1})
     noop = procs.spawn("noop", Noop).noop
@@ -151,13 +196,14 @@ def tetrarch_calls(calls: int, pipelined: int) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--transport", default=os.environ.get("TETRARCH_TRANSPORT", "ipc"), choices=["ipc", "tcp"])
+    ap.add_argument("--transport", default=os.environ.get("TETRARCH_TRANSPORT", "ipc"), choices=["ipc", "tcp", "nng"])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--pipelined", type=int, default=10000)
     args = ap.parse_args()
     os.environ["TETRARCH_TRANSPORT"] = args.transport
-    r50, r99, rrate = raw_baseline(args.transport, args.calls, args.pipelined)
+    r50, r99, rrate = raw_baseline("tcp" if args.transport == "tcp" else "ipc", args.calls, args.pipelined)
     z = zmq_baseline(args.calls) if args.transport == "ipc" else None
+    n = nng_baseline(args.calls, args.pipelined) if args.transport == "nng" else None
     t50, t99, trate = tetrarch_calls(args.calls, args.pipelined)
     us = 1e6
     print(f"transport: {args.transport}   cores: {os.cpu_count()}   python: {sys.version.split()[0]}")
@@ -168,6 +214,9 @@ def main() -> None:
     if z is not None:
         print(f"raw pyzmq REQ/REP ipc round trip: p50 {z[0] * us:.1f} us, p99 {z[1] * us:.1f} us "
               f"(tetrarch p50 / pyzmq p50 = {t50 / z[0]:.2f})")
+    if n is not None:
+        print(f"raw pynng pair0 ipc round trip: p50 {n[0] * us:.1f} us, p99 {n[1] * us:.1f} us, "
+              f"pipelined {n[2]:.0f}/s (tetrarch p50 / pynng p50 = {t50 / n[0]:.2f})")
 
 
 if __name__ == "__main__":

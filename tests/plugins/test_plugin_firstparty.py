@@ -51,7 +51,7 @@ def test_every_first_party_distribution_is_installed_and_loaded(rows) -> None:
         assert row.spec.implemented == known_backend(*key).implemented, key
 
 
-@pytest.mark.parametrize(("name", "module", "dist"), [("zmq", "zmq", "pyzmq"), ("nng", "pynng", "pynng")])
+@pytest.mark.parametrize(("name", "module", "dist"), [("zmq", "zmq", "pyzmq")])
 def test_transport_plugins(rows, name: str, module: str, dist: str) -> None:
     row = rows[(T, name)]
     assert row.status is Status.NOT_IMPLEMENTED
@@ -61,7 +61,17 @@ def test_transport_plugins(rows, name: str, module: str, dist: str) -> None:
         assert row.reason == f"the {name} transport is not implemented yet (found here: {dist} {version})"
     else:
         assert row.reason == f"the {name} transport is not implemented yet (also: {dist} is not installed)"
-    assert row.hint == "use the 'ipc' (same host only) or 'tcp' transport instead"
+    assert row.hint.startswith("use the 'ipc' (same host only)") and row.hint.endswith(" or 'tcp' transport instead")  # + nng if here
+
+
+def test_nng_plugin_is_available_where_pynng_is(rows) -> None:
+    row = rows[(T, "nng")]
+    assert row.spec.schemes == ("tcp", "ipc")
+    if importlib.util.find_spec("pynng") is not None:
+        assert row.status is Status.AVAILABLE, row
+    else:
+        assert row.status is Status.UNAVAILABLE, row
+        assert row.hint == 'pip install "tetrarch[nng]"'
 
 
 def test_verbs_plugin(rows) -> None:
@@ -139,7 +149,6 @@ def test_efa_and_slurm_probes_when_their_tools_exist(monkeypatch: pytest.MonkeyP
         ("tetrarch_transport_zmq._zmq:ZmqTransport",
          ("the zmq transport is not implemented yet (tetrarch issue: transports); use the builtin 'ipc' or "
           "'tcp' transport")),
-        ("tetrarch_transport_nng._nng:NngTransport", "the nng transport is not implemented yet"),
         ("tetrarch_rdma_verbs._verbs:VerbsRdmaBackend", "the verbs RDMA backend is not implemented yet"),
         ("tetrarch_rdma_efa._efa:EfaRdmaBackend", "the efa RDMA backend is not implemented yet"),
         ("tetrarch_alloc_slurm._slurm:SlurmAllocator", "the slurm allocator is not implemented yet"),
