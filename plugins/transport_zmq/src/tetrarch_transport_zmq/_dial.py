@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message

@@ -205,7 +205,7 @@ class ZmqTransport(Transport):
         result = box[0]
         if isinstance(result, BaseException):
             raise result
-        return result  # type: ignore[no-any-return]
+        return result
 
     def _bind(self, loop: ZmqLoop, where: QualifiedAddress, handler: ConnectionHandler) -> _ZmqListener:
         sock = loop.ctx.socket(zmq.ROUTER)
