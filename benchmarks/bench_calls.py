@@ -1,6 +1,6 @@
 """Call latency and pipelined throughput, next to a raw socket baseline from the same run.
 
-    python benchmarks/bench_calls.py [--transport ipc|tcp] [--calls 2000] [--pipelined 10000]
+    python benchmarks/bench_calls.py [--transport ipc|tcp|zmq] [--calls 2000] [--pipelined 10000]
 
 Baseline: a child process echoes length-prefixed messages over a plain socket of the
 same kind (Unix or TCP loopback), with the same 2000 sequential round trips and the
@@ -196,13 +196,16 @@ def tetrarch_calls(calls: int, pipelined: int) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--transport", default=os.environ.get("TETRARCH_TRANSPORT", "ipc"), choices=["ipc", "tcp", "nng"])
+    ap.add_argument("--transport", default=os.environ.get("TETRARCH_TRANSPORT", "ipc"),
+                    choices=["ipc", "tcp", "zmq", "nng"])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--pipelined", type=int, default=10000)
     args = ap.parse_args()
     os.environ["TETRARCH_TRANSPORT"] = args.transport
+    # zmq's and nng's addresses default to ipc: their raw socket baseline is a Unix socket,
+    # next to the raw library's own
     r50, r99, rrate = raw_baseline("tcp" if args.transport == "tcp" else "ipc", args.calls, args.pipelined)
-    z = zmq_baseline(args.calls) if args.transport == "ipc" else None
+    z = zmq_baseline(args.calls) if args.transport in ("ipc", "zmq") else None
     n = nng_baseline(args.calls, args.pipelined) if args.transport == "nng" else None
     t50, t99, trate = tetrarch_calls(args.calls, args.pipelined)
     us = 1e6
