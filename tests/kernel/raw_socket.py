@@ -8,10 +8,13 @@ from tetrarch.testing import scaled
 
 
 def raw_connect(address: str, timeout: float = 5.0) -> socket.socket:
-    """A connected socket to ``ipc://@name`` or ``tcp://host:port`` (``timeout`` nominal seconds, scaled)."""
-    if address.startswith("ipc://@"):
+    """A connected socket to ``ipc://@name``, ``ipc:///path`` or ``tcp://host:port``.
+
+    ``timeout`` is in nominal seconds (scaled)."""
+    if address.startswith("ipc://"):
+        path = address[len("ipc://"):]
         s = socket.socket(socket.AF_UNIX)
-        s.connect("\0" + address[len("ipc://@"):])
+        s.connect("\0" + path[1:] if path.startswith("@") else path)
     else:
         host, port = address[len("tcp://"):].rsplit(":", 1)
         s = socket.create_connection((host, int(port)))

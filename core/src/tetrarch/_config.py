@@ -298,6 +298,11 @@ TEST_SLOWDOWN: Setting[float] = Setting(
     "test_slowdown", "TETRARCH_TEST_SLOWDOWN", float, 1.0,
     "multiplies the time bounds of tetrarch's own test suite", propagate=False,
 )
+FUZZ_EXAMPLES: Setting[int] = Setting(
+    "fuzz_examples", "TETRARCH_FUZZ_EXAMPLES", int, 100,
+    "hostile inputs per transport that tetrarch's own fuzz test throws at a listening proc (more: runs longer)",
+    propagate=False,
+)
 
 #: Every user setting by key, in documentation order.
 SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
@@ -305,7 +310,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
     for s in (
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, ALLOCATOR, RDMA_BACKEND, DISABLE_PLUGINS,
-        PLUGINS_STRICT, RDMA_FALLBACK, FORWARD_OUTPUT, AGGREGATE_WINDOW, TEST_SLOWDOWN,
+        PLUGINS_STRICT, RDMA_FALLBACK, FORWARD_OUTPUT, AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })
 
