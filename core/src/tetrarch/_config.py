@@ -264,6 +264,12 @@ TRANSPORT: Setting[str | None] = Setting(
     "Procs always get their spawner's transport",
     propagate=False,  # the runtime passes the transport actually in use, not this setting
 )
+LISTEN_ADDRESS: Setting[str | None] = Setting(
+    "listen_address", "TETRARCH_LISTEN_ADDRESS", str, None,
+    "where the client listens, e.g. `tcp://127.0.0.1:0`; a qualified scheme (`zmq+tcp://...`) also selects the "
+    "transport (below `transport`, which it must not contradict); unset: the transport's default address",
+    propagate=False,  # procs and host agents listen on their transport's default address
+)
 ALLOCATOR: Setting[str | None] = Setting(
     "allocator", "TETRARCH_ALLOCATOR", str, None,
     "allocator backend that starts host agents for jobs (tetrarch.job) and this_host(), which refuses one "
@@ -309,7 +315,8 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
     s.key: s
     for s in (
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
-        HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, ALLOCATOR, RDMA_BACKEND, DISABLE_PLUGINS,
+        HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR, RDMA_BACKEND,
+        DISABLE_PLUGINS,
         PLUGINS_STRICT, RDMA_FALLBACK, FORWARD_OUTPUT, AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })

@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._config import ENV_HOST_AGENT_ADDR, ENV_SPANS_HOSTS, ENV_SYS_PATH, TRANSPORT, config_env
+from .._config import ENV_HOST_AGENT_ADDR, ENV_SPANS_HOSTS, ENV_SYS_PATH, LISTEN_ADDRESS, TRANSPORT, config_env
 from .._log import set_process_name
-from .._plugins import get_registry
+from .._plugins import Registry, get_registry
 from .._plugins._specs import BackendKind
 from ._launch import LaunchTracker
 from ._output import OutputPrinter
@@ -41,12 +41,15 @@ class Root:
                  on_proc_exit: Callable[[], None] | None = None) -> None:
         self.role = role
         self.secret = secret
-        spec = get_registry().select(BackendKind.TRANSPORT, transport_name)
+        # The client may be told where to listen; a qualified scheme there selects the transport.
+        address = LISTEN_ADDRESS() if role == "client" else None
+        spec = get_registry().select(BackendKind.TRANSPORT, transport_name, address=address)
         self.transport_name = spec.name
         transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name)
         set_process_name(name)
         spans_hosts = role != "client" and os.environ.get(ENV_SPANS_HOSTS.name) == "1"
-        self.runtime = Router(transport, secret, name=name, spans_hosts=spans_hosts)
+        self.runtime = Router(transport, secret, name=name, spans_hosts=spans_hosts,
+                              listen_address=Registry.strip_scheme(address) if address else None)
         self.launches = LaunchTracker(self.runtime)
         self.supervisor = Supervisor(self.runtime, role)
         self.proc_agent = ProcAgent(self.runtime, on_exit=on_proc_exit)
