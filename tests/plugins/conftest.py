@@ -6,6 +6,7 @@ that build fake plugins come as the ``fakes`` fixture.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -138,4 +139,21 @@ def broken_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     site = tmp_path_factory.mktemp("broken-site")
     _pip_install_target(project, site)
     assert list(site.glob("tetrarch_test_broken-9.9.9.dist-info"))
+    return site
+
+
+#: The copyable plugin template: distribution ``tetrarch-plugin-template`` 0.1.0, entry point ``template``.
+TEMPLATE = Path(__file__).resolve().parents[2] / "examples" / "plugin_template"
+
+
+@pytest.fixture(scope="session")
+def template_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the installed plugin template (built from a copy: the source folder stays clean)."""
+    project = tmp_path_factory.mktemp("template-project") / "plugin_template"
+    shutil.copytree(TEMPLATE, project,
+                    ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
+    site = tmp_path_factory.mktemp("template-site")
+    _pip_install_target(project, site)
+    entry_points = site / "tetrarch_plugin_template-0.1.0.dist-info" / "entry_points.txt"
+    assert "template = tetrarch_plugin_template._plugin" in entry_points.read_text()
     return site

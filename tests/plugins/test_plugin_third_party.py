@@ -3,9 +3,10 @@
 The third party is the copyable template, ``examples/plugin_template`` (distribution
 ``tetrarch-plugin-template``, entry point ``template``; transport ``threaded`` serving
 ``tcp://``, allocator ``sandbox``). A copy of its folder is pip-installed into a
-throwaway ``--target`` folder (a real ``.dist-info`` with ``entry_points.txt``), which
-fresh interpreters get on ``PYTHONPATH``; the venv never sees it. Beside it sits the
-throwaway plugin that raises on import (``broken_site``, tests/plugins/conftest.py).
+throwaway ``--target`` folder (``template_site``, tests/plugins/conftest.py: a real
+``.dist-info`` with ``entry_points.txt``), which fresh interpreters get on
+``PYTHONPATH``; the venv never sees it. Beside it sits the throwaway plugin that raises
+on import (``broken_site``, tests/plugins/conftest.py).
 With both on the path:
 
 * ``tetrarch plugins`` lists ``threaded`` and ``sandbox`` as available under the
@@ -40,19 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "examples" / "plugin_template"
 SCENARIOS = Path(__file__).parent / "scenarios"
 DIST, VERSION = "tetrarch-plugin-template", "0.1.0"
-_LITTER = ("build", "dist", "*.egg-info", "__pycache__", ".pytest_cache")
-
-
-@pytest.fixture(scope="module")
-def template_site(tmp_path_factory: pytest.TempPathFactory, pip_install_target: Callable[[Path, Path], None]) -> Path:
-    """The template installed into a throwaway folder (built from a copy: the source folder stays clean)."""
-    project = tmp_path_factory.mktemp("template-project") / "plugin_template"
-    shutil.copytree(TEMPLATE, project, ignore=shutil.ignore_patterns(*_LITTER))
-    site = tmp_path_factory.mktemp("template-site")
-    pip_install_target(project, site)
-    entry_points = site / f"tetrarch_plugin_template-{VERSION}.dist-info" / "entry_points.txt"
-    assert "template = tetrarch_plugin_template._plugin" in entry_points.read_text()
-    return site
+_LITTER = ("build", "dist", "*.egg-info", "__pycache__", ".pytest_cache")  # as in conftest.py
 
 
 def _env(*sites: Path, **extra: str) -> dict[str, str]:
