@@ -118,7 +118,8 @@ def test_unknown_scheme_lists_every_transport_scheme_and_install_hint(zmq_not_in
 
 
 def test_a_missing_first_party_transport_chosen_by_name_says_how_to_install_it(zmq_not_installed: Registry) -> None:
-    with pytest.raises(BackendNotFound, match=r"'zmq' comes with tetrarch-transport-zmq: pip install \"tetrarch\[zmq\]\""):
+    hint = r"'zmq' comes with tetrarch-transport-zmq: pip install \"tetrarch\[zmq\]\""
+    with pytest.raises(BackendNotFound, match=hint):
         zmq_not_installed.select(T, address="zmq+tcp://h:1")
 
 
