@@ -34,6 +34,7 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "DISABLE_PLUGINS",
     "ENV_ALLOC_ID",
+    "ENV_ALLOC_TRANSPORT",
     "ENV_CLIENT_ADDR",
     "ENV_HOST_AGENT_ADDR",
     "ENV_HOST_INDEX",
@@ -261,7 +262,7 @@ FROZEN_TIMEOUT = _seconds(
 TRANSPORT: Setting[str | None] = Setting(
     "transport", "TETRARCH_TRANSPORT", str, None,
     "transport backend (see `tetrarch plugins`); unset: by address scheme, then priority. "
-    "Procs always get their spawner's transport",
+    "Host agents and procs always use their client's transport (`TETRARCH_ALLOC_TRANSPORT`)",
     propagate=False,  # the runtime passes the transport actually in use, not this setting
 )
 LISTEN_ADDRESS: Setting[str | None] = Setting(
@@ -380,6 +381,11 @@ ENV_PROC_COORDS = LaunchVar(
     "TETRARCH_PROC_COORDS", "a proc's coordinates in its mesh, `hosts=0 gpus=1`: with its mesh name, the prefix of "
     "its output lines and its process title"
 )
+ENV_ALLOC_TRANSPORT = LaunchVar(
+    "TETRARCH_ALLOC_TRANSPORT", "the transport backend of the allocation (the one its client uses): a host agent or "
+    "proc listens and dials with exactly this one, whatever `TETRARCH_TRANSPORT` says where it runs, and exits with "
+    "an error naming it (and the `pip install` that provides it) when it cannot load it"
+)
 ENV_SPANS_HOSTS = LaunchVar(
     "TETRARCH_SPANS_HOSTS", "`1` for the host agents and procs of an allocation that spans hosts: they listen on a "
     "routable address instead of loopback"
@@ -391,7 +397,7 @@ LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
     for v in (
         ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
         ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_PROC_COORDS,
-        ENV_SPANS_HOSTS,
+        ENV_SPANS_HOSTS, ENV_ALLOC_TRANSPORT,
     )
 })
 
