@@ -44,7 +44,8 @@ from tetrarch._runtime._wire import SYS
 from tetrarch.plugins import BackendKind, Status
 from tetrarch.testing import scaled
 
-pytestmark = [pytest.mark.isolated, pytest.mark.timeout(scaled(90))]
+# It fuzzes every transport itself: run once, not again in the per-transport passes.
+pytestmark = [pytest.mark.isolated, pytest.mark.transport_independent, pytest.mark.timeout(scaled(90))]
 
 TARGET = Path(__file__).parent / "scenarios" / "fuzz_target.py"
 #: The smallest "huge" announced length; the proc's peak RSS may grow by far less.
