@@ -60,6 +60,18 @@ SETTLE_S = 0.25
 _marker_key = pytest.StashKey[str]()
 
 
+# --------------------------------------------------------------------------- options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--transports", default="auto", metavar="auto|all|none|NAME,...",
+        help="transports the kernel suite runs on again after the main pass (tests/transport/test_every_transport.py):"
+             " auto = every plugin transport (skipped with its reason when unavailable), all = also core's other"
+             " builtin one, none, or a comma-separated list",
+    )
+
+
 # --------------------------------------------------------------------------- leak check
 
 

@@ -47,9 +47,9 @@ TIMEOUTS = {
 def test_every_setting_is_declared_once_with_its_variable() -> None:
     assert list(SETTINGS) == [
         "host_start_timeout", "proc_start_timeout", "stop_timeout", "connect_timeout", "cleanup_timeout",
-        "heartbeat_interval", "orphan_timeout", "frozen_timeout", "transport", "allocator", "rdma_backend",
-        "disable_plugins", "plugins_strict", "rdma_fallback", "rdma_tcp_chunk_size", "rdma_tcp_window",
-        "forward_output", "aggregate_window", "test_slowdown",
+        "heartbeat_interval", "orphan_timeout", "frozen_timeout", "transport", "listen_address", "allocator",
+        "rdma_backend", "disable_plugins", "plugins_strict", "rdma_fallback", "rdma_tcp_chunk_size",
+        "rdma_tcp_window", "forward_output", "aggregate_window", "test_slowdown", "fuzz_examples",
     ]
     for key, setting in SETTINGS.items():
         assert setting.key == key and setting.env == f"TETRARCH_{key.upper()}"
@@ -93,6 +93,7 @@ def test_launch_variables_are_declared_apart_from_settings() -> None:
         "TETRARCH_CLIENT_ADDR", "TETRARCH_ALLOC_ID",
         "TETRARCH_HOST_INDEX", "TETRARCH_HOST_AGENT_ADDR", "TETRARCH_SYS_PATH", "TETRARCH_PROC_MESH",
         "TETRARCH_RANK_<DIM>", "TETRARCH_SIZE_<DIM>", "TETRARCH_PROC_COORDS", "TETRARCH_SPANS_HOSTS",
+        "TETRARCH_ALLOC_TRANSPORT",
     }
     assert not set(LAUNCH_VARS) & {s.env for s in SETTINGS.values()}
     assert all(v.doc for v in LAUNCH_VARS.values())

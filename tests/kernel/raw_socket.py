@@ -8,18 +8,18 @@ from tetrarch.testing import scaled
 
 
 def raw_connect(address: str, timeout: float = 5.0) -> socket.socket:
-    """A connected socket to ``ipc://@name`` or ``tcp://host:port`` (``timeout`` nominal seconds, scaled).
-
-    A qualified scheme (``nng+ipc://@name``) dials the same socket: the peer speaks whatever
-    the backend's wire is, and this socket plays someone who does not.
-    """
-    scheme, sep, rest = address.partition("://")
-    address = f"{scheme.rpartition('+')[2]}{sep}{rest}"
-    if address.startswith("ipc://@"):
+    """A connected socket to ``ipc://@name``, ``ipc:///path`` or ``tcp://host:port`` (``timeout`` nominal
+    seconds, scaled). A qualified scheme (``zmq+tcp://...``, a plugin transport's listener) is dialed as
+    its base scheme: the peer is then a plain socket that speaks none of that library's protocol."""
+    scheme, _, rest = address.partition("://")
+    base = scheme.rpartition("+")[2]
+    if base == "ipc":
         s = socket.socket(socket.AF_UNIX)
-        s.connect("\0" + address[len("ipc://@"):])
+        s.connect("\0" + rest[1:] if rest.startswith("@") else rest)
+    elif base == "tcp":
+        host, port = rest.rsplit(":", 1)
+        s = socket.create_connection((host.strip("[]"), int(port)))
     else:
-        host, port = address[len("tcp://"):].rsplit(":", 1)
-        s = socket.create_connection((host, int(port)))
+        raise ValueError(f"raw_connect cannot dial {address!r}: neither ipc:// nor tcp://")
     s.settimeout(scaled(timeout))
     return s

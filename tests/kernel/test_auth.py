@@ -42,6 +42,7 @@ def server(request):
     transport.close()
 
 
+@pytest.mark.transport_independent  # pins ipc and tcp itself
 def test_wrong_secret_is_rejected_and_the_listener_keeps_serving(server):
     rt, calls = server
     transport = type(rt.transport)()
@@ -63,6 +64,7 @@ def test_wrong_secret_is_rejected_and_the_listener_keeps_serving(server):
         friend_transport.close()
 
 
+@pytest.mark.transport_independent  # pins ipc and tcp itself
 def test_frames_before_the_handshake_are_never_unpickled(server, tmp_path):
     rt, calls = server
     marker = tmp_path / "pwned"
@@ -76,6 +78,7 @@ def test_frames_before_the_handshake_are_never_unpickled(server, tmp_path):
     assert not marker.exists() and not calls.items
 
 
+@pytest.mark.transport_independent  # pins ipc and tcp itself
 def test_oversized_pre_auth_message_is_cut_off(server):
     rt, _calls = server
     s = raw_connect(rt.address)

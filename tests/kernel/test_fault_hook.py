@@ -10,7 +10,8 @@ import pytest
 
 from tetrarch.testing import scaled
 
-pytestmark = [pytest.mark.isolated, pytest.mark.timeout(scaled(60))]
+# What the client's fault hook does with a failure (run once, not per transport).
+pytestmark = [pytest.mark.transport_independent, pytest.mark.isolated, pytest.mark.timeout(scaled(60))]
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "scenarios"

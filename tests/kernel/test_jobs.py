@@ -24,7 +24,8 @@ from tetrarch.job import AllocatorJob, JobState, LocalJob, MeshNotFoundError, Pr
 from tetrarch.plugins import BackendNotFound, BackendUnavailable
 from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(scaled(120))
+# Which allocator is chosen; calls over the transport are covered elsewhere (run once, not per transport).
+pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(120))]
 
 HERE = Path(__file__).parent
 SCENARIO = HERE / "scenarios" / "job_select.py"

@@ -15,6 +15,9 @@ import pytest
 import tetrarch
 from tetrarch._runtime import LAYERS
 
+# Import rules: no transport (run once, not per transport).
+pytestmark = pytest.mark.transport_independent
+
 PACKAGE = Path(tetrarch.__file__).parent
 #: Public façades and tools that sit on top of the whole stack.
 ABOVE_THE_STACK = {"tetrarch", "tetrarch.__main__", "tetrarch._cli", "tetrarch.plugins", "tetrarch.job",

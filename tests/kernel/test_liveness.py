@@ -29,7 +29,9 @@ from tetrarch._runtime._launch import StateMonitor, proc_state
 from tetrarch._runtime._wire import ProcFrozen
 from tetrarch.testing import Collector, scaled
 
-pytestmark = pytest.mark.timeout(scaled(90))
+# Stalls judged from OS state and a process's own clock; the pings are calls like any other
+# (run once, not per transport).
+pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(90))]
 
 #: Settings the stall tests give their procs: an orphan timeout short enough that a
 #: stall of 3x it stays quick (scaled, so that a slow machine's late pings do not count

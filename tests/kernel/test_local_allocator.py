@@ -17,7 +17,8 @@ from tetrarch._runtime._local_alloc import LocalAllocation, LocalAllocator
 from tetrarch.plugins import AgentCommand, AllocatorError, AllocRequest, BackendKind, ExitInfo
 from tetrarch.testing import Collector, scaled
 
-pytestmark = pytest.mark.timeout(scaled(60))
+# Host agent processes and signals, no calls (run once, not per transport).
+pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(60))]
 
 #: A stand-in host agent: says which host it is through its own FIFO, then waits.
 FAKE_AGENT = Path(__file__).resolve().parent / "fake_agent.py"

@@ -11,7 +11,8 @@ from tetrarch._runtime._router import Router
 from tetrarch._transport._socket import IpcTransport
 from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(scaled(30))
+# Pins the ipc transport itself (run once, not per transport).
+pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(30))]
 
 
 @pytest.fixture

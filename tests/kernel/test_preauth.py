@@ -28,7 +28,8 @@ from tetrarch._transport._base import TransportError
 from tetrarch._transport._socket import IpcTransport
 from tetrarch.testing import Collector, scaled
 
-pytestmark = pytest.mark.timeout(scaled(60))
+# Pins the ipc transport itself (run once, not per transport).
+pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(60))]
 
 SECRET = b"s" * 32
 #: The largest frame count the builtin transport accepts at all: a 512 KiB header.

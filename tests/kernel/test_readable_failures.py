@@ -14,7 +14,8 @@ import pytest
 
 from tetrarch.testing import scaled
 
-pytestmark = [pytest.mark.isolated, pytest.mark.timeout(scaled(120))]
+# The wording of failures; the deaths behind them run per transport in test_process_death (run once).
+pytestmark = [pytest.mark.transport_independent, pytest.mark.isolated, pytest.mark.timeout(scaled(120))]
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "scenarios"

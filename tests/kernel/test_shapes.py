@@ -11,7 +11,8 @@ from tetrarch._runtime._shape import Extent, MeshTrait, Point, Shape
 from tetrarch._runtime._valuemesh import ValueMesh
 from tetrarch.testing import scaled
 
-pytestmark = pytest.mark.timeout(scaled(30))
+# Pure shape algebra: no transport (run once, not per transport).
+pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(30))]
 
 
 class Mesh(MeshTrait):

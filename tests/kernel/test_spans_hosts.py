@@ -12,7 +12,8 @@ import pytest
 from tetrarch.testing import scaled
 
 SCENARIO = Path(__file__).parent / "scenarios" / "spans_hosts.py"
-pytestmark = [pytest.mark.isolated, pytest.mark.timeout(scaled(60))]
+# Pins its transport itself (run once, not per transport).
+pytestmark = [pytest.mark.transport_independent, pytest.mark.isolated, pytest.mark.timeout(scaled(60))]
 
 
 def _run(run_scenario: Callable[..., Any], transport: str) -> dict:

@@ -6,14 +6,20 @@ that build fake plugins come as the ``fakes`` fixture.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import textwrap
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from tetrarch._config import SETTINGS, configure
 from tetrarch._plugins import PluginSource, Registry, reset_registry
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
+from tetrarch.testing import scaled
 
 #: The plugin layer's settings (tetrarch._config).
 _KEYS = ("transport", "rdma_backend", "allocator", "disable_plugins", "plugins_strict", "rdma_fallback")
@@ -84,3 +90,70 @@ def make_registry() -> Callable[..., Registry]:
         return Registry(plugins=sources, builtins=builtins, entry_points=entry_points)
 
     return make
+
+
+# ------------------------------------------------------------------ installed throwaway distributions
+
+
+def _pip_install_target(project: Path, site: Path) -> None:
+    """``pip install`` the distribution in ``project`` into the folder ``site`` (no index, no dependencies).
+
+    A folder put on ``PYTHONPATH`` then holds the package and its ``.dist-info`` (with its
+    ``entry_points.txt``), as in an environment where the user installed it; the venv stays clean.
+    """
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "--target", str(site), str(project)],
+        capture_output=True, text=True, timeout=scaled(110), cwd=project,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="session")
+def pip_install_target() -> Callable[[Path, Path], None]:
+    """``pip_install_target(project, site)``: install the distribution in ``project`` into the folder ``site``."""
+    return _pip_install_target
+
+
+@pytest.fixture(scope="session")
+def broken_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the installed distribution ``tetrarch-test-broken`` 9.9.9, whose plugin
+    module (entry point ``kaboom``) raises ``RuntimeError("tetrarch-test-broken exploded on import")``."""
+    project = tmp_path_factory.mktemp("broken-project")
+    (project / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools>=68"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "tetrarch-test-broken"
+        version = "9.9.9"
+
+        [project.entry-points.tetrarch]
+        kaboom = "tetrarch_test_broken"
+
+        [tool.setuptools]
+        py-modules = ["tetrarch_test_broken"]
+    """))
+    (project / "tetrarch_test_broken.py").write_text('raise RuntimeError("tetrarch-test-broken exploded on import")\n')
+    site = tmp_path_factory.mktemp("broken-site")
+    _pip_install_target(project, site)
+    assert list(site.glob("tetrarch_test_broken-9.9.9.dist-info"))
+    return site
+
+
+#: The copyable plugin template: distribution ``tetrarch-plugin-template`` 0.1.0, entry point ``template``.
+TEMPLATE = Path(__file__).resolve().parents[2] / "examples" / "plugin_template"
+
+
+@pytest.fixture(scope="session")
+def template_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the installed plugin template (built from a copy: the source folder stays clean)."""
+    project = tmp_path_factory.mktemp("template-project") / "plugin_template"
+    shutil.copytree(TEMPLATE, project,
+                    ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
+    site = tmp_path_factory.mktemp("template-site")
+    _pip_install_target(project, site)
+    entry_points = site / "tetrarch_plugin_template-0.1.0.dist-info" / "entry_points.txt"
+    assert "template = tetrarch_plugin_template._plugin" in entry_points.read_text()
+    return site

@@ -1,9 +1,10 @@
 """Acceptance: an installed plugin distribution that raises on import.
 
-A throwaway distribution is pip-installed into a private ``--target`` folder put on
-``PYTHONPATH`` (importlib.metadata finds its dist-info there), so the venv stays
-clean. ``tetrarch plugins --json`` must show it BROKEN with its error while every
-other backend keeps its normal status; strict mode must refuse to start.
+A throwaway distribution (the ``broken_site`` fixture of tests/plugins/conftest.py) is
+pip-installed into a private ``--target`` folder put on ``PYTHONPATH`` (importlib.metadata
+finds its dist-info there), so the venv stays clean. ``tetrarch plugins --json`` must
+show it BROKEN with its error while every other backend keeps its normal status; strict
+mode must refuse to start.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,36 +26,6 @@ pytestmark = [pytest.mark.isolated, pytest.mark.timeout(scaled(120))]
 
 DIST = "tetrarch-test-broken"
 ERROR = "tetrarch-test-broken exploded on import"
-
-
-@pytest.fixture(scope="module")
-def broken_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = tmp_path_factory.mktemp("broken-project")
-    (project / "pyproject.toml").write_text(textwrap.dedent(f"""
-        [build-system]
-        requires = ["setuptools>=68"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "{DIST}"
-        version = "9.9.9"
-
-        [project.entry-points.tetrarch]
-        kaboom = "tetrarch_test_broken"
-
-        [tool.setuptools]
-        py-modules = ["tetrarch_test_broken"]
-    """))
-    (project / "tetrarch_test_broken.py").write_text(f"raise RuntimeError({ERROR!r})\n")
-    site = tmp_path_factory.mktemp("broken-site")
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "--target", str(site), str(project)],
-        capture_output=True, text=True, timeout=scaled(110), cwd=project,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert list(site.glob("tetrarch_test_broken-9.9.9.dist-info"))
-    return site
 
 
 def run_plugins(site: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,5 @@
-"""The ``tetrarch`` command line: ``tetrarch plugins [--json] [--verbose]``, ``tetrarch config [--json]``.
+"""The ``tetrarch`` command line: ``tetrarch plugins [--json] [--verbose]``, ``tetrarch config [--json]``,
+``tetrarch plugins --explain KIND [ADDRESS] [--require CAP] [--json]`` (how a backend is selected).
 
 ``plugins --json`` rows carry the keys of :data:`COLUMNS` plus ``traceback`` (broken
 only); ``config --json`` rows the keys of :data:`CONFIG_KEYS`.
@@ -22,7 +23,7 @@ from ._plugins._errors import PluginLoadError
 from ._plugins._known import known_for_distribution
 from ._plugins._loader import PluginState
 from ._plugins._registry import Registry, get_registry
-from ._plugins._specs import Status
+from ._plugins._specs import BackendKind, Status
 
 __all__ = ["COLUMNS", "CONFIG_KEYS", "config_rows", "main", "plugin_rows"]
 
@@ -103,12 +104,29 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a plugin setting's environment variable holds no valid value
         print(f"tetrarch: {exc}", file=sys.stderr)
         return 1
+    if args.explain is not None:
+        return _explain(registry, args)
+    if args.address is not None:
+        print("tetrarch: an ADDRESS goes with --explain transport", file=sys.stderr)
+        return 2
     rows = plugin_rows(registry)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(_table(rows, args.verbose))
     return 0
+
+
+def _explain(registry: Registry, args: argparse.Namespace) -> int:
+    """``plugins --explain KIND [ADDRESS]``: the decision walk; status 1 when nothing can be selected."""
+    request = {"require": set(args.require)} if args.require else None
+    try:
+        explanation = registry.explain(BackendKind(args.explain), address=args.address, request=request)
+    except ValueError as exc:
+        print(f"tetrarch: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(explanation.as_dict(), indent=2) if args.json else explanation.render())
+    return 0 if explanation.winner is not None else 1
 
 
 def _json_value(value: object) -> object:
@@ -163,6 +181,14 @@ def _parser() -> argparse.ArgumentParser:
     plugins = sub.add_parser("plugins", help="list backends, their status and how to fix them")
     plugins.add_argument("--json", action="store_true", help="print a JSON list of rows")
     plugins.add_argument("-v", "--verbose", action="store_true", help="show full tracebacks of broken plugins")
+    plugins.add_argument("--explain", metavar="KIND", choices=[k.value for k in BackendKind],
+                         help="show how the backend of KIND (transport, rdma, allocator) is selected here, rule by "
+                              "rule, and which one wins")
+    plugins.add_argument("--require", metavar="CAPABILITY", action="append", default=[],
+                         help="with --explain: a capability the backend must have (repeatable), e.g. same-host")
+    plugins.add_argument("address", nargs="?", metavar="ADDRESS",
+                         help="with --explain transport: the address to select a transport for (tcp://h:p, "
+                              "zmq+tcp://h:p, ...)")
     plugins.set_defaults(func=_cmd_plugins)
     config = sub.add_parser("config", help="list settings, their current values and where each came from")
     config.add_argument("--json", action="store_true", help="print a JSON list of rows")

@@ -34,6 +34,7 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "DISABLE_PLUGINS",
     "ENV_ALLOC_ID",
+    "ENV_ALLOC_TRANSPORT",
     "ENV_CLIENT_ADDR",
     "ENV_HOST_AGENT_ADDR",
     "ENV_HOST_INDEX",
@@ -263,8 +264,14 @@ FROZEN_TIMEOUT = _seconds(
 TRANSPORT: Setting[str | None] = Setting(
     "transport", "TETRARCH_TRANSPORT", str, None,
     "transport backend (see `tetrarch plugins`); unset: by address scheme, then priority. "
-    "Procs always get their spawner's transport",
+    "Host agents and procs always use their client's transport (`TETRARCH_ALLOC_TRANSPORT`)",
     propagate=False,  # the runtime passes the transport actually in use, not this setting
+)
+LISTEN_ADDRESS: Setting[str | None] = Setting(
+    "listen_address", "TETRARCH_LISTEN_ADDRESS", str, None,
+    "where the client listens, e.g. `tcp://127.0.0.1:0`; a qualified scheme (`zmq+tcp://...`) also selects the "
+    "transport (below `transport`, which it must not contradict); unset: the transport's default address",
+    propagate=False,  # procs and host agents listen on their transport's default address
 )
 ALLOCATOR: Setting[str | None] = Setting(
     "allocator", "TETRARCH_ALLOCATOR", str, None,
@@ -308,15 +315,20 @@ TEST_SLOWDOWN: Setting[float] = Setting(
     "test_slowdown", "TETRARCH_TEST_SLOWDOWN", float, 1.0,
     "multiplies the time bounds of tetrarch's own test suite", propagate=False,
 )
+FUZZ_EXAMPLES: Setting[int] = Setting(
+    "fuzz_examples", "TETRARCH_FUZZ_EXAMPLES", int, 100,
+    "hostile inputs per transport that tetrarch's own fuzz test throws at a listening proc (more: runs longer)",
+    propagate=False,
+)
 
 #: Every user setting by key, in documentation order.
 SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
     s.key: s
     for s in (
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
-        HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, ALLOCATOR, RDMA_BACKEND, DISABLE_PLUGINS,
-        PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT, AGGREGATE_WINDOW,
-        TEST_SLOWDOWN,
+        HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR, RDMA_BACKEND,
+        DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
+        AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })
 
@@ -379,6 +391,11 @@ ENV_PROC_COORDS = LaunchVar(
     "TETRARCH_PROC_COORDS", "a proc's coordinates in its mesh, `hosts=0 gpus=1`: with its mesh name, the prefix of "
     "its output lines and its process title"
 )
+ENV_ALLOC_TRANSPORT = LaunchVar(
+    "TETRARCH_ALLOC_TRANSPORT", "the transport backend of the allocation (the one its client uses): a host agent or "
+    "proc listens and dials with exactly this one, whatever `TETRARCH_TRANSPORT` says where it runs, and exits with "
+    "an error naming it (and the `pip install` that provides it) when it cannot load it"
+)
 ENV_SPANS_HOSTS = LaunchVar(
     "TETRARCH_SPANS_HOSTS", "`1` for the host agents and procs of an allocation that spans hosts: they listen on a "
     "routable address instead of loopback"
@@ -390,7 +407,7 @@ LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
     for v in (
         ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
         ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_PROC_COORDS,
-        ENV_SPANS_HOSTS,
+        ENV_SPANS_HOSTS, ENV_ALLOC_TRANSPORT,
     )
 })
 

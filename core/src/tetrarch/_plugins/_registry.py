@@ -20,6 +20,7 @@ from .._errors import ArgumentError, ArgumentTypeError, RDMATcpFallbackWarning
 from . import _hookspecs
 from ._builtin import BuiltinBackends, DefaultPolicy, required_capabilities
 from ._errors import BackendNotFound, BackendUnavailable
+from ._explain import Explanation, Trace, scheme_listing, trace_hooks
 from ._hookspecs import PROJECT
 from ._known import KNOWN_BACKENDS, known_backend, known_for_distribution, normalize_dist
 from ._loader import PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
@@ -276,8 +277,40 @@ class Registry:
                 address contradicting the explicit choice, or a setting's environment
                 variable holding no valid value.
         """
+        return self._select(BackendKind(kind), name, address, request or {}, None, among)
+
+    def explain(
+        self,
+        kind: BackendKind,
+        name: str | None = None,
+        *,
+        address: str | None = None,
+        request: Mapping[str, object] | None = None,
+    ) -> Explanation:
+        """How :meth:`select` decides for these arguments, rule by rule, and what it selects.
+
+        Runs the same code as :meth:`select` (recording each rule it looks at); a
+        selection error becomes the explanation's ``error`` instead of being raised.
+
+        Raises:
+            ValueError: ``kind`` is no backend kind.
+        """
         kind = BackendKind(kind)
-        req: Mapping[str, object] = request or {}
+        trace = Trace()
+        winner: BackendSpec | None = None
+        error = ""
+        try:
+            winner = self._select(kind, name, address, request or {}, trace)
+        except (BackendNotFound, BackendUnavailable, ValueError, TypeError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        row = next((r for r in self.statuses(kind) if winner is not None and r.spec is winner), None)
+        origin = f"{row.distribution} {row.version}".strip() if row else ""
+        return Explanation(kind, address, dict(request or {}), tuple(self.statuses(kind)), tuple(trace.steps),
+                           winner, origin, error)
+
+    def _select(self, kind: BackendKind, name: str | None, address: str | None, req: Mapping[str, object],
+                trace: Trace | None, among: Iterable[str] | None = None) -> BackendSpec:
+        note = trace.note if trace is not None else (lambda *_a, **_k: None)
         addr_backend: str | None = None
         scheme: str | None = None
         if address is not None:
@@ -287,16 +320,29 @@ class Registry:
         chosen: str | None
         if name:
             chosen, source = name, f"name={name!r}"
+            note("explicit", f"name={name!r} given", True)
         else:
+            note("explicit", "none given")
             chosen, source = _chosen_by_setting(SETTING_BY_KIND[kind])
+            setting = SETTING_BY_KIND[kind]
+            note("setting", f"{source} chooses {chosen!r}" if chosen else
+                 f"not set (neither configure({setting.key}=...) nor {setting.env})", bool(chosen))
         if addr_backend is not None:
             if chosen is None:
                 chosen, source = addr_backend, f"address {address!r}"
+                note("address", f"{address!r} is qualified: it names {addr_backend!r}", True)
             elif chosen != addr_backend:
                 raise ArgumentError(f"address {address!r} names transport {addr_backend!r} but {source} chose "
                                     f"{chosen!r}")
+            else:
+                note("address", f"{address!r} names {addr_backend!r} too: it agrees")
+        elif scheme is not None:
+            note("address", f"plain {scheme}:// address: " + (f"{chosen!r} must serve it" if chosen else
+                 f"only transports serving {scheme}:// are candidates"))
+        elif chosen is None:
+            note("address", "no address given" if kind is BackendKind.TRANSPORT else "applies to transports only")
         if chosen is None:
-            return self._auto(kind, scheme, req, None if among is None else frozenset(among))
+            return self._auto(kind, scheme, req, None if among is None else frozenset(among), trace)
         spec = self._named(kind, chosen, source)
         if scheme is not None and scheme not in spec.schemes:
             served = ", ".join(f"{s}://" for s in spec.schemes) or "nothing"
@@ -322,10 +368,7 @@ class Registry:
         raise BackendUnavailable(message)
 
     def _not_found(self, kind: BackendKind, name: str, source: str) -> str:
-        installed = [r for r in self.statuses(kind) if not is_absent(r)]
-        listing = ", ".join(f"{r.name} ({r.status.value})" for r in installed) or "none"
-        message = (f"no {kind.value} backend named {name!r} (chosen by {source}); installed {kind.value} backends: "
-                   f"{listing}")
+        message = f"no {kind.value} backend named {name!r} (chosen by {source}); {self._installed(kind)}"
         known = known_backend(kind, name)
         if known is not None and not known.implemented:
             message += f". {name!r} is not implemented yet (it is to come with {known.distribution})"
@@ -340,7 +383,7 @@ class Registry:
         return message
 
     def _auto(self, kind: BackendKind, scheme: str | None, request: Mapping[str, object],
-              among: frozenset[str] | None = None) -> BackendSpec:
+              among: frozenset[str] | None = None, trace: Trace | None = None) -> BackendSpec:
         rows = [r for r in self.statuses(kind) if not is_absent(r)]
         if among is not None:
             rows = [r for r in rows if r.name in among or r.distribution != _CORE]  # skipped ones still count
@@ -355,6 +398,10 @@ class Registry:
         chosen = None
         if candidates:
             chosen = self._pm.hook.tetrarch_select_backend(kind=kind, candidates=candidates, request=request)
+            if trace is not None:
+                trace_hooks(trace, self._pm.hook.tetrarch_select_backend, kind, candidates, request, chosen)
+        elif trace is not None:
+            trace.note("hook", "no available candidate to choose from")
         if chosen is None:
             message = f"no {what} is available"
             require = required_capabilities(request)
@@ -373,10 +420,13 @@ class Registry:
         return chosen
 
     def _installed(self, kind: BackendKind) -> str:
-        rows = [r for r in self.statuses(kind) if r.spec is not None]
-        return f"installed {kind.value} backends: " + (
-            ", ".join(f"{r.name} ({', '.join(r.spec.schemes)})" for r in rows if r.spec) or "none"
-        )
+        """Every discoverable backend of ``kind`` (status, schemes) and how to install the absent first-party ones."""
+        rows = self.statuses(kind)
+        text = f"installed {kind.value} backends: " + scheme_listing([r for r in rows if not is_absent(r)])
+        absent = [r for r in rows if r.status is Status.NOT_INSTALLED]
+        if absent:
+            text += "; not installed: " + ", ".join(f"{r.name} ({r.hint})" for r in absent)
+        return text
 
     def _check_fallback(self, chosen: BackendSpec, rows: list[BackendStatus], request: Mapping[str, object]) -> None:
         row = next(r for r in rows if r.spec is chosen)

@@ -36,13 +36,13 @@ from .._config import (
     FORWARD_OUTPUT,
     FROZEN_TIMEOUT,
     HEARTBEAT_INTERVAL,
-    TRANSPORT,
 )
 from .._log import get_logger
+from .._plugins import BackendNotFound, BackendUnavailable
 from . import _serial, _wire
 from ._launch import StateMonitor, announce_ready, report_exit, report_frozen, start_heartbeat
 from ._output import OutputForwarder, set_process_title
-from ._root import Root, child_env, install_root
+from ._root import Root, child_env, install_root, launched_root
 from ._router import PeerUnreachable
 from ._secret import take_secret
 from ._spawn import ExitInfo, WatchedProcess, spawn_watched
@@ -149,7 +149,11 @@ def main() -> int:
     alloc_id = os.environ[ENV_ALLOC_ID.name]
     index = int(os.environ.get(ENV_HOST_INDEX.name) or os.environ.get("SLURM_PROCID") or 0)
     set_process_title(f"tetrarch host-agent {index}")
-    root = Root("host", secret, TRANSPORT(), name=f"host{index}")
+    try:
+        root = launched_root("host", secret, f"host{index}", client, f"host agent {index}")
+    except (BackendNotFound, BackendUnavailable) as exc:
+        print(f"tetrarch: {exc}", file=sys.stderr, flush=True)  # the client's ProcessStartError shows it
+        return 2
     install_root(root)
     agent = HostAgent(root, client)
     root.runtime.add_service(_wire.SVC_HOST, agent.service)

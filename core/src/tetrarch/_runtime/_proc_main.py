@@ -8,11 +8,12 @@ import os
 import sys
 import threading
 
-from .._config import ENV_OWNER_ADDR, ENV_PROC_COORDS, ENV_PROC_ID, ENV_PROC_MESH, TRANSPORT
+from .._config import ENV_OWNER_ADDR, ENV_PROC_COORDS, ENV_PROC_ID, ENV_PROC_MESH
 from .._log import get_logger
+from .._plugins import BackendNotFound, BackendUnavailable
 from ._launch import announce_ready, start_heartbeat
 from ._output import set_process_title
-from ._root import Root, adopt_client_sys_path, install_root
+from ._root import adopt_client_sys_path, install_root, launched_root
 from ._router import PeerUnreachable
 from ._secret import take_secret
 
@@ -35,7 +36,11 @@ def main() -> int:
     adopt_client_sys_path()
     done = threading.Event()
     orphaned = []
-    root = Root("proc", secret, TRANSPORT(), name=ident, on_proc_exit=done.set)
+    try:
+        root = launched_root("proc", secret, ident, owner, f"proc {ident}", on_proc_exit=done.set)
+    except (BackendNotFound, BackendUnavailable) as exc:
+        print(f"tetrarch: {exc}", file=sys.stderr, flush=True)  # its owner's ProcessStartError shows it
+        return 2
     install_root(root)
 
     def lost(addr: str, _err: object) -> None:

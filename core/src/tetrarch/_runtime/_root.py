@@ -16,9 +16,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._config import ENV_HOST_AGENT_ADDR, ENV_SPANS_HOSTS, ENV_SYS_PATH, TRANSPORT, config_env
+from .._config import (
+    ENV_ALLOC_TRANSPORT,
+    ENV_HOST_AGENT_ADDR,
+    ENV_SPANS_HOSTS,
+    ENV_SYS_PATH,
+    LISTEN_ADDRESS,
+    TRANSPORT,
+    config_env,
+)
 from .._log import set_process_name
-from .._plugins import get_registry
+from .._plugins import BackendNotFound, BackendUnavailable, Registry, get_registry, known_backend, split_address
 from .._plugins._specs import BackendKind
 from ._launch import LaunchTracker
 from ._output import OutputPrinter
@@ -27,8 +35,8 @@ from ._procagent import ProcAgent
 from ._router import Router, install_router
 from ._supervision import Supervisor, install_exit_path
 
-__all__ = ["Root", "adopt_client_sys_path", "child_env", "get_root", "install_root", "on_client_exit",
-           "root_if_any"]
+__all__ = ["Root", "adopt_client_sys_path", "child_env", "get_root", "install_root", "launched_root",
+           "on_client_exit", "root_if_any"]
 
 _root: Root | None = None
 _lock = threading.Lock()
@@ -41,12 +49,15 @@ class Root:
                  on_proc_exit: Callable[[], None] | None = None) -> None:
         self.role = role
         self.secret = secret
-        spec = get_registry().select(BackendKind.TRANSPORT, transport_name)
+        # The client may be told where to listen; a qualified scheme there selects the transport.
+        address = LISTEN_ADDRESS() if role == "client" else None
+        spec = get_registry().select(BackendKind.TRANSPORT, transport_name, address=address)
         self.transport_name = spec.name
         transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name)
         set_process_name(name)
         spans_hosts = role != "client" and os.environ.get(ENV_SPANS_HOSTS.name) == "1"
-        self.runtime = Router(transport, secret, name=name, spans_hosts=spans_hosts)
+        self.runtime = Router(transport, secret, name=name, spans_hosts=spans_hosts,
+                              listen_address=Registry.strip_scheme(address) if address else None)
         self.launches = LaunchTracker(self.runtime)
         self.supervisor = Supervisor(self.runtime, role)
         self.proc_agent = ProcAgent(self.runtime, on_exit=on_proc_exit)
@@ -69,10 +80,46 @@ def child_env(root: Root, extra: dict[str, str]) -> dict[str, str]:
     environment (``spawn_watched(..., secret=...)``, ``AgentCommand.secret``)."""
     env = dict(os.environ)
     env.update(config_env())
-    env[TRANSPORT.env] = root.transport_name
+    env[ENV_ALLOC_TRANSPORT.name] = root.transport_name  # what the child uses (launched_root)
+    env[TRANSPORT.env] = root.transport_name  # what code running in the child sees as the setting
     env.setdefault(ENV_SYS_PATH.name, os.pathsep.join(p for p in sys.path if p))
     env.update(extra)
     return env
+
+
+def launched_root(role: str, secret: bytes, name: str, launcher: str, what: str,
+                  on_proc_exit: Callable[[], None] | None = None) -> Root:
+    """The :class:`Root` of a host agent or proc: on the allocation's transport, checked against ``launcher``.
+
+    The transport is the one its launcher passed down (``TETRARCH_ALLOC_TRANSPORT``;
+    the ``transport`` setting only for a launcher that passed none), never one chosen
+    again here, so every process of an allocation speaks the client's transport.
+    ``launcher`` is the address it reports to (its client or owner); ``what`` names
+    this process in errors (``"host agent 0"``).
+
+    Raises:
+        BackendNotFound, BackendUnavailable: this process cannot load that transport, or
+            it cannot dial ``launcher``'s address; the message names the transport, who
+            chose it and, for a first-party one, the ``pip install "tetrarch[X]"`` that
+            provides it on this host.
+    """
+    chosen = os.environ.get(ENV_ALLOC_TRANSPORT.name) or TRANSPORT()
+    origin = f"the allocation's transport ({ENV_ALLOC_TRANSPORT.name}={chosen}, the client's choice)"
+    try:
+        spec = get_registry().select(BackendKind.TRANSPORT, chosen)
+    except (BackendNotFound, BackendUnavailable) as exc:
+        known = known_backend(BackendKind.TRANSPORT, chosen) if chosen else None
+        fix = f"; install it on this host: {known.hint}" if known is not None and known.implemented else ""
+        raise type(exc)(f"{what} cannot use {origin}: {exc}{fix}") from exc
+    backend, scheme, _ = split_address(launcher)
+    if (backend is not None and backend != spec.name) or scheme not in spec.schemes:
+        served = ", ".join(f"{s}://" for s in spec.schemes)
+        raise BackendUnavailable(
+            f"{what} was told to use {origin}, which serves {served}, but the process it reports to listens at "
+            f"{launcher!r}: one allocation cannot mix transports. Start the client with the transport you want "
+            f"(TETRARCH_TRANSPORT=<name>) and let it pass it down"
+        )
+    return Root(role, secret, spec.name, name, on_proc_exit)
 
 
 def adopt_client_sys_path() -> None:
