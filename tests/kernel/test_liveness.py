@@ -29,7 +29,8 @@ from tetrarch._runtime._launch import StateMonitor, proc_state
 from tetrarch._runtime._wire import ProcFrozen
 from tetrarch.testing import Collector, scaled
 
-# Stalls judged from OS state and a process's own clock; the pings are calls like any other (run once, not per transport).
+# Stalls judged from OS state and a process's own clock; the pings are calls like any other
+# (run once, not per transport).
 pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(90))]
 
 #: Settings the stall tests give their procs: an orphan timeout short enough that a
