@@ -1,6 +1,6 @@
 """Call latency and pipelined throughput, next to a raw socket baseline from the same run.
 
-    python benchmarks/bench_calls.py [--transport ipc|tcp] [--calls 2000] [--pipelined 10000] [--window 1000]
+    python benchmarks/bench_calls.py [--transport ipc|tcp|zmq] [--calls 2000] [--pipelined 10000] [--window 1000]
 
 Baseline: a child process echoes length-prefixed messages over a plain socket of the
 same kind (Unix or TCP loopback; ``_baselines.py``), with the same 2000 sequential round
@@ -95,14 +95,16 @@ def tetrarch_calls(calls: int, pipelined: int) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--transport", default=os.environ.get("TETRARCH_TRANSPORT", "ipc"), choices=["ipc", "tcp"])
+    ap.add_argument("--transport", default=os.environ.get("TETRARCH_TRANSPORT", "ipc"), choices=["ipc", "tcp", "zmq"])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--pipelined", type=int, default=10000)
     ap.add_argument("--window", type=int, default=1000, help="raw baseline: messages in flight when pipelining")
     args = ap.parse_args()
     os.environ["TETRARCH_TRANSPORT"] = args.transport
-    r50, r99, rrate = raw_baseline(args.transport, args.calls, args.pipelined, args.window)
-    z = zmq_baseline(args.calls) if args.transport == "ipc" else None
+    # zmq's addresses default to ipc: its raw socket baseline is a Unix socket, next to raw pyzmq
+    r50, r99, rrate = raw_baseline("tcp" if args.transport == "tcp" else "ipc", args.calls, args.pipelined,
+                                   args.window)
+    z = zmq_baseline(args.calls) if args.transport in ("ipc", "zmq") else None
     t50, t99, trate = tetrarch_calls(args.calls, args.pipelined)
     us = 1e6
     print(f"transport: {args.transport}   cores: {os.cpu_count()}   python: {sys.version.split()[0]}")

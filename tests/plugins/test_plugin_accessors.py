@@ -41,7 +41,7 @@ def test_get_transport_without_a_name_selects(builtins_only: Registry) -> None:
 def test_unknown_names_list_the_choices_and_the_install_hint(builtins_only: Registry) -> None:
     with pytest.raises(BackendNotFound, match=r"no transport backend named 'pigeon'.*ipc \(available\)"):
         builtins_only.get_transport("pigeon")
-    with pytest.raises(BackendNotFound, match=r"'zmq' is not implemented yet \(it is to come with tetrarch-transport"):
+    with pytest.raises(BackendNotFound, match=r"'zmq' comes with tetrarch-transport-zmq: pip install .tetrarch\[zmq\]"):
         builtins_only.get_transport("zmq")
     with pytest.raises(BackendNotFound, match=r"'slurm' is not implemented yet"):
         builtins_only.get_allocator("slurm")

@@ -54,14 +54,39 @@ def test_every_first_party_distribution_is_installed_and_loaded(rows) -> None:
 @pytest.mark.parametrize(("name", "module", "dist"), [("zmq", "zmq", "pyzmq"), ("nng", "pynng", "pynng")])
 def test_transport_plugins(rows, name: str, module: str, dist: str) -> None:
     row = rows[(T, name)]
-    assert row.status is Status.NOT_IMPLEMENTED
     assert row.spec.schemes == ("tcp", "ipc")
-    if importlib.util.find_spec(module) is not None:
+    found = importlib.util.find_spec(module) is not None
+    if row.spec.implemented:
+        if found:
+            assert row.status is Status.AVAILABLE
+            assert row.reason == f"{dist} {importlib.metadata.version(dist)}"
+        else:
+            assert row.status is Status.UNAVAILABLE
+            assert row.reason == f"{dist} is not installed"
+            assert f'pip install "tetrarch[{name}]"' in row.hint
+        return
+    assert row.status is Status.NOT_IMPLEMENTED
+    if found:
         version = importlib.metadata.version(dist)
         assert row.reason == f"the {name} transport is not implemented yet (found here: {dist} {version})"
     else:
         assert row.reason == f"the {name} transport is not implemented yet (also: {dist} is not installed)"
-    assert row.hint == "use the 'ipc' or 'tcp' transport instead"
+    assert row.hint.startswith("use the 'ipc', 'tcp'") and row.hint.endswith(" transport instead")
+
+
+def test_zmq_probe_without_pyzmq(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyzmq missing: unavailable, with the install command, and an explicit choice raises that reason."""
+    import tetrarch._plugins._helpers as helpers
+    from tetrarch_transport_zmq._plugin import probe
+
+    real = helpers.python_library_found
+    monkeypatch.setattr(helpers, "python_library_found", lambda m, d: None if m == "zmq" else real(m, d))
+    result = probe()
+    assert not result.ok
+    assert result.reason == "pyzmq is not installed"
+    assert 'pip install "tetrarch[zmq]"' in result.remedy
+    with pytest.raises(BackendUnavailable, match=r"'zmq' .* is unavailable: pyzmq is not installed.*tetrarch\[zmq\]"):
+        Registry().create(T, "zmq")
 
 
 def test_verbs_plugin(rows) -> None:
@@ -136,9 +161,6 @@ def test_efa_and_slurm_probes_when_their_tools_exist(monkeypatch: pytest.MonkeyP
 @pytest.mark.parametrize(
     ("factory", "message"),
     [
-        ("tetrarch_transport_zmq._zmq:ZmqTransport",
-         ("the zmq transport is not implemented yet (tetrarch issue: transports); use the builtin 'ipc' or "
-          "'tcp' transport")),
         ("tetrarch_transport_nng._nng:NngTransport", "the nng transport is not implemented yet"),
         ("tetrarch_rdma_verbs._verbs:VerbsRdmaBackend", "the verbs RDMA backend is not implemented yet"),
         ("tetrarch_rdma_efa._efa:EfaRdmaBackend", "the efa RDMA backend is not implemented yet"),
@@ -154,15 +176,9 @@ def test_placeholder_factories_refuse_to_construct(factory: str, message: str) -
     assert str(info.value).startswith(message)
 
 
-def test_placeholder_keeps_its_interface() -> None:
-    from tetrarch_transport_zmq._zmq import ZmqTransport
-
-    assert issubclass(ZmqTransport, Transport)
-
-
-def test_unimplemented_backend_is_refused_by_the_registry() -> None:
-    with pytest.raises(BackendUnavailable, match="the zmq transport is not implemented yet"):
-        Registry().create(T, "zmq")
+def test_zmq_factory_builds_a_transport() -> None:
+    transport = Registry().create(T, "zmq")
+    assert isinstance(transport, Transport) and type(transport).__name__ == "ZmqTransport"
 
 
 @pytest.mark.isolated

@@ -1,8 +1,8 @@
 """tetrarch transport over pyzmq (backend ``zmq``, addresses ``zmq+tcp://``, ``zmq+ipc://``).
 
-Not implemented yet: ``tetrarch plugins`` reports it as ``not implemented`` and creating it
-raises :class:`NotImplementedError`. Importing this package loads neither pyzmq nor
-the transport; the registry imports :mod:`._zmq` only when the backend is used.
+Importing this package loads neither pyzmq nor the transport; the registry imports
+:mod:`._zmq` only when the backend is used (``TETRARCH_TRANSPORT=zmq`` or a ``zmq+...``
+address).
 """
 
 from __future__ import annotations

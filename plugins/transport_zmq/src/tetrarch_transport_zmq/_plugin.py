@@ -6,8 +6,6 @@ from collections.abc import Sequence
 
 from tetrarch.plugins import BackendKind, BackendSpec, hookimpl, library_probe
 
-ALTERNATIVE = "use the builtin 'ipc' or 'tcp' transport"  # for the placeholder factory's error
-
 probe = library_probe("zmq", "pyzmq", "zmq")
 
 
@@ -19,7 +17,6 @@ def tetrarch_transports() -> Sequence[BackendSpec]:
             "zmq",
             "tetrarch_transport_zmq._zmq:ZmqTransport",
             probe=probe,
-            implemented=False,  # the factory is a placeholder: `tetrarch plugins` says so first
             priority=5,
             extra="zmq",
             summary="ZeroMQ sockets (pyzmq)",

@@ -1,13 +1,268 @@
-"""The zmq transport (placeholder until it is written: construction raises)."""
+"""The zmq transport: ``zmq+tcp://host:port`` and ``zmq+ipc://path`` over pyzmq.
+
+Mapping zmq onto connections (the kernel authenticates, orders and supervises per
+connection):
+
+* A listener is one ROUTER socket (``ROUTER_MANDATORY``: a send to a vanished peer
+  fails instead of vanishing). Each ``connect`` makes its own DEALER socket, so one
+  connection is one DEALER on the dialing side and one routing identity on the
+  listening side. The DEALER's first message is ``OPEN``; the listener's ``on_open``
+  runs when it arrives, and the listener answers ``OPEN``, on which ``connect`` returns.
+* Closes: an orderly ``close`` sends ``CLOSE``; a peer that dies is noticed through
+  socket monitors (``DISCONNECTED``; on the listening side the event's descriptor is
+  matched to the identity that first spoke from it, zmq's ``SRCFD``) and ZMTP heartbeats.
+* Limits: ``max_message_size`` is checked per connection on each whole message (frame
+  count first, then the sum); zmq has received the message by then, see the README note.
+"""
 
 from __future__ import annotations
 
-from tetrarch.plugins import Transport, not_implemented_factory
+import os
+from typing import Any
 
-from ._plugin import ALTERNATIVE
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from tetrarch.plugins import (
+    Connection,
+    ConnectionHandler,
+    Listener,
+    QualifiedAddress,
+    Transport,
+    TransportError,
+    advertised_host,
+    fresh_ipc_name,
+    parse_qualified,
+)
+
+from ._conn import CLOSE, DATA, OPEN, ZmqConnection
+from ._dial import dial
+from ._loop import ZmqLoop, configure_socket
 
 __all__ = ["ZmqTransport"]
 
-ZmqTransport = not_implemented_factory(
-    "zmq transport", "transports", alternative=ALTERNATIVE, base=Transport, name="ZmqTransport"
-)
+_BATCH = 256  # messages read from one socket before the others get a turn
+
+
+class _ZmqListener(Listener):
+    def __init__(self, loop: ZmqLoop, sock: zmq.Socket[Any], address: str, handler: ConnectionHandler,
+                 path: str | None) -> None:
+        self._loop = loop
+        self._sock = sock
+        self._address = address
+        self._handler = handler
+        self._path = path
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._conns: dict[bytes, ZmqConnection] = {}
+        self._by_fd: dict[int, ZmqConnection] = {}
+        self._closed = False
+        self._gone = False
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def start(self) -> None:  # I/O thread
+        self._loop.listeners.add(self)
+        self._loop.watch(self._monitor, self.on_readable)
+        self._loop.watch(self._sock, self.on_readable)
+
+    # -- I/O thread ------------------------------------------------------------
+    def on_readable(self) -> None:
+        # Disconnects first, then every message that arrived before them (a CLOSE makes
+        # a close orderly); a descriptor reused by a new peer is told apart on its OPEN.
+        gone: set[int] = set()
+        while self._monitor.poll(0):
+            event = parse_monitor_message(self._monitor.recv_multipart())
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                gone.add(int(event["value"]))
+        read = 0
+        while gone or read < _BATCH:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            read += 1
+            self._message(frames, gone)
+        for fd in gone:
+            conn = self._by_fd.get(fd)
+            if conn is not None:
+                self._loop.drop(conn, TransportError(f"connection from {conn.peer} was lost"))
+
+    def _message(self, frames: list[zmq.Frame], gone: set[int]) -> None:
+        if len(frames) < 2:
+            return  # not from a DEALER of ours: nothing to attribute it to
+        route = frames[0].bytes
+        tag = frames[1].bytes if len(frames[1]) <= 1 else b"?"
+        conn = self._conns.get(route)
+        if conn is not None:
+            if tag == DATA:
+                conn.deliver(frames[2:])
+            elif tag == CLOSE:
+                self._loop.drop(conn, None)
+            else:
+                self._loop.drop(conn, TransportError(f"peer {conn.peer} broke the zmq transport's protocol"))
+            return
+        if tag != OPEN or len(frames) != 2:
+            return  # an identity we closed, or a peer that never opened: dropped unread
+        if self._closed:
+            self._send_now([route, CLOSE])
+            return
+        fd = int(frames[1].get(zmq.SRCFD))
+        gone.discard(fd)  # that disconnect (read before this message) was an earlier peer's
+        old = self._by_fd.get(fd)
+        if old is not None:  # its descriptor now serves someone else: the old peer is gone
+            self._loop.drop(old, TransportError(f"connection from {old.peer} was lost"))
+        conn = ZmqConnection(self._loop, self._sock, self._handler, f"{self._address} (peer {route.hex()})", route)
+        conn.listener = self
+        conn.fd = fd
+        self._conns[route] = conn
+        self._by_fd[fd] = conn
+        self._send_now([route, OPEN])
+        try:
+            self._handler.on_open(conn)
+        except Exception as exc:  # noqa: BLE001 - a faulty handler closes this connection only
+            self._loop.drop(conn, exc, tell_peer=True)
+
+    def _send_now(self, msg: list[bytes]) -> None:
+        try:
+            self._sock.send_multipart(msg, flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def forget(self, conn: ZmqConnection) -> None:
+        if conn.route is not None and self._conns.get(conn.route) is conn:
+            del self._conns[conn.route]
+        if self._by_fd.get(conn.fd) is conn:
+            del self._by_fd[conn.fd]
+        if self._closed and not self._conns:
+            self.shutdown()
+
+    # -- closing -------------------------------------------------------------
+    def close(self) -> None:
+        """Stop accepting: later dialers are told CLOSE; the socket goes with the last connection."""
+        if self._closed:
+            return
+        self._closed = True
+
+        def do() -> None:
+            if not self._conns:
+                self.shutdown()
+
+        self._loop.queue.call(do)
+
+    def shutdown(self) -> None:
+        """Close the ROUTER (and with it every connection left). I/O thread; idempotent."""
+        if self._gone:
+            return
+        self._gone = True
+        self._closed = True
+        for conn in list(self._conns.values()):
+            self._loop.drop(conn, None, tell_peer=True)
+        self._loop.listeners.discard(self)
+        self._loop.unwatch(self._sock)
+        self._loop.unwatch(self._monitor)
+        self._sock.disable_monitor()
+        self._monitor.close(0)
+        self._sock.close(0)
+        if self._path:
+            try:
+                os.unlink(self._path)
+            except OSError:
+                pass
+
+
+class ZmqTransport(Transport):
+    """Transport over ZeroMQ (pyzmq): one ROUTER per listener, one DEALER per dialed connection."""
+
+    name = "zmq"
+    schemes = ("zmq+tcp", "zmq+ipc")
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._io: ZmqLoop | None = None
+
+    def _loop(self) -> ZmqLoop:
+        with self._lock:
+            if self._io is None:
+                self._io = ZmqLoop(self.name)
+            return self._io
+
+    def listen(self, address: str, handler: ConnectionHandler) -> Listener:
+        where = parse_qualified(address, self.name)
+        loop = self._loop()
+        box: list[Any] = []
+
+        def bind() -> None:
+            try:
+                box.append(self._bind(loop, where, handler))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box.append(exc)
+
+        _on_loop(loop, bind)
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _bind(self, loop: ZmqLoop, where: QualifiedAddress, handler: ConnectionHandler) -> _ZmqListener:
+        sock = loop.ctx.socket(zmq.ROUTER)
+        configure_socket(sock)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        native = where.native()
+        if where.scheme == "tcp" and where.port == 0:
+            native = native.rsplit(":", 1)[0] + ":*"
+        try:
+            sock.bind(native)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise TransportError(f"cannot listen on zmq+{native}: {exc}") from exc
+        path = None
+        if where.scheme == "tcp":
+            bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+            port = int(bound.rsplit(":", 1)[1])
+            host = advertised_host(where.host)
+            real = f"zmq+tcp://[{host}]:{port}" if ":" in host else f"zmq+tcp://{host}:{port}"
+        else:
+            real = f"zmq+ipc://{where.path}"
+            path = None if where.path.startswith("@") else where.path
+        listener = _ZmqListener(loop, sock, real, handler, path)
+        listener.start()
+        return listener
+
+    def connect(self, address: str, handler: ConnectionHandler, timeout: float = 10.0) -> Connection:
+        where = parse_qualified(address, self.name)
+        return dial(self._loop(), address, where.native(), handler, timeout)
+
+    def default_address(self, *, spans_hosts: bool) -> str:
+        if spans_hosts:
+            return "zmq+tcp://0.0.0.0:0"
+        return f"zmq+ipc://{fresh_ipc_name(self.name)}"
+
+    def close(self) -> None:
+        with self._lock:
+            io, self._io = self._io, None
+        if io is not None:
+            io.stop()
+
+
+def _on_loop(loop: ZmqLoop, fn: Any) -> None:
+    """Run ``fn`` on the I/O thread and wait for it."""
+    if loop.queue.in_loop():
+        fn()
+        return
+    import threading
+
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            done.set()
+
+    loop.queue.call(run)
+    if not done.wait(30):
+        raise TransportError("the zmq transport's I/O thread did not answer within 30 s")

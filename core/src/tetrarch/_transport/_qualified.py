@@ -1,0 +1,158 @@
+"""Helpers for transports over message libraries (zmq, nng): qualified addresses and a call queue.
+
+A plugin transport serves *qualified* addresses, ``BACKEND+tcp://host:port`` and
+``BACKEND+ipc://path``, so an address names the transport that listens there and the
+registry selects it by scheme (``zmq+tcp://...`` picks ``zmq``). :func:`parse_qualified`
+checks one and names the expected form when it is malformed; :func:`fresh_ipc_name`
+and :func:`advertised_host` give what ``default_address`` and ``listen`` need.
+
+:class:`CallQueue` runs callables on one I/O thread that waits in a poller: any thread
+appends and wakes the loop through an ``eventfd`` (a pipe where there is none), which a
+``zmq.Poller`` or ``select.poll`` watches next to the library's sockets. Libraries
+whose sockets are not thread safe (zmq) send from that thread only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["CallQueue", "QualifiedAddress", "advertised_host", "fresh_ipc_name", "parse_qualified"]
+
+
+@dataclass(frozen=True, slots=True)
+class QualifiedAddress:
+    """A parsed ``BACKEND+SCHEME://...`` address."""
+
+    backend: str
+    scheme: str  # "tcp" or "ipc"
+    host: str = ""  # tcp: host without brackets
+    port: int = 0  # tcp: 0 asks for a free port
+    path: str = ""  # ipc: a file path, or "@name" for Linux's abstract namespace
+
+    def native(self) -> str:
+        """The address without the backend prefix (``tcp://h:p``, ``ipc://path``), as libraries take it."""
+        if self.scheme == "tcp":
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            return f"tcp://{host}:{self.port}"
+        return f"ipc://{self.path}"
+
+
+def _forms(backend: str) -> str:
+    return f"{backend}+tcp://HOST:PORT (PORT 0 for a free one) or {backend}+ipc:///PATH (or {backend}+ipc://@NAME)"
+
+
+def parse_qualified(address: str, backend: str) -> QualifiedAddress:
+    """Parse ``BACKEND+tcp://host:port`` or ``BACKEND+ipc://path`` for the transport ``backend``.
+
+    Raises:
+        ValueError: the address is malformed, names another transport or another
+            scheme; the message gives the expected form.
+    """
+    if not isinstance(address, str):
+        raise ValueError(f"address {address!r} is not a string; expected {_forms(backend)}")
+    scheme, sep, rest = address.partition("://")
+    prefix, plus, base = scheme.partition("+")
+    if not sep or not plus or prefix != backend:
+        raise ValueError(f"the {backend} transport cannot use address {address!r}; expected {_forms(backend)}")
+    if base == "tcp":
+        host, colon, port = rest.rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if not colon or not host or not port.isdigit() or int(port) > 65535 or any(c in host for c in "/ "):
+            raise ValueError(
+                f"tcp address {address!r} must look like {backend}+tcp://HOST:PORT (PORT 0 for a free one)"
+            )
+        return QualifiedAddress(backend, "tcp", host=host, port=int(port))
+    if base == "ipc":
+        if not rest or rest in ("/", "@") or "\0" in rest:
+            raise ValueError(f"ipc address {address!r} must look like {backend}+ipc:///PATH or {backend}+ipc://@NAME")
+        return QualifiedAddress(backend, "ipc", path=rest)
+    raise ValueError(f"the {backend} transport serves tcp and ipc, not {base!r}: expected {_forms(backend)}")
+
+
+def fresh_ipc_name(backend: str) -> str:
+    """A new ipc location: ``@tetrarch-...`` (abstract, nothing on disk) on Linux, else a file path."""
+    name = f"tetrarch-{backend}-{os.getpid()}-{secrets.token_hex(6)}"
+    if sys.platform.startswith("linux"):
+        return f"@{name}"
+    base = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tetrarch-{os.getuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    return os.path.join(base, f"{name}.sock")
+
+
+def advertised_host(bound_host: str) -> str:
+    """The host peers should dial for a socket bound to ``bound_host`` (a routable IP for a wildcard)."""
+    if bound_host in ("0.0.0.0", "::", "*"):
+        from ._socket import _routable_ip
+
+        return _routable_ip()
+    return bound_host
+
+
+class CallQueue:
+    """Callables for one I/O thread, and the file descriptor that wakes it.
+
+    ``call(fn)`` from any thread appends ``fn`` and wakes the loop (one write per batch:
+    no write while a wake-up is pending); the loop polls :meth:`fileno` for reading and
+    calls :meth:`run_pending`. The owner thread is set by :meth:`bind` (the loop's first
+    act); ``call`` from that thread runs ``fn`` at once.
+    """
+
+    def __init__(self) -> None:
+        self._calls: deque[Callable[[], None]] = deque()
+        self._owner: threading.Thread | None = None
+        self._armed = False  # a wake-up is written and not yet consumed
+        if hasattr(os, "eventfd"):
+            self._rfd = self._wfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        else:  # pragma: no cover - not Linux
+            self._rfd, self._wfd = os.pipe()
+            os.set_blocking(self._rfd, False)
+            os.set_blocking(self._wfd, False)
+
+    def bind(self) -> None:
+        """Make the calling thread the owner (the I/O thread)."""
+        self._owner = threading.current_thread()
+
+    def in_loop(self) -> bool:
+        return threading.current_thread() is self._owner
+
+    def fileno(self) -> int:
+        return self._rfd
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the I/O thread: now if this is it, else soon (in call order)."""
+        if self._owner is threading.current_thread():
+            fn()
+            return
+        self._calls.append(fn)
+        if not self._armed:
+            self._armed = True
+            try:
+                os.write(self._wfd, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            except (BlockingIOError, OSError):
+                pass
+
+    def run_pending(self) -> None:
+        """Consume the wake-up and run every queued callable (I/O thread)."""
+        self._armed = False
+        try:
+            os.read(self._rfd, 4096)
+        except (BlockingIOError, OSError):
+            pass
+        calls = self._calls
+        while calls:
+            calls.popleft()()
+
+    def close(self) -> None:
+        """Release the file descriptor(s). Idempotent."""
+        for fd in {self._rfd, self._wfd}:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._rfd = self._wfd = -1

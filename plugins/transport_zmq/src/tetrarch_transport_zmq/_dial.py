@@ -1,0 +1,144 @@
+"""Dialing: one DEALER socket (and its monitor) per connection."""
+
+from __future__ import annotations
+
+import threading
+
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from tetrarch.plugins import Connection, ConnectionHandler, TransportError
+
+from ._conn import CLOSE, DATA, OPEN, ZmqConnection
+from ._loop import ZmqLoop, configure_socket
+
+__all__ = ["dial"]
+
+_BATCH = 256
+_DIAL_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+
+
+class _Dial:
+    """A DEALER from ``connect`` until it is open (then :meth:`read` serves it)."""
+
+    def __init__(self, loop: ZmqLoop, address: str, native: str, handler: ConnectionHandler) -> None:
+        self.loop = loop
+        self.address = address
+        self.native = native
+        self.handler = handler
+        self.conn: ZmqConnection | None = None
+        self.phase = "dialing"  # -> "accepted" (OPEN came back) -> "open" (on_open ran), or "failed"
+        self.error = ""
+        self.lost = False  # the peer vanished between OPEN and on_open
+        self.done = threading.Event()
+
+    # -- I/O thread --------------------------------------------------------------
+    def start(self) -> None:
+        sock = self.loop.ctx.socket(zmq.DEALER)
+        configure_socket(sock)
+        if "[" in self.native:
+            sock.setsockopt(zmq.IPV6, 1)
+        monitor = sock.get_monitor_socket(_DIAL_EVENTS)
+        conn = ZmqConnection(self.loop, sock, self.handler, self.address, None)
+        conn.monitor = monitor
+        self.conn = conn
+        self.loop.conns.add(conn)
+        self.loop.watch(monitor, self.on_monitor)
+        self.loop.watch(sock, self.read)
+        try:
+            sock.connect(self.native)
+            sock.send_multipart([OPEN], flags=zmq.NOBLOCK)  # queued until the connection is up
+        except zmq.ZMQError as exc:
+            self.fail(f"{exc}")
+
+    def fail(self, why: str) -> None:
+        if self.phase in ("dialing", "accepted"):
+            self.phase = "failed"
+            self.error = why
+            assert self.conn is not None
+            self.conn.mark_closed()
+            self.conn.close_reported = True  # on_open never ran: nobody to tell
+            self.loop.close_dealer(self.conn, 0)
+            self.done.set()
+
+    def on_monitor(self) -> None:
+        conn = self.conn
+        assert conn is not None
+        while conn.monitor is not None and conn.monitor.poll(0):
+            event = parse_monitor_message(conn.monitor.recv_multipart())["event"]
+            if event == zmq.EVENT_CONNECT_RETRIED and self.phase == "dialing":
+                self.fail("nobody listens there (connection refused)")
+            elif event == zmq.EVENT_DISCONNECTED:
+                if self.phase == "dialing":
+                    self.fail("the listener hung up during the zmq handshake")
+                elif self.phase == "accepted":
+                    self.lost = True
+                elif self.phase == "open":
+                    self.read()  # a CLOSE sent before the hang-up makes it orderly
+                    self.loop.drop(conn, TransportError(f"connection to {self.address} was lost"))
+                return
+
+    def read(self) -> None:
+        conn = self.conn
+        assert conn is not None
+        for _ in range(_BATCH):
+            if conn.close_reported or self.phase in ("accepted", "failed"):
+                return  # before on_open ran, messages wait in zmq
+            try:
+                frames = conn.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            tag = frames[0].bytes if len(frames[0]) <= 1 else b"?"
+            if self.phase == "dialing":
+                if tag == OPEN and len(frames) == 1:
+                    self.phase = "accepted"
+                elif tag == CLOSE:
+                    self.fail("the listener is closed")
+                else:
+                    self.fail("the peer is no tetrarch zmq listener")
+                self.done.set()
+                return
+            if tag == DATA:
+                conn.deliver(frames[1:])
+            elif tag == CLOSE:
+                self.loop.drop(conn, None)
+            else:
+                self.loop.drop(conn, TransportError(f"peer {self.address} broke the zmq transport's protocol"))
+
+    def activate(self) -> None:
+        """``on_open`` ran: start delivering (I/O thread)."""
+        conn = self.conn
+        assert conn is not None
+        if self.phase != "accepted" or conn.close_reported:
+            return
+        self.phase = "open"
+        self.read()
+        if self.lost:
+            self.loop.drop(conn, TransportError(f"connection to {self.address} was lost"))
+
+
+def dial(loop: ZmqLoop, address: str, native: str, handler: ConnectionHandler, timeout: float) -> Connection:
+    """Connect a DEALER to ``native`` and wait for the listener's OPEN (``address`` for messages).
+
+    Raises:
+        TransportError: nobody listens there, the peer is no zmq listener of ours, or
+            ``timeout`` passed.
+    """
+    attempt = _Dial(loop, address, native, handler)
+    loop.queue.call(attempt.start)
+    if not attempt.done.wait(timeout):
+        gave_up = threading.Event()
+
+        def give_up() -> None:
+            attempt.fail(f"no answer within {timeout:g} s")
+            gave_up.set()
+
+        loop.queue.call(give_up)
+        gave_up.wait(10)
+    if attempt.phase != "accepted":
+        raise TransportError(f"cannot connect to {address}: {attempt.error or 'no answer'}")
+    conn = attempt.conn
+    assert conn is not None
+    handler.on_open(conn)
+    loop.queue.call(attempt.activate)
+    return conn

@@ -1,0 +1,160 @@
+"""What zmq hides and the kernel needs: peer death seen per connection, stalled peers, limits before auth."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tetrarch.plugins import ConnectionClosed, Transport, TransportError
+from tetrarch.testing import scaled
+from tetrarch.testing.transport import Recorder
+from tetrarch_transport_zmq._plugin import probe
+
+pytestmark = [pytest.mark.skipif(not probe().ok, reason=probe().reason), pytest.mark.timeout(scaled(60))]
+
+# A peer in another process: dials (or listens on) the address in argv, sends one message, waits to be killed.
+_PEER = r"""
+import sys, threading
+from tetrarch_transport_zmq._zmq import ZmqTransport
+from tetrarch.testing.transport import Recorder
+t = ZmqTransport()
+mode, address = sys.argv[1], sys.argv[2]
+if mode == "dial":
+    conn = t.connect(address, Recorder(), timeout=30)
+    conn.send([b"alive"])
+else:
+    listener = t.listen(address, Recorder())
+    print(listener.address, flush=True)
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+@pytest.fixture
+def transport() -> Iterator[Transport]:
+    from tetrarch_transport_zmq._zmq import ZmqTransport
+
+    t = ZmqTransport()
+    yield t
+    t.close()
+
+
+def _peer(mode: str, address: str) -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen([sys.executable, "-c", _PEER, mode, address], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    assert proc.stdout is not None
+    lines = []
+    while not lines or lines[-1] != "ready":
+        line = proc.stdout.readline()
+        assert line, f"the peer process exited early ({proc.wait()})"
+        lines.append(line.strip())
+    return proc, lines
+
+
+@pytest.mark.parametrize("address", ["zmq+tcp://127.0.0.1:0", "zmq+ipc://@auto"])
+def test_a_killed_dialer_closes_its_connection_on_the_listening_side(transport: Transport, address: str) -> None:
+    if address.endswith("@auto"):
+        address = transport.default_address(spans_hosts=False)
+    rec = Recorder()
+    listener = transport.listen(address, rec)
+    proc, _ = _peer("dial", listener.address)
+    try:
+        conn = rec.wait_opened()
+        rec.wait_messages(conn, 1)
+        proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        error = rec.wait_closed(conn)
+        took = time.monotonic() - killed
+        assert took < scaled(2), f"the listener noticed the dead peer after {took:.2f} s"
+        assert isinstance(error, TransportError), "a vanished peer is an error, not an orderly close"
+        with pytest.raises(ConnectionClosed):
+            conn.send([b"too late"])
+    finally:
+        proc.kill()
+        proc.wait()
+        listener.close()
+
+
+def test_a_killed_listener_closes_the_dialed_connection(transport: Transport) -> None:
+    proc, lines = _peer("listen", "zmq+tcp://127.0.0.1:0")
+    try:
+        rec = Recorder()
+        conn = transport.connect(lines[0], rec, timeout=scaled(10))
+        proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        error = rec.wait_closed(conn)
+        took = time.monotonic() - killed
+        assert took < scaled(2), f"the dialer noticed the dead listener after {took:.2f} s"
+        assert isinstance(error, TransportError)
+        with pytest.raises(ConnectionClosed):
+            conn.send([b"too late"])
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_peer_stalled_mid_message_blocks_nobody(transport: Transport) -> None:
+    rec = Recorder()
+    listener = transport.listen("zmq+tcp://127.0.0.1:0", rec)
+    host, port = listener.address.removeprefix("zmq+tcp://").rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=scaled(10)) as stalled:
+            # Half a ZMTP greeting, then silence: the peer never finishes its handshake.
+            stalled.sendall(b"\xff\x00\x00\x00\x00\x00\x00\x00\x01\x7f\x03")
+            conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+            conn.send([b"hello", b"x" * (1 << 20)])
+            sconn = rec.wait_opened()
+            (frames,) = rec.wait_messages(sconn, 1)
+            assert bytes(frames[0]) == b"hello" and len(frames[1]) == 1 << 20
+            conn.close()
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("frames", [[b"x" * 5000], [b""] * 600], ids=["bytes", "frames"])
+def test_the_pre_auth_limit_closes_a_connection_without_delivering(transport: Transport, frames: list[bytes]) -> None:
+    """The kernel's 4 KiB pre-auth limit: a bigger message, or one of 600 empty frames, closes the connection."""
+
+    def pre_auth(conn: object) -> None:
+        conn.max_message_size = 4096  # type: ignore[attr-defined]
+
+    rec = Recorder(on_open_hook=pre_auth)
+    listener = transport.listen(transport.default_address(spans_hosts=False), rec)
+    try:
+        crec = Recorder()
+        conn = transport.connect(listener.address, crec, timeout=scaled(10))
+        conn.send(frames)
+        sconn = rec.wait_opened()
+        assert isinstance(rec.wait_closed(sconn), TransportError)
+        assert rec.messages(sconn) == []
+        crec.wait_closed(conn)  # the dialer learns its connection is gone
+        other = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+        other.send([b"small"])
+        assert [bytes(f) for f in rec.wait_messages(rec.wait_opened(2), 1)[0]] == [b"small"]
+        other.close()
+    finally:
+        listener.close()
+
+
+def test_malformed_addresses_name_the_expected_form(transport: Transport) -> None:
+    for bad in ("tcp://127.0.0.1:1", "zmq+tcp://127.0.0.1", "zmq+udp://h:1"):
+        with pytest.raises(ValueError, match=r"zmq\+tcp://HOST:PORT"):
+            transport.connect(bad, Recorder(), timeout=1)
+
+
+def test_ipc_file_is_removed_on_close(transport: Transport, tmp_path) -> None:
+    path = tmp_path / "zmq.sock"
+    listener = transport.listen(f"zmq+ipc://{path}", Recorder())
+    assert listener.address == f"zmq+ipc://{path}"
+    conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+    conn.close()
+    listener.close()
+    transport.close()
+    assert not path.exists()

@@ -1,0 +1,81 @@
+"""Shared helpers for plugin transports: qualified addresses and the I/O thread's call queue."""
+
+from __future__ import annotations
+
+import select
+import threading
+
+import pytest
+
+from tetrarch.plugins import CallQueue, QualifiedAddress, fresh_ipc_name, parse_qualified
+from tetrarch.testing import scaled
+
+
+@pytest.mark.parametrize(
+    ("address", "parsed", "native"),
+    [
+        ("zmq+tcp://127.0.0.1:0", QualifiedAddress("zmq", "tcp", host="127.0.0.1"), "tcp://127.0.0.1:0"),
+        ("nng+tcp://[::1]:5555", QualifiedAddress("nng", "tcp", host="::1", port=5555), "tcp://[::1]:5555"),
+        ("zmq+ipc:///tmp/x.sock", QualifiedAddress("zmq", "ipc", path="/tmp/x.sock"), "ipc:///tmp/x.sock"),
+        ("zmq+ipc://@name", QualifiedAddress("zmq", "ipc", path="@name"), "ipc://@name"),
+    ],
+)
+def test_qualified_addresses_parse(address: str, parsed: QualifiedAddress, native: str) -> None:
+    got = parse_qualified(address, parsed.backend)
+    assert got == parsed
+    assert got.native() == native
+
+
+@pytest.mark.parametrize(
+    ("address", "says"),
+    [
+        ("tcp://127.0.0.1:1", "expected zmq+tcp://HOST:PORT"),  # plain: another transport's address
+        ("nng+tcp://127.0.0.1:1", "expected zmq+tcp://HOST:PORT"),
+        ("zmq+tcp://127.0.0.1", "must look like zmq+tcp://HOST:PORT"),
+        ("zmq+tcp://:80", "must look like zmq+tcp://HOST:PORT"),
+        ("zmq+tcp://h:99999", "must look like zmq+tcp://HOST:PORT"),
+        ("zmq+ipc://", "must look like zmq+ipc:///PATH"),
+        ("zmq+udp://h:1", "serves tcp and ipc, not 'udp'"),
+        ("not an address", "expected zmq+tcp://HOST:PORT"),
+    ],
+)
+def test_malformed_addresses_name_the_expected_form(address: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says.replace("+", r"\+").replace("(", r"\(")):
+        parse_qualified(address, "zmq")
+
+
+def test_fresh_ipc_names_differ() -> None:
+    assert fresh_ipc_name("zmq") != fresh_ipc_name("zmq")
+
+
+@pytest.mark.timeout(scaled(30))
+def test_call_queue_runs_calls_in_order_on_the_polling_thread() -> None:
+    queue = CallQueue()
+    ran: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def loop() -> None:
+        queue.bind()
+        poller = select.poll()
+        poller.register(queue.fileno(), select.POLLIN)
+        while not done.is_set():
+            if poller.poll(scaled(10) * 1000):
+                queue.run_pending()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    senders = [
+        threading.Thread(target=lambda t=t: [queue.call(lambda i=i: ran.append((t, i))) for i in range(1000)])
+        for t in range(3)
+    ]
+    for s in senders:
+        s.start()
+    for s in senders:
+        s.join()
+    queue.call(done.set)
+    thread.join(scaled(10))
+    assert not thread.is_alive(), "the loop never ran the last call: a wake-up was lost"
+    for t in range(3):
+        assert [i for u, i in ran if u == t] == list(range(1000))
+    queue.close()
+    queue.close()
