@@ -73,6 +73,28 @@ def zmq_baseline(calls: int) -> tuple[float, float] | None:
     return _pcts(lat)
 
 
+def nng_baseline(calls: int, pipelined: int, window: int) -> tuple[float, float, float] | None:
+    """p50/p99 of a raw pynng pair0 round trip over ipc, and its pipelined echo rate (``window`` in flight)."""
+    if missing_library("nng"):
+        return None
+    peer = Peer("nng", "ipc")
+    try:
+        for _ in range(200):
+            peer.roundtrip()
+        lat = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            peer.roundtrip()
+            lat.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        peer.pipelined(pipelined, window)
+        rate = pipelined / (time.perf_counter() - t)
+    finally:
+        peer.close()
+    p50, p99 = _pcts(lat)
+    return p50, p99, rate
+
+
 def tetrarch_calls(calls: int, pipelined: int) -> tuple[float, float, float]:
     procs = this_host().spawn_procs(per_host={"procs": 1})
     noop = procs.spawn("noop", Noop).noop
@@ -95,7 +117,8 @@ def tetrarch_calls(calls: int, pipelined: int) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--transport", default=os.environ.get("TETRARCH_TRANSPORT", "ipc"), choices=["ipc", "tcp", "zmq"])
+    ap.add_argument("--transport", default=os.environ.get("TETRARCH_TRANSPORT", "ipc"),
+                    choices=["ipc", "tcp", "zmq", "nng"])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--pipelined", type=int, default=10000)
     ap.add_argument("--window", type=int, default=1000, help="raw baseline: messages in flight when pipelining")
@@ -105,6 +128,7 @@ def main() -> None:
     r50, r99, rrate = raw_baseline("tcp" if args.transport == "tcp" else "ipc", args.calls, args.pipelined,
                                    args.window)
     z = zmq_baseline(args.calls) if args.transport in ("ipc", "zmq") else None
+    n = nng_baseline(args.calls, args.pipelined, args.window) if args.transport == "nng" else None
     t50, t99, trate = tetrarch_calls(args.calls, args.pipelined)
     us = 1e6
     print(f"transport: {args.transport}   cores: {os.cpu_count()}   python: {sys.version.split()[0]}")
@@ -115,6 +139,9 @@ def main() -> None:
     if z is not None:
         print(f"raw pyzmq DEALER/ROUTER ipc round trip: p50 {z[0] * us:.1f} us, p99 {z[1] * us:.1f} us "
               f"(tetrarch p50 / pyzmq p50 = {t50 / z[0]:.2f})")
+    if n is not None:
+        print(f"raw pynng pair0 ipc round trip: p50 {n[0] * us:.1f} us, p99 {n[1] * us:.1f} us, "
+              f"pipelined {n[2]:.0f}/s (tetrarch p50 / pynng p50 = {t50 / n[0]:.2f})")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def test_every_first_party_distribution_is_installed_and_loaded(rows) -> None:
         assert row.spec.implemented == known_backend(*key).implemented, key
 
 
-@pytest.mark.parametrize(("name", "module", "dist"), [("zmq", "zmq", "pyzmq"), ("nng", "pynng", "pynng")])
+@pytest.mark.parametrize(("name", "module", "dist"), [("zmq", "zmq", "pyzmq")])
 def test_transport_plugins(rows, name: str, module: str, dist: str) -> None:
     row = rows[(T, name)]
     assert row.spec.schemes == ("tcp", "ipc")
@@ -87,6 +87,16 @@ def test_zmq_probe_without_pyzmq(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 'pip install "tetrarch[zmq]"' in result.remedy
     with pytest.raises(BackendUnavailable, match=r"'zmq' .* is unavailable: pyzmq is not installed.*tetrarch\[zmq\]"):
         Registry().create(T, "zmq")
+
+
+def test_nng_plugin_is_available_where_pynng_is(rows) -> None:
+    row = rows[(T, "nng")]
+    assert row.spec.schemes == ("tcp", "ipc")
+    if importlib.util.find_spec("pynng") is not None:
+        assert row.status is Status.AVAILABLE, row
+    else:
+        assert row.status is Status.UNAVAILABLE, row
+        assert row.hint == 'pip install "tetrarch[nng]"'
 
 
 def test_verbs_plugin(rows) -> None:
@@ -161,7 +171,6 @@ def test_efa_and_slurm_probes_when_their_tools_exist(monkeypatch: pytest.MonkeyP
 @pytest.mark.parametrize(
     ("factory", "message"),
     [
-        ("tetrarch_transport_nng._nng:NngTransport", "the nng transport is not implemented yet"),
         ("tetrarch_rdma_verbs._verbs:VerbsRdmaBackend", "the verbs RDMA backend is not implemented yet"),
         ("tetrarch_rdma_efa._efa:EfaRdmaBackend", "the efa RDMA backend is not implemented yet"),
         ("tetrarch_alloc_slurm._slurm:SlurmAllocator", "the slurm allocator is not implemented yet"),

@@ -30,19 +30,20 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from .._log import get_logger
-from .._runtime._buffers import frame_buffer
 from ._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, Listener, Transport, TransportError
+from ._framing import MAX_FRAMES as _MAX_FRAMES
+from ._framing import consume as _consume
+from ._framing import receive_buffers as _receive_buffers
 
 __all__ = ["IpcTransport", "SocketTransport", "TcpTransport", "parse_address"]
 
 _log = get_logger("transport")
 
 _COUNT = struct.Struct("!I")
-_MAX_FRAMES = 1 << 16
 _IOV_MAX = 1000
 _RECV_CHUNK = 1 << 18
-_DIRECT_MIN = 1 << 20  # a message at least this big is received straight into its own buffers ...
-_OWN_MIN = 1 << 16  # ... and each of its frames at least this big into a buffer of its own
+_DIRECT_MIN = 1 << 20  # a message at least this big is received straight into its own buffers
+# (each frame of at least ``_framing.OWN_MIN`` bytes into a buffer of its own)
 
 
 def parse_address(address: str) -> tuple[str, object]:
@@ -244,36 +245,6 @@ class _SocketConnection(Connection):
             break
         if pos:
             del buf[:pos]
-
-
-def _receive_buffers(sizes: list[int]) -> tuple[list[memoryview], list[memoryview]]:
-    """Buffers to read a large message into: ``(frames, targets)``.
-
-    A frame of at least ``_OWN_MIN`` bytes gets a :func:`frame_buffer` of its own; the
-    smaller ones share one ``bytearray``. ``targets`` lists the non-empty frames in wire
-    order: what is left to fill.
-    """
-    pool = memoryview(bytearray(sum(n for n in sizes if n < _OWN_MIN)))
-    frames = []
-    pos = 0
-    for n in sizes:
-        if n >= _OWN_MIN:
-            frames.append(frame_buffer(n))
-        else:
-            frames.append(pool[pos : pos + n])
-            pos += n
-    return frames, [f for f in frames if f.nbytes]
-
-
-def _consume(targets: list[memoryview], n: int) -> None:
-    """Drop the first ``n`` bytes (just filled) from ``targets``."""
-    i = 0
-    while i < len(targets) and n >= targets[i].nbytes:
-        n -= targets[i].nbytes
-        i += 1
-    del targets[:i]
-    if n:
-        targets[0] = targets[0][n:]
 
 
 class _SocketListener(Listener):

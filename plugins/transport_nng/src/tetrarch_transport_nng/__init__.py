@@ -1,7 +1,7 @@
 """tetrarch transport over pynng (backend ``nng``, addresses ``nng+tcp://``, ``nng+ipc://``).
 
-Not implemented yet: ``tetrarch plugins`` reports it as ``not implemented`` and creating it
-raises :class:`NotImplementedError`. Importing this package does not load pynng.
+Importing this package does not load pynng; the transport is
+``tetrarch_transport_nng._nng:NngTransport`` (see its module docstring for the design).
 """
 
 from __future__ import annotations

@@ -1,13 +1,327 @@
-"""The nng transport (placeholder until it is written: construction raises)."""
+"""The nng transport (pynng): ``nng+tcp://host:port`` and ``nng+ipc:///path`` / ``nng+ipc://@name``.
+
+nng hides connections behind sockets; the kernel needs them (per-connection
+authentication, ordering and ``on_close``). Each :class:`~tetrarch.plugins.Connection`
+is therefore one nng ``pair0`` socket holding exactly one pipe, on both sides:
+
+* A listener is a ``rep0`` socket at the advertised address. A dialer sends it one
+  request (a magic and a random token) from a ``req0`` socket; the listener opens a
+  fresh ``pair0`` socket for that connection (same host, port 0 / a fresh abstract
+  name), answers with its address and closes nothing else. The dialer dials it with its
+  own ``pair0`` socket and sends the token as the first message; the listener's side
+  opens the connection when the token matches (pipes that bring anything else are
+  closed, and a socket nobody claims within ``_CLAIM_TIMEOUT`` is closed).
+* Why not one polyamorous ``pair1`` socket per listener with per-pipe sends, which
+  nng offers: its per-pipe send queue holds two messages and the socket *drops*
+  whatever does not fit (``pair1_poly.c``: "we just discard the message" to avoid
+  head-of-line blocking), so replies to a busy peer would vanish silently. ``bus0`` is
+  best effort as well, and ``req0``/``rep0`` force lock-step. A ``pair0`` socket with one
+  pipe gives a reliable, ordered, back-pressured stream per connection.
+* Closing: pipe notifications (``add_post_pipe_remove_cb``) tell when the peer's pipe
+  went away (a process that dies closes its sockets; the OS tells nng at once); the
+  I/O thread then delivers what was queued and reports ``on_close``. TCP keepalive is
+  on for silent host deaths. Dialers never redial (a huge reconnect interval and a
+  pre-connect hook that rejects any second pipe).
+"""
 
 from __future__ import annotations
 
-from tetrarch.plugins import Transport, not_implemented_factory
+import hmac
+import secrets
+import threading
+import weakref
+from typing import Any
 
-from ._plugin import ALTERNATIVE
+import pynng
+from pynng import ffi, lib
+
+from tetrarch._transport._base import Connection, ConnectionHandler, Listener, Transport, TransportError
+from tetrarch._transport._socket import _routable_ip
+
+from . import _address
+from ._conn import CHUNK, NngConnection, new_msg
+from ._loop import Loop, _log
 
 __all__ = ["NngTransport"]
 
-NngTransport = not_implemented_factory(
-    "nng transport", "transports", alternative=ALTERNATIVE, base=Transport, name="NngTransport"
-)
+_MAGIC = b"TETRARCH-NNG/1"
+_TOKEN = 16
+_REQUEST = len(_MAGIC) + _TOKEN
+#: Seconds a listener keeps a connection's socket for the dialer that asked for it.
+_CLAIM_TIMEOUT = 10.0
+#: Messages nng queues per socket before this side reads them (each at most ``CHUNK`` bytes).
+_RECV_BUFFER = 8
+_NEVER_MS = 24 * 3600 * 1000
+
+
+def _pair(scheme: str) -> pynng.Pair0:
+    sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=_RECV_BUFFER,
+                       reconnect_time_min=_NEVER_MS, reconnect_time_max=_NEVER_MS)
+    if scheme == "tcp":
+        sock.tcp_keepalive = True
+    return sock
+
+
+def _err(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+class _Accepted(NngConnection):
+    """The listener's side: opens when the dialer that asked for it brings its token."""
+
+    def __init__(self, loop: Loop, sock: pynng.Pair0, handler: ConnectionHandler, peer: str, token: bytes,
+                 owner: _NngListener) -> None:
+        super().__init__(loop, sock, handler, peer)
+        self._token = token
+        self._owner = owner
+        self._pipe_id: int | None = None
+        self._removed: set[int] = set()  # pipes gone before they were claimed
+        self._claim_lock = threading.Lock()
+        sock.add_pre_pipe_connect_cb(self._pre_pipe)
+        sock.add_post_pipe_remove_cb(self._pipe_removed)
+
+    # nng threads
+    def _pre_pipe(self, pipe: pynng.Pipe) -> None:
+        with self._claim_lock:
+            if self._pipe_id is not None:
+                pipe.close()  # claimed already: one pipe per connection
+
+    def _pipe_removed(self, pipe: pynng.Pipe) -> None:
+        with self._claim_lock:
+            if self._pipe_id is None:
+                self._removed.add(pipe.id)
+                return
+        if pipe.id == self._pipe_id:
+            self._loop.call(self.pipe_gone)
+
+    # I/O thread
+    def claim_or_expire(self) -> None:
+        if self._pipe_id is None and not self._closed:
+            self._closed = True
+            self.drop_unopened()
+
+    def drop_unopened(self) -> None:
+        self._owner.pending.discard(self)
+        self._close_reported = True  # never opened: nobody to tell
+        self.drop(None)
+
+    def on_readable(self) -> None:
+        if self._pipe_id is not None:
+            super().on_readable()
+            return
+        msg = self.recv_nowait()
+        if msg is None:
+            return
+        pipe = lib.nng_msg_get_pipe(msg)
+        ok = (lib.nng_msg_len(msg) == _TOKEN
+              and hmac.compare_digest(bytes(ffi.buffer(lib.nng_msg_body(msg), _TOKEN)), self._token))
+        lib.nng_msg_free(msg)
+        if not ok:
+            lib.nng_pipe_close(pipe)  # someone else than the dialer that asked: keep waiting for it
+            return
+        with self._claim_lock:
+            self._pipe_id = lib.nng_pipe_id(pipe)
+            gone = self._pipe_id in self._removed
+            self._removed.clear()
+        self._owner.pending.discard(self)
+        try:
+            self._handler.on_open(self)
+        except Exception:  # noqa: BLE001 - a faulty handler must not kill the I/O thread
+            self.drop_unopened()
+            return
+        if gone:
+            self.pipe_gone()
+
+
+class _Dialed(NngConnection):
+    def __init__(self, loop: Loop, sock: pynng.Pair0, handler: ConnectionHandler, peer: str) -> None:
+        super().__init__(loop, sock, handler, peer)
+        self._pipe_id: int | None = None
+        self._lock = threading.Lock()
+        sock.add_pre_pipe_connect_cb(self._pre_pipe)
+        sock.add_post_pipe_remove_cb(self._pipe_removed)
+
+    def _pre_pipe(self, pipe: pynng.Pipe) -> None:
+        with self._lock:
+            if self._pipe_id is not None:
+                pipe.close()  # never a second pipe (nng would redial after a drop)
+            else:
+                self._pipe_id = pipe.id
+
+    def _pipe_removed(self, pipe: pynng.Pipe) -> None:
+        if pipe.id == self._pipe_id:
+            self._loop.call(self.pipe_gone)
+
+
+class _NngListener(Listener):
+    def __init__(self, transport: NngTransport, scheme: str, url: str, rest: str, handler: ConnectionHandler) -> None:
+        self._loop = transport.loop()
+        self._transport = transport
+        self._scheme = scheme
+        self._handler = handler
+        self._closed = False
+        self.pending: set[_Accepted] = set()
+        self._rep = pynng.Rep0(recv_max_size=_REQUEST + 64, recv_buffer_size=_RECV_BUFFER)
+        if scheme == "tcp":
+            self._rep.tcp_keepalive = True
+        try:
+            listener = self._rep.listen(url)
+        except pynng.NNGException as exc:
+            self._rep.close()
+            raise TransportError(f"cannot listen on {url}: {_err(exc)}") from exc
+        if scheme == "tcp":
+            local = str(listener.local_address)  # pynng's SockAddr.port is in network byte order: use the text
+            host, _, port = local.rpartition(":")
+            self._bind_host = host
+            advertised = _routable_ip() if host in ("0.0.0.0", "::", "[::]") else host
+            self._address = f"nng+tcp://{advertised}:{port}"
+        else:
+            self._bind_host = ""
+            self._address = f"nng+ipc://{rest}"
+        self._fd = self._rep.recv_fd
+        self._loop.call(lambda: self._loop.watch(self._fd, self))
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    # I/O thread
+    def on_error(self, exc: BaseException) -> None:
+        pass
+
+    def on_readable(self) -> None:
+        for _ in range(16):
+            if self._closed:
+                return
+            msg_p = ffi.new("nng_msg **")
+            if lib.nng_recvmsg(self._rep.socket, msg_p, lib.NNG_FLAG_NONBLOCK) != 0:
+                return
+            msg = msg_p[0]
+            n = lib.nng_msg_len(msg)
+            request = bytes(ffi.buffer(lib.nng_msg_body(msg), n)) if n == _REQUEST else b""
+            pipe = lib.nng_msg_get_pipe(msg)
+            lib.nng_msg_free(msg)
+            if not request.startswith(_MAGIC):
+                lib.nng_pipe_close(pipe)  # not one of ours
+                continue
+            self._accept(request[len(_MAGIC):], pipe)
+
+    def _accept(self, token: bytes, pipe: Any) -> None:
+        sock = _pair(self._scheme)
+        where = _address.data_address(self._scheme, self._bind_host)
+        try:
+            listener = sock.listen(where)
+        except pynng.NNGException as exc:
+            sock.close()
+            lib.nng_pipe_close(pipe)
+            _log.warning("nng listener %s cannot open a connection socket: %s", self._address, _err(exc))
+            return
+        if self._scheme == "tcp":
+            port = str(listener.local_address).rpartition(":")[2]
+            host = self._address[len("nng+tcp://"):].rpartition(":")[0]
+            where = f"tcp://{host}:{port}"
+            peer = str(pynng.Pipe(pipe, self._rep).remote_address)
+        else:
+            peer = f"{self._address} (accepted)"
+        conn = _Accepted(self._loop, sock, self._handler, peer, token, self)
+        self._transport.track(conn)
+        reply, body = new_msg(len(where))
+        ffi.memmove(body, where.encode(), len(where))
+        lib.nng_msg_set_pipe(reply, pipe)
+        if lib.nng_sendmsg(self._rep.socket, reply, lib.NNG_FLAG_NONBLOCK) != 0:
+            lib.nng_msg_free(reply)
+            conn.drop_unopened()
+            return
+        self.pending.add(conn)
+        conn.start()
+        self._loop.later(_CLAIM_TIMEOUT, conn.claim_or_expire)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.call(self.close_now)
+
+    def close_now(self) -> None:
+        """Stop listening (I/O thread); connections not claimed yet go too."""
+        self._closed = True
+        self._loop.unwatch(self._fd)
+        self._rep.close()  # nng removes an ipc path it created
+        for conn in list(self.pending):
+            conn.drop_unopened()
+
+
+class NngTransport(Transport):
+    """tetrarch messages over nng (pynng): ``nng+tcp://`` and ``nng+ipc://`` addresses."""
+
+    name = "nng"
+    schemes = ("tcp", "ipc")
+
+    def __init__(self) -> None:
+        self._loop: Loop | None = None
+        self._lock = threading.Lock()
+        self._objects: weakref.WeakSet[NngConnection | _NngListener] = weakref.WeakSet()
+
+    def loop(self) -> Loop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = Loop(self.name)
+            return self._loop
+
+    def listen(self, address: str, handler: ConnectionHandler) -> Listener:
+        scheme, url, rest = _address.parse(address)
+        listener = _NngListener(self, scheme, url, rest, handler)
+        self.track(listener)
+        return listener
+
+    def track(self, obj: NngConnection | _NngListener) -> None:
+        """Remember ``obj`` so :meth:`close` closes it."""
+        with self._lock:
+            self._objects.add(obj)
+
+    def connect(self, address: str, handler: ConnectionHandler, timeout: float = 10.0) -> Connection:
+        scheme, url, _ = _address.parse(address)
+        loop = self.loop()
+        token = secrets.token_bytes(_TOKEN)
+        ms = max(1, int(timeout * 1000))
+        try:
+            with pynng.Req0(recv_timeout=ms, send_timeout=ms, recv_max_size=4096) as req:
+                req.dial(url, block=True)
+                req.send(_MAGIC + token)
+                where = req.recv().decode()
+        except pynng.NNGException as exc:
+            raise TransportError(f"cannot connect to {address}: {_err(exc)}") from exc
+        sock = _pair(scheme)
+        conn = _Dialed(loop, sock, handler, address)
+        self.track(conn)
+        try:
+            sock.dial(where, block=True)
+            sock.send_timeout = ms
+            sock.send(token)
+            sock.send_timeout = -1
+        except pynng.NNGException as exc:
+            sock.close()
+            raise TransportError(f"cannot connect to {address} ({where}): {_err(exc)}") from exc
+        handler.on_open(conn)
+        loop.call(conn.start)
+        return conn
+
+    def default_address(self, *, spans_hosts: bool) -> str:
+        return "nng+tcp://0.0.0.0:0" if spans_hosts else _address.fresh_ipc()
+
+    def close(self) -> None:
+        with self._lock:
+            loop, self._loop = self._loop, None
+            objects = list(self._objects)
+            self._objects = weakref.WeakSet()
+        if loop is None:
+            return
+
+        def close_all() -> None:
+            for obj in objects:
+                if isinstance(obj, _NngListener):
+                    obj.close_now()
+                else:
+                    obj.drop(None)
+
+        loop.stop(close_all)

@@ -6,8 +6,6 @@ from collections.abc import Sequence
 
 from tetrarch.plugins import BackendKind, BackendSpec, hookimpl, library_probe
 
-ALTERNATIVE = "use the builtin 'ipc' or 'tcp' transport"  # for the placeholder factory's error
-
 probe = library_probe("pynng", "pynng", "nng")
 
 
@@ -19,7 +17,6 @@ def tetrarch_transports() -> Sequence[BackendSpec]:
             "nng",
             "tetrarch_transport_nng._nng:NngTransport",
             probe=probe,
-            implemented=False,  # the factory is a placeholder: `tetrarch plugins` says so first
             priority=4,
             extra="nng",
             summary="nanomsg-next-gen sockets (pynng)",

@@ -1,0 +1,124 @@
+"""What the nng transport adds to the contract: chunks, the pre-auth bound, stalls, peer death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tetrarch._runtime._buffers import as_bytes
+from tetrarch._transport._auth import PRE_AUTH_LIMIT
+from tetrarch.testing import scaled
+from tetrarch.testing.transport import Recorder
+
+pynng = pytest.importorskip("pynng")
+
+from tetrarch_transport_nng._conn import CHUNK, new_msg  # noqa: E402
+from tetrarch_transport_nng._nng import NngTransport  # noqa: E402
+
+pytestmark = pytest.mark.timeout(scaled(60))
+
+
+@pytest.fixture
+def transport() -> Iterator[NngTransport]:
+    t = NngTransport()
+    yield t
+    t.close()
+
+
+def _limited(conn) -> None:
+    conn.max_message_size = PRE_AUTH_LIMIT  # what the kernel sets before the peer authenticated
+
+
+@pytest.mark.parametrize("address", ["nng+ipc://@", "nng+tcp://127.0.0.1:0"])
+def test_chunked_message_arrives_whole_in_adoptable_buffers(transport: NngTransport, address: str) -> None:
+    if address.endswith("@"):
+        address = transport.default_address(spans_hosts=False)
+    srec = Recorder()
+    listener = transport.listen(address, srec)
+    conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+    big = bytes(range(256)) * (CHUNK // 64)  # 4 chunks' worth
+    sent = [b"head", big, b"", b"tail" * 10]
+    conn.send_many([[b"small"], sent, [b"after"]])
+    got = srec.wait_messages(srec.wait_opened(), 3)
+    assert [[bytes(f) for f in m] for m in got] == [[b"small"], sent, [b"after"]]
+    adopted = as_bytes(got[1][1])
+    assert adopted == big and as_bytes(got[1][1]) is adopted, "a large frame was copied to become bytes"
+    conn.close()
+    listener.close()
+
+
+def test_unauthenticated_peer_announcing_a_huge_message_is_cut_off(transport: NngTransport) -> None:
+    """The first chunk's header is enough: the announced size is never allocated nor awaited."""
+    srec = Recorder(on_open_hook=_limited)
+    listener = transport.listen(transport.default_address(spans_hosts=False), srec)
+    conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+    sconn = srec.wait_opened()
+    msg, body = new_msg(12 + 100)  # one frame announced at 1 TiB, 100 bytes of it sent
+    header = struct.pack("!IQ", 1, 1 << 40)
+    pynng.ffi.memmove(body, header, len(header))
+    conn._sendmsg(msg)
+    error = srec.wait_closed(sconn)
+    assert "1099511627776-byte message" in str(error)
+    assert srec.messages(sconn) == []
+    listener.close()
+
+
+def test_peer_stalled_mid_message_blocks_nobody(transport: NngTransport) -> None:
+    srec = Recorder()
+    listener = transport.listen(transport.default_address(spans_hosts=False), srec)
+    stalled = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+    s_stalled = srec.wait_opened(1)
+    msg, body = new_msg(CHUNK)  # the first chunk of a 1 MiB message, and nothing more
+    header = struct.pack("!IQ", 1, 1 << 20)
+    pynng.ffi.memmove(body, header, len(header))
+    stalled._sendmsg(msg)
+    healthy = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+    s_healthy = srec.wait_opened(2)
+    for i in range(100):
+        healthy.send([struct.pack("!I", i), b"x" * 1000])
+    got = srec.wait_messages(s_healthy, 100)
+    assert [struct.unpack("!I", bytes(m[0]))[0] for m in got] == list(range(100))
+    assert not s_stalled.closed and srec.messages(s_stalled) == []
+    listener.close()
+
+
+_PEER = """
+import sys, time
+from tetrarch.testing.transport import Recorder
+from tetrarch_transport_nng._nng import NngTransport
+conn = NngTransport().connect(sys.argv[1], Recorder(), timeout=10)
+conn.send([b"alive"])
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("address", ["ipc", "nng+tcp://127.0.0.1:0"])
+def test_killed_peer_closes_its_connection_at_once(transport: NngTransport, address: str) -> None:
+    """A proc that dies (SIGKILL: no goodbye) is noticed well within supervision's 2 s."""
+    if address == "ipc":
+        address = transport.default_address(spans_hosts=False)
+    srec = Recorder()
+    listener = transport.listen(address, srec)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    peer = subprocess.Popen([sys.executable, "-c", _PEER, listener.address], stdout=subprocess.PIPE, env=env)
+    try:
+        assert peer.stdout is not None
+        assert peer.stdout.readline().strip() == b"ready"
+        sconn = srec.wait_opened()
+        srec.wait_messages(sconn, 1)
+        killed = time.monotonic()
+        peer.send_signal(signal.SIGKILL)
+        srec.wait_closed(sconn)
+        assert time.monotonic() - killed < scaled(2.0)
+    finally:
+        peer.kill()
+        peer.wait(scaled(10))
+        listener.close()
