@@ -104,7 +104,7 @@ def run_worker(transport: str, args: argparse.Namespace) -> Result:
     argv = [sys.executable, __file__, "--worker", "--calls", str(args.calls), "--pipelined", str(args.pipelined),
             "--rounds", str(args.rounds), "--mib", ",".join(map(str, args.mib))]
     env = {**os.environ, "TETRARCH_TRANSPORT": transport}
-    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.worker_timeout)
     if res.returncode != 0:
         raise RuntimeError(f"the tetrarch run on {transport} failed ({res.returncode}):\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -204,6 +204,8 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=1000, help="raw baselines: calls in flight when pipelining")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--mib", default="64,512", help="payload sizes in MiB, comma-separated")
+    ap.add_argument("--worker-timeout", type=float, default=240.0,
+                    help="seconds one transport's tetrarch run may take before it is reported FAILED")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
@@ -223,7 +225,7 @@ def main() -> int:
         try:
             mine = run_worker(transport, args)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            print(f"\n== {transport}: FAILED: {exc}")
+            print(f"\n== {transport}: FAILED: {exc}", flush=True)
             status = 1
             continue
         scheme = str(mine["address"]).partition("://")[0].rpartition("+")[2]
@@ -232,6 +234,7 @@ def main() -> int:
             print(f"\n== {transport}: no raw baseline: {why}")
             continue
         report(transport, lib, scheme, mine, raw_figures(lib, scheme, args), args.mib)
+        sys.stdout.flush()
     for transport in raw_only:  # the library's own figures, for when its transport lands
         lib = _baselines.library_of(transport)
         report(transport, lib, "ipc", None, raw_figures(lib, "ipc", args), args.mib)
