@@ -3,10 +3,14 @@
 #   make venv     build .venv (idempotent; redone when a pyproject.toml changes)
 #   make demo     run examples/quickstart.py
 #   make lint     ruff check and mypy (settings in the root pyproject.toml)
-#   make test     run the whole suite (tests/ and plugins/*/tests) with one pytest command
+#   make test     run the whole suite (tests/ and plugins/*/tests) with one pytest command: on the
+#                 default transport (ipc), then tests/kernel once more per plugin transport (zmq,
+#                 nng: skipped with the reason while unavailable); PYTEST_ARGS=--transports=all
+#                 adds builtin tcp, --transports=none drops them (tests/transport/test_every_transport.py)
 #   make test-packaging  build the seven wheels; install each README install into a fresh venv
 #                 from them (and a third-party wheel cache, .cache/wheels) and run the quickstart
-#   make bench    run benchmarks/bench_calls.py
+#   make bench    every available transport next to its raw library (benchmarks/bench_transports.py);
+#                 BENCH_ARGS=--quick for a one-minute run, BENCH_ARGS="--transports tcp" for one
 #   make clean    remove build litter (keeps .venv and .cache; `make distclean` removes them too)
 #
 # VPY=/path/to/python on the command line (make lint VPY=...) runs lint, test, demo and
@@ -39,6 +43,7 @@ PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGIN_PYPROJECTS))
 PYPROJECTS := $(wildcard core/pyproject.toml) $(PLUGIN_PYPROJECTS)
 
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: venv deps-apt demo lint test test-packaging bench clean distclean
 
@@ -90,7 +95,7 @@ test-packaging: $(RUN_DEPS)
 	$(VPY) -m pytest -m packaging tests/packaging $(PYTEST_ARGS)
 
 bench: $(RUN_DEPS)
-	$(VPY) benchmarks/bench_calls.py
+	$(VPY) benchmarks/bench_transports.py $(BENCH_ARGS)
 	$(VPY) benchmarks/bench_rdma.py
 
 clean:

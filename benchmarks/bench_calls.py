@@ -1,50 +1,23 @@
 """Call latency and pipelined throughput, next to a raw socket baseline from the same run.
 
-    python benchmarks/bench_calls.py [--transport ipc|tcp|zmq] [--calls 2000] [--pipelined 10000]
+    python benchmarks/bench_calls.py [--transport ipc|tcp|zmq] [--calls 2000] [--pipelined 10000] [--window 1000]
 
 Baseline: a child process echoes length-prefixed messages over a plain socket of the
-same kind (Unix or TCP loopback), with the same 2000 sequential round trips and the
-same pipelined burst. The ratios say what tetrarch's actor layer costs on top.
+same kind (Unix or TCP loopback; ``_baselines.py``), with the same 2000 sequential round
+trips and the same pipelined burst (at most ``--window`` in flight). The ratios say what
+tetrarch's actor layer costs on top. ``bench_transports.py`` does this for every transport.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
-import struct
-import subprocess
 import sys
 import time
 
-from tetrarch import Actor, endpoint, this_host
+from _baselines import Peer, missing_library
 
-_ECHO = r"""
-import socket, struct, sys
-kind, addr = sys.argv[1], sys.argv[2]
-if kind == "ipc":
-    s = socket.socket(socket.AF_UNIX); s.bind("\0" + addr)
-else:
-    s = socket.socket(); s.bind(("127.0.0.1", 0))
-s.listen(1); print(s.getsockname()[1] if kind == "tcp" else "ok", flush=True)
-c, _ = s.accept()
-if kind == "tcp":
-    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-buf = b""
-while True:
-    d = c.recv(1 << 16)
-    if not d:
-        break
-    buf += d
-    out = []
-    while len(buf) >= 4:
-        (n,) = struct.unpack_from("!I", buf)
-        if len(buf) < 4 + n:
-            break
-        out.append(buf[:4 + n]); buf = buf[4 + n:]
-    if out:
-        c.sendall(b"".join(out))
-"""
+from tetrarch import Actor, endpoint, this_host
 
 
 class Noop(Actor):
@@ -58,118 +31,66 @@ def _pcts(samples: list[float]) -> tuple[float, float]:
     return samples[len(samples) // 2], samples[int(len(samples) * 0.99) - 1]
 
 
-def raw_baseline(kind: str, calls: int, pipelined: int) -> tuple[float, float, float]:
-    name = f"tetrarch-bench-{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-c", _ECHO, kind, name], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline().strip()
-    if kind == "ipc":
-        s = socket.socket(socket.AF_UNIX)
-        s.connect("\0" + name)
-    else:
-        s = socket.create_connection(("127.0.0.1", int(line)))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    msg = struct.pack("!I", 8) + b"x" * 8
+def raw_baseline(kind: str, calls: int, pipelined: int, window: int) -> tuple[float, float, float]:
+    """p50, p99 and pipelined calls/s of a plain socket echo (``_baselines``), ``window`` messages in flight.
 
-    def recv_n(n: int) -> None:
-        got = 0
-        while got < n:
-            got += len(s.recv(min(1 << 16, n - got)))
-
-    lat = []
-    for _ in range(calls):
+    Pipelining keeps at most ``window`` messages unanswered: writing all of them before
+    reading any deadlocked once both kernel socket buffers were full (``--pipelined 20000``).
+    """
+    peer = Peer("socket", kind)
+    try:
+        for _ in range(200):
+            peer.roundtrip()
+        lat = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            peer.roundtrip()
+            lat.append(time.perf_counter() - t)
         t = time.perf_counter()
-        s.sendall(msg)
-        recv_n(len(msg))
-        lat.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    for _ in range(pipelined):
-        s.sendall(msg)
-    recv_n(len(msg) * pipelined)
-    rate = pipelined / (time.perf_counter() - t)
-    s.close()
-    proc.wait(10)
+        peer.pipelined(pipelined, window)
+        rate = pipelined / (time.perf_counter() - t)
+    finally:
+        peer.close()
     p50, p99 = _pcts(lat)
     return p50, p99, rate
 
 
-_ZMQ_ECHO = r"""
-import sys, zmq
-ctx = zmq.Context(); s = ctx.socket(zmq.REP); s.bind(sys.argv[1]); print("ok", flush=True)
-while True:
-    m = s.recv()
-    if m == b"quit":
-        s.send(b""); break
-    s.send(m)
-"""
-
-
 def zmq_baseline(calls: int) -> tuple[float, float] | None:
-    """p50/p99 of a raw pyzmq REQ/REP round trip over ipc (the figure Monarch and Ray are quoted against)."""
-    try:
-        import zmq
-    except ImportError:
+    """p50/p99 of a raw pyzmq round trip over ipc (the figure Monarch and Ray are quoted against)."""
+    if missing_library("zmq"):
         return None
-    addr = f"ipc://@tetrarch-bench-zmq-{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-c", _ZMQ_ECHO, addr], stdout=subprocess.PIPE, text=True)
-    proc.stdout.readline()
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.REQ)
-    s.connect(addr)
-    lat = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        s.send(b"x" * 8)
-        s.recv()
-        lat.append(time.perf_counter() - t)
-    s.send(b"quit")
-    s.recv()
-    s.close()
-    ctx.term()
-    proc.wait(10)
+    peer = Peer("zmq", "ipc")
+    try:
+        for _ in range(200):
+            peer.roundtrip()
+        lat = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            peer.roundtrip()
+            lat.append(time.perf_counter() - t)
+    finally:
+        peer.close()
     return _pcts(lat)
 
 
-_NNG_ECHO = r"""
-import sys, pynng
-s = pynng.Pair0(listen=sys.argv[1]); print("ok", flush=True)
-while True:
-    m = s.recv()
-    if m == b"quit":
-        break
-    s.send(m)
-s.close()
-"""
-
-
-def nng_baseline(calls: int, pipelined: int) -> tuple[float, float, float] | None:
-    """p50/p99 of a raw pynng pair0 round trip over ipc, and its pipelined echo rate."""
-    try:
-        import pynng
-    except ImportError:
+def nng_baseline(calls: int, pipelined: int, window: int) -> tuple[float, float, float] | None:
+    """p50/p99 of a raw pynng pair0 round trip over ipc, and its pipelined echo rate (``window`` in flight)."""
+    if missing_library("nng"):
         return None
-    addr = f"abstract://tetrarch-bench-nng-{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-c", _NNG_ECHO, addr], stdout=subprocess.PIPE, text=True)
-    proc.stdout.readline()
-    s = pynng.Pair0(dial=addr)
-    lat = []
-    for _ in range(calls):
+    peer = Peer("nng", "ipc")
+    try:
+        for _ in range(200):
+            peer.roundtrip()
+        lat = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            peer.roundtrip()
+            lat.append(time.perf_counter() - t)
         t = time.perf_counter()
-        s.send(b"x" * 8)
-        s.recv()
-        lat.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    done = 0
-    for _ in range(pipelined):  # keep at most 64 in flight: pair0 has small queues
-        s.send(b"x" * 8)
-        if _ >= 64:
-            s.recv()
-            done += 1
-    for _ in range(pipelined - done):
-        s.recv()
-    rate = pipelined / (time.perf_counter() - t)
-    s.send(b"quit")
-    s.close()
-    proc.wait(10)
+        peer.pipelined(pipelined, window)
+        rate = pipelined / (time.perf_counter() - t)
+    finally:
+        peer.close()
     p50, p99 = _pcts(lat)
     return p50, p99, rate
 
@@ -200,13 +121,15 @@ def main() -> None:
                     choices=["ipc", "tcp", "zmq", "nng"])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--pipelined", type=int, default=10000)
+    ap.add_argument("--window", type=int, default=1000, help="raw baseline: messages in flight when pipelining")
     args = ap.parse_args()
     os.environ["TETRARCH_TRANSPORT"] = args.transport
     # zmq's and nng's addresses default to ipc: their raw socket baseline is a Unix socket,
     # next to the raw library's own
-    r50, r99, rrate = raw_baseline("tcp" if args.transport == "tcp" else "ipc", args.calls, args.pipelined)
+    r50, r99, rrate = raw_baseline("tcp" if args.transport == "tcp" else "ipc", args.calls, args.pipelined,
+                                   args.window)
     z = zmq_baseline(args.calls) if args.transport in ("ipc", "zmq") else None
-    n = nng_baseline(args.calls, args.pipelined) if args.transport == "nng" else None
+    n = nng_baseline(args.calls, args.pipelined, args.window) if args.transport == "nng" else None
     t50, t99, trate = tetrarch_calls(args.calls, args.pipelined)
     us = 1e6
     print(f"transport: {args.transport}   cores: {os.cpu_count()}   python: {sys.version.split()[0]}")
@@ -215,7 +138,7 @@ def main() -> None:
     print(f"{'call_one p99 (us)':28}{r99 * us:14.1f}{t99 * us:14.1f}{t99 / r99:10.2f}")
     print(f"{'pipelined (calls/s)':28}{rrate:14.0f}{trate:14.0f}{trate / rrate:10.3f}")
     if z is not None:
-        print(f"raw pyzmq REQ/REP ipc round trip: p50 {z[0] * us:.1f} us, p99 {z[1] * us:.1f} us "
+        print(f"raw pyzmq DEALER/ROUTER ipc round trip: p50 {z[0] * us:.1f} us, p99 {z[1] * us:.1f} us "
               f"(tetrarch p50 / pyzmq p50 = {t50 / z[0]:.2f})")
     if n is not None:
         print(f"raw pynng pair0 ipc round trip: p50 {n[0] * us:.1f} us, p99 {n[1] * us:.1f} us, "

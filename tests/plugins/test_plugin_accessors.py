@@ -39,7 +39,7 @@ def test_get_transport_without_a_name_selects(builtins_only: Registry) -> None:
 
 
 def test_unknown_names_list_the_choices_and_the_install_hint(builtins_only: Registry) -> None:
-    with pytest.raises(BackendNotFound, match=r"no transport backend named 'pigeon'.*ipc \(available"):
+    with pytest.raises(BackendNotFound, match=r"no transport backend named 'pigeon'.*ipc \(available; ipc://\)"):
         builtins_only.get_transport("pigeon")
     with pytest.raises(BackendNotFound, match=r"'zmq' comes with tetrarch-transport-zmq: pip install .tetrarch\[zmq\]"):
         builtins_only.get_transport("zmq")

@@ -119,7 +119,7 @@ def test_unknown_name_lists_installed_backends(transports: Registry) -> None:
         transports.select(T, "nope")
     message = str(info.value)
     assert "no transport backend named 'nope'" in message
-    for name in ("fast (available", "slow (available", "off (unavailable", "ipconly (available"):
+    for name in ("fast (available; ", "slow (available; ", "off (unavailable", "ipconly (available; "):
         assert name in message
     assert isinstance(info.value, LookupError)
 

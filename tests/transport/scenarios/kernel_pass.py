@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def main() -> int:
     os.chdir(ROOT)
-    args = ["tests/kernel", "-m", "not transport_independent", "-p", "no:cacheprovider", "-q", "-rfEs",
+    args = ["tests/kernel", "-m", "not transport_independent", "-p", "no:cacheprovider", "-rfEs",
             "--transports=none", *sys.argv[1:]]
     return int(pytest.main(args))
 
