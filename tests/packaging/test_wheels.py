@@ -4,7 +4,8 @@ The seven wheels are built once (from copies of the source folders); each instal
 a fresh virtual environment filled from that wheel folder and the third-party wheel
 cache only (``--no-index``; see ``scripts/wheels.py``), and runs the quickstart code
 block of README.md in a fresh interpreter outside the repository: first without torch,
-then with torch importable.
+then with torch importable. The ``tetrarch[zmq,nng]`` environment also runs a two-proc
+actor program (``programs/two_procs.py``) with every process on zmq, then on nng.
 
 torch is installed once (``pip install --target`` from the cache, about 15 s) into a
 folder that the "with torch" runs put on their path with a ``.pth`` file, instead of
@@ -32,6 +33,9 @@ pytestmark = [pytest.mark.packaging, pytest.mark.slow, pytest.mark.timeout(scale
 REPO = Path(__file__).resolve().parents[2]
 #: The installs the README shows (and the issue names), as pip requirements.
 INSTALLS = ["tetrarch", "tetrarch[zmq,nng]", "tetrarch[zmq,slurm]", "tetrarch[all]"]
+#: Installs that also run a two-proc actor program on each of these plugin transports.
+PLUGIN_TRANSPORTS = {"tetrarch[zmq,nng]": ("zmq", "nng")}
+TWO_PROCS = Path(__file__).resolve().parent / "programs" / "two_procs.py"
 SEVEN = {"tetrarch", "tetrarch_transport_zmq", "tetrarch_transport_nng", "tetrarch_rdma_verbs",
          "tetrarch_rdma_efa", "tetrarch_alloc_local", "tetrarch_alloc_slurm"}
 
@@ -141,3 +145,19 @@ def test_install_runs_the_readme_quickstart(requirement: str, workdir: Path, whe
     _check_quickstart(python, quickstart, torch=True)
     print(f"\n{requirement}: install {installed - started:.1f} s, quickstart {plain - installed:.1f} s, "
           f"with torch {time.monotonic() - plain:.1f} s")
+    for transport in PLUGIN_TRANSPORTS.get(requirement, ()):
+        _check_two_procs(python, quickstart.parent, transport)
+
+
+def _check_two_procs(python: Path, cwd: Path, transport: str) -> None:
+    """Client, host agent and two procs on ``transport``, from the installed wheels alone."""
+    program = cwd / TWO_PROCS.name
+    program.write_text(TWO_PROCS.read_text())
+    env = wheels.offline_env() | {"TETRARCH_TRANSPORT": transport}
+    try:
+        result = wheels.run([python, program], timeout=scaled(120), env=env, cwd=cwd)
+    except subprocess.CalledProcessError as exc:
+        pytest.fail(f"two procs on {transport} exited {exc.returncode}\n--- stdout ---\n{exc.stdout}\n"
+                    f"--- stderr ---\n{exc.stderr}", pytrace=False)
+    assert result.stdout.splitlines() == ["answers [42, 42]", f"schemes ['{transport}+ipc']",
+                                          f"transport {transport}"], result.stdout
