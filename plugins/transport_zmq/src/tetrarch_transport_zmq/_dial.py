@@ -9,7 +9,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from tetrarch.plugins import Connection, ConnectionHandler, TransportError
 
-from ._conn import CLOSE, DATA, OPEN, ZmqConnection
+from ._conn import CLOSE, OPEN, ZmqConnection
 from ._loop import ZmqLoop, configure_socket
 
 __all__ = ["dial"]
@@ -98,11 +98,9 @@ class _Dial:
                     self.fail("the peer is no tetrarch zmq listener")
                 self.done.set()
                 return
-            if tag == DATA:
-                conn.deliver(frames[1:])
-            elif tag == CLOSE:
+            if tag == CLOSE:
                 self.loop.drop(conn, None)
-            else:
+            elif not conn.receive(tag, frames[1:]):
                 self.loop.drop(conn, TransportError(f"peer {self.address} broke the zmq transport's protocol"))
 
     def activate(self) -> None:

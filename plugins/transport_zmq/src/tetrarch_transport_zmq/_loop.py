@@ -16,7 +16,7 @@ import zmq
 
 from tetrarch.plugins import CallQueue
 
-from ._conn import CLOSE, ZmqConnection
+from ._conn import CHUNK, CLOSE, ZmqConnection
 
 __all__ = ["ZmqLoop", "configure_socket"]
 
@@ -41,6 +41,9 @@ def configure_socket(sock: zmq.Socket[Any]) -> None:
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
     sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
     sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    # No zmq frame of ours is bigger (large messages go in pieces): libzmq drops a peer,
+    # authenticated or not, that announces a bigger one before allocating it.
+    sock.setsockopt(zmq.MAXMSGSIZE, CHUNK)
 
 
 class ZmqLoop:

@@ -35,7 +35,7 @@ from tetrarch.plugins import (
     parse_qualified,
 )
 
-from ._conn import CLOSE, DATA, OPEN, ZmqConnection
+from ._conn import CLOSE, OPEN, ZmqConnection
 from ._dial import dial
 from ._loop import ZmqLoop, configure_socket
 
@@ -96,11 +96,9 @@ class _ZmqListener(Listener):
         tag = frames[1].bytes if len(frames[1]) <= 1 else b"?"
         conn = self._conns.get(route)
         if conn is not None:
-            if tag == DATA:
-                conn.deliver(frames[2:])
-            elif tag == CLOSE:
+            if tag == CLOSE:
                 self._loop.drop(conn, None)
-            else:
+            elif not conn.receive(tag, frames[2:]):
                 self._loop.drop(conn, TransportError(f"peer {conn.peer} broke the zmq transport's protocol"))
             return
         if tag != OPEN or len(frames) != 2:
