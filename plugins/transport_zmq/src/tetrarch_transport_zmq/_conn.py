@@ -128,6 +128,17 @@ class ZmqConnection(Connection):
 
     def _enqueue(self, msg: list[Any]) -> None:
         out = self._out
+        if not out:  # nothing queued ahead of it: send from this thread (no hop to the I/O thread)
+            loop = self._loop
+            with loop.lock:
+                if not out and not self._closed and not self.sock.closed:
+                    try:
+                        self.sock.send_multipart(msg, flags=zmq.NOBLOCK, copy=False)
+                    except zmq.ZMQError:
+                        pass  # pushed back, or a lost peer: queued below, the I/O thread's flush decides
+                    else:
+                        loop.after_send(self.sock)
+                        return
         if len(out) >= MAX_QUEUED and not self._loop.queue.in_loop():
             self._wait_room()
         out.append(msg)
@@ -148,18 +159,22 @@ class ZmqConnection(Connection):
         out = self._out
         sock = self.sock
         full = len(out) >= MAX_QUEUED
-        while out:
-            try:
-                sock.send_multipart(out[0], flags=zmq.NOBLOCK, copy=False)
-            except zmq.Again:  # high-water mark (or not connected yet): retried by the loop
-                self._loop.retry.add(self)
-                break
-            except zmq.ZMQError as exc:  # EHOSTUNREACH: the ROUTER lost this peer (ROUTER_MANDATORY)
-                self._loop.drop(self, TransportError(f"connection to {self._peer} broke: {exc}"))
+        with self._loop.lock:
+            if sock.closed:
                 return
-            out.popleft()
-        else:
-            self._loop.retry.discard(self)
+            while out:
+                try:
+                    sock.send_multipart(out[0], flags=zmq.NOBLOCK, copy=False)
+                except zmq.Again:  # high-water mark (or not connected yet): retried by the loop
+                    self._loop.retry.add(self)
+                    break
+                except zmq.ZMQError as exc:  # EHOSTUNREACH: the ROUTER lost this peer (ROUTER_MANDATORY)
+                    self._loop.drop(self, TransportError(f"connection to {self._peer} broke: {exc}"))
+                    return
+                out.popleft()
+            else:
+                self._loop.retry.discard(self)
+            self._loop.after_send(sock)
         if full and len(out) < MAX_QUEUED:
             with self._room:
                 self._room.notify_all()

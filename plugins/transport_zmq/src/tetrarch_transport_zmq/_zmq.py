@@ -68,7 +68,7 @@ class _ZmqListener(Listener):
         self._loop.watch(self._sock, self.on_readable)
 
     # -- I/O thread ------------------------------------------------------------
-    def on_readable(self) -> None:
+    def on_readable(self) -> bool:
         # Disconnects first, then every message that arrived before them (a CLOSE makes
         # a close orderly); a descriptor reused by a new peer is told apart on its OPEN.
         gone: set[int] = set()
@@ -77,10 +77,13 @@ class _ZmqListener(Listener):
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 gone.add(int(event["value"]))
         read = 0
-        while gone or read < _BATCH:
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+        more = False
+        while not self._gone:
+            if read >= _BATCH and not gone:
+                more = True  # the others get a turn
+                break
+            frames = self._loop.recv(self._sock)
+            if frames is None:
                 break
             read += 1
             self._message(frames, gone)
@@ -88,6 +91,7 @@ class _ZmqListener(Listener):
             conn = self._by_fd.get(fd)
             if conn is not None:
                 self._loop.drop(conn, TransportError(f"connection from {conn.peer} was lost"))
+        return more
 
     def _message(self, frames: list[zmq.Frame], gone: set[int]) -> None:
         if len(frames) < 2:
@@ -123,10 +127,12 @@ class _ZmqListener(Listener):
             self._loop.drop(conn, exc, tell_peer=True)
 
     def _send_now(self, msg: list[bytes]) -> None:
-        try:
-            self._sock.send_multipart(msg, flags=zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
+        with self._loop.lock:
+            try:
+                self._sock.send_multipart(msg, flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+            self._loop.after_send(self._sock)
 
     def forget(self, conn: ZmqConnection) -> None:
         if conn.route is not None and self._conns.get(conn.route) is conn:
@@ -160,9 +166,10 @@ class _ZmqListener(Listener):
         self._loop.listeners.discard(self)
         self._loop.unwatch(self._sock)
         self._loop.unwatch(self._monitor)
-        self._sock.disable_monitor()
-        self._monitor.close(0)
-        self._sock.close(0)
+        with self._loop.lock:
+            self._sock.disable_monitor()
+            self._monitor.close(0)
+            self._sock.close(0)
         if self._path:
             try:
                 os.unlink(self._path)
