@@ -161,7 +161,9 @@ def test_ipc_file_is_removed_on_close(transport: Transport, tmp_path) -> None:
 
 
 def _peak_rss(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status").read().splitlines():
+    with open(f"/proc/{pid}/status") as status:
+        lines = status.read().splitlines()
+    for line in lines:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmHWM in /proc/PID/status")
@@ -180,12 +182,17 @@ def test_a_stranger_streaming_one_huge_zmtp_frame_is_cut_off_before_libzmq_buffe
         stream = socket.create_connection((host, int(port)))
         stream.settimeout(scaled(10))
         sent = 0
-        with stream, pytest.raises(OSError):  # the listener hangs up on the announcement
+        chunk = bytes(1 << 20)
+
+        def stream_the_frame() -> None:
+            nonlocal sent
             stream.sendall(_GREETING + _READY + bytes([0x02]) + (256 << 20).to_bytes(8, "big"))
-            chunk = bytes(1 << 20)
             while sent < (64 << 20):
                 stream.sendall(chunk)
                 sent += len(chunk)
+
+        with stream, pytest.raises(OSError):  # the listener hangs up on the announcement
+            stream_the_frame()
         grown = _peak_rss(proc.pid) - before
         assert sent < (64 << 20) and grown < (16 << 20), (
             f"the listener took {sent >> 20} MiB of a frame announced as 256 MiB; peak RSS +{grown >> 20} MiB")

@@ -11,8 +11,17 @@ connection):
 * Closes: an orderly ``close`` sends ``CLOSE``; a peer that dies is noticed through
   socket monitors (``DISCONNECTED``; on the listening side the event's descriptor is
   matched to the identity that first spoke from it, zmq's ``SRCFD``) and ZMTP heartbeats.
-* Limits: ``max_message_size`` is checked per connection on each whole message (frame
-  count first, then the sum); zmq has received the message by then, see the README note.
+* Limits: every socket has ``ZMQ_MAXMSGSIZE`` = ``_conn.CHUNK`` (1 MiB): no zmq frame of
+  ours is bigger (large messages go as a header and pieces, see ``_conn``), and libzmq
+  drops any peer, authenticated or not, that announces a bigger frame before it
+  allocates it. ``max_message_size`` is checked per connection: on a large message's
+  header before anything is allocated, on a small message (at most 1 MiB) once zmq has
+  it. What libzmq does not bound: a peer that never ends a multipart message (MORE on
+  every frame) makes it buffer every frame until the peer hangs up; zmq has no option
+  for the frame count. An authenticated transport (ZMTP CURVE) would close that gap,
+  but the transport does not know the allocation's secret.
+* Threads: any thread sends on a connection directly when nothing is queued on it (under
+  the loop's lock); the I/O thread reads, and sends what was pushed back.
 """
 
 from __future__ import annotations
