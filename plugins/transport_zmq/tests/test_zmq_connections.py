@@ -158,3 +158,44 @@ def test_ipc_file_is_removed_on_close(transport: Transport, tmp_path) -> None:
     listener.close()
     transport.close()
     assert not path.exists()
+
+
+def _peak_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        lines = status.read().splitlines()
+    for line in lines:
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/PID/status")
+
+
+_GREETING = b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + bytes(31)
+_READY = b"\x04\x1c\x05READY\x0bSocket-Type\x00\x00\x00\x06DEALER"
+
+
+def test_a_stranger_streaming_one_huge_zmtp_frame_is_cut_off_before_libzmq_buffers_it() -> None:
+    """ZMQ_MAXMSGSIZE: libzmq drops a peer announcing a frame over CHUNK, so it never buffers the payload."""
+    proc, lines = _peer("listen", "zmq+tcp://127.0.0.1:0")
+    try:
+        host, port = lines[0].rpartition("//")[2].rsplit(":", 1)
+        before = _peak_rss(proc.pid)
+        stream = socket.create_connection((host, int(port)))
+        stream.settimeout(scaled(10))
+        sent = 0
+        chunk = bytes(1 << 20)
+
+        def stream_the_frame() -> None:
+            nonlocal sent
+            stream.sendall(_GREETING + _READY + bytes([0x02]) + (256 << 20).to_bytes(8, "big"))
+            while sent < (64 << 20):
+                stream.sendall(chunk)
+                sent += len(chunk)
+
+        with stream, pytest.raises(OSError):  # the listener hangs up on the announcement
+            stream_the_frame()
+        grown = _peak_rss(proc.pid) - before
+        assert sent < (64 << 20) and grown < (16 << 20), (
+            f"the listener took {sent >> 20} MiB of a frame announced as 256 MiB; peak RSS +{grown >> 20} MiB")
+    finally:
+        proc.kill()
+        proc.wait()

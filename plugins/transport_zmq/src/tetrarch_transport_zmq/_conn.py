@@ -1,13 +1,27 @@
 """One tetrarch connection over zmq: a DEALER socket (dialing side) or a ROUTER identity (listening side).
 
-Every message on the wire starts with a tag frame, then the kernel's frames as zmq
-parts (``send_multipart(copy=False)``: no concatenation; zmq itself copies parts under
-``zmq.COPY_THRESHOLD``). Tags: ``b""`` data, ``OPEN`` (the dialer's first message; the
+Every message on the wire starts with a tag frame. Tags: ``b""`` data (the kernel's
+frames follow as zmq parts, ``send_multipart(copy=False)``: no concatenation; zmq itself
+copies parts under ``zmq.COPY_THRESHOLD``), ``OPEN`` (the dialer's first message; the
 listener answers it with ``OPEN`` once ``on_open`` may run), ``CLOSE`` (orderly close).
+
+A *large* kernel message (over :data:`CHUNK` bytes, or over :data:`MAX_PARTS` frames)
+goes as ``[BIG, header]`` (the builtin framing's header: frame count and sizes) and
+then ``[PART, piece, ...]`` messages of at most :data:`CHUNK` bytes each, the pieces
+being views of the kernel's frames (still no concatenation). Why: zmq hands a received
+message out only in memory it allocated itself, so a ``bytes`` argument rebuilt from one
+big zmq frame would be a second copy (twice the payload at the peak). The receiver
+checks the header against ``max_message_size`` *before* allocating anything, reads the
+pieces into buffers of its own (:func:`tetrarch.plugins` framing helpers: a large frame
+lands in a fresh ``bytes`` object that becomes the argument without a copy), and frees
+each zmq piece as soon as it is copied. Every zmq frame of ours is thus at most
+:data:`CHUNK` bytes: the sockets' ``ZMQ_MAXMSGSIZE`` (see ``_loop.configure_socket``)
+makes libzmq drop a peer, authenticated or not, that announces a bigger one.
 """
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -15,18 +29,26 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from tetrarch._transport._framing import COUNT, MAX_FRAMES, consume, header, receive_buffers
 from tetrarch.plugins import Connection, ConnectionClosed, ConnectionHandler, TransportError
 
 if TYPE_CHECKING:
     from ._loop import ZmqLoop
 
-__all__ = ["CLOSE", "DATA", "OPEN", "ZmqConnection"]
+__all__ = ["BIG", "CHUNK", "CLOSE", "DATA", "MAX_PARTS", "OPEN", "PART", "ZmqConnection"]
 
 Buffer = bytes | bytearray | memoryview
 
 DATA = b""
 OPEN = b"\x01"
 CLOSE = b"\x02"
+BIG = b"\x03"
+PART = b"\x04"
+
+#: The most bytes one zmq message of ours carries (and the most one zmq frame may have).
+CHUNK = 1 << 20
+#: The most kernel frames sent inline in one data message (more go the large way).
+MAX_PARTS = 64
 
 #: Messages a connection queues for the I/O thread before ``send`` blocks (backpressure).
 MAX_QUEUED = 1 << 14
@@ -42,7 +64,7 @@ class ZmqConnection(Connection):
         self.handler = handler
         self._peer = peer
         self.route = route
-        self._head: list[Any] = [route, DATA] if route is not None else [DATA]
+        self._head: list[Any] = [route] if route is not None else []  # frames before the tag
         self._out: deque[list[Any]] = deque()
         self._flush_scheduled = False
         self._room = threading.Condition(threading.Lock())
@@ -50,6 +72,8 @@ class ZmqConnection(Connection):
         self.close_reported = False
         self.max_message_size = 1 << 62
         self.context = None
+        # a large message being received: (its frames, the views left to fill, [bytes left])
+        self._large: tuple[list[memoryview], list[memoryview], list[int]] | None = None
         # set by the owner
         self.monitor: zmq.Socket[Any] | None = None  # dialing side: the DEALER's monitor
         self.fd = -1  # listening side: the accepted socket's descriptor (zmq SRCFD)
@@ -67,16 +91,54 @@ class ZmqConnection(Connection):
     def send(self, frames: Sequence[Buffer]) -> None:
         if self._closed:
             raise ConnectionClosed(f"connection to {self._peer} is closed")
-        self._enqueue([*self._head, *frames])
+        self._send_one(frames)
 
     def send_many(self, messages: Sequence[Sequence[Buffer]]) -> None:
         if self._closed:
             raise ConnectionClosed(f"connection to {self._peer} is closed")
         for frames in messages:
-            self._enqueue([*self._head, *frames])
+            self._send_one(frames)
+
+    def _send_one(self, frames: Sequence[Buffer]) -> None:
+        if len(frames) <= MAX_PARTS:
+            total = 0
+            for f in frames:
+                total += f.nbytes if isinstance(f, memoryview) else len(f)
+            if total <= CHUNK:
+                self._enqueue([*self._head, DATA, *frames])
+                return
+        self._send_large(frames)
+
+    def _send_large(self, frames: Sequence[Buffer]) -> None:
+        """``[BIG, header]``, then the frames' bytes as ``[PART, views...]`` of at most CHUNK bytes."""
+        views = [memoryview(f).cast("B") for f in frames]
+        self._enqueue([*self._head, BIG, header([v.nbytes for v in views])])
+        part: list[Any] = [*self._head, PART]
+        room = CHUNK
+        for view in views:
+            while view.nbytes:
+                piece, view = view[:room], view[room:]
+                part.append(piece)
+                room -= piece.nbytes
+                if room == 0 or len(part) > MAX_PARTS:
+                    self._enqueue(part)
+                    part, room = [*self._head, PART], CHUNK
+        if len(part) > len(self._head) + 1:
+            self._enqueue(part)
 
     def _enqueue(self, msg: list[Any]) -> None:
         out = self._out
+        if not out:  # nothing queued ahead of it: send from this thread (no hop to the I/O thread)
+            loop = self._loop
+            with loop.lock:
+                if not out and not self._closed and not self.sock.closed:
+                    try:
+                        self.sock.send_multipart(msg, flags=zmq.NOBLOCK, copy=False)
+                    except zmq.ZMQError:
+                        pass  # pushed back, or a lost peer: queued below, the I/O thread's flush decides
+                    else:
+                        loop.after_send(self.sock)
+                        return
         if len(out) >= MAX_QUEUED and not self._loop.queue.in_loop():
             self._wait_room()
         out.append(msg)
@@ -97,24 +159,43 @@ class ZmqConnection(Connection):
         out = self._out
         sock = self.sock
         full = len(out) >= MAX_QUEUED
-        while out:
-            try:
-                sock.send_multipart(out[0], flags=zmq.NOBLOCK, copy=False)
-            except zmq.Again:  # high-water mark (or not connected yet): retried by the loop
-                self._loop.retry.add(self)
-                break
-            except zmq.ZMQError as exc:  # EHOSTUNREACH: the ROUTER lost this peer (ROUTER_MANDATORY)
-                self._loop.drop(self, TransportError(f"connection to {self._peer} broke: {exc}"))
+        with self._loop.lock:
+            if sock.closed:
                 return
-            out.popleft()
-        else:
-            self._loop.retry.discard(self)
+            while out:
+                try:
+                    sock.send_multipart(out[0], flags=zmq.NOBLOCK, copy=False)
+                except zmq.Again:  # high-water mark (or not connected yet): retried by the loop
+                    self._loop.retry.add(self)
+                    break
+                except zmq.ZMQError as exc:  # EHOSTUNREACH: the ROUTER lost this peer (ROUTER_MANDATORY)
+                    self._loop.drop(self, TransportError(f"connection to {self._peer} broke: {exc}"))
+                    return
+                out.popleft()
+            else:
+                self._loop.retry.discard(self)
+            self._loop.after_send(sock)
         if full and len(out) < MAX_QUEUED:
             with self._room:
                 self._room.notify_all()
 
     # -- receiving (I/O thread) -------------------------------------------------
-    def deliver(self, frames: list[zmq.Frame]) -> None:
+    def receive(self, tag: bytes, frames: list[zmq.Frame]) -> bool:
+        """One message of ours after its tag (I/O thread); False if ``tag`` is no data tag."""
+        if tag == DATA:
+            if self._large is not None:
+                self._broke("a message in the middle of a large one")
+            else:
+                self._deliver(frames)
+        elif tag == BIG:
+            self._begin_large(frames)
+        elif tag == PART:
+            self._fill_large(frames)
+        else:
+            return False
+        return True
+
+    def _deliver(self, frames: list[zmq.Frame]) -> None:
         """Check the limit and hand one data message's frames to the handler, without copying them."""
         limit = self.max_message_size
         if 4 + 8 * len(frames) > limit:
@@ -127,6 +208,59 @@ class ZmqConnection(Connection):
             self._loop.drop(self, TransportError(f"peer {self._peer} sent a {total}-byte message (limit {limit})"))
             return
         self.handler.on_message(self, views)
+
+    def _begin_large(self, frames: list[zmq.Frame]) -> None:
+        """A large message's header: checked against the limit before anything is allocated."""
+        if self._large is not None or len(frames) != 1 or len(frames[0]) < COUNT.size:
+            self._broke("a malformed large-message header")
+            return
+        head = frames[0].buffer
+        (count,) = COUNT.unpack_from(head)
+        limit = self.max_message_size
+        if 4 + 8 * count > limit or count > MAX_FRAMES:
+            self._loop.drop(self, TransportError(
+                f"peer {self._peer} announced {count} frames (a {4 + 8 * count}-byte header; limit {limit})"))
+            return
+        if head.nbytes != COUNT.size + 8 * count:
+            self._broke("a large-message header of the wrong length")
+            return
+        sizes = list(struct.unpack_from(f"!{count}Q", head, COUNT.size))
+        total = sum(sizes)
+        if total > limit:
+            self._loop.drop(self, TransportError(f"peer {self._peer} announced a {total}-byte message (limit {limit})"))
+            return
+        out, targets = receive_buffers(sizes)
+        self._large = (out, targets, [total])
+        if not targets:
+            self._finish_large()
+
+    def _fill_large(self, frames: list[zmq.Frame]) -> None:
+        if self._large is None:
+            self._broke("a piece of a large message it never announced")
+            return
+        _, targets, left = self._large
+        for frame in frames:
+            data = frame.buffer
+            if data.nbytes > left[0]:
+                self._broke("more bytes than its large message announced")
+                return
+            left[0] -= data.nbytes
+            while data.nbytes:
+                n = min(targets[0].nbytes, data.nbytes)
+                targets[0][:n] = data[:n]
+                data = data[n:]
+                consume(targets, n)
+        if not targets:
+            self._finish_large()
+
+    def _finish_large(self) -> None:
+        assert self._large is not None
+        out = self._large[0]
+        self._large = None
+        self.handler.on_message(self, out)
+
+    def _broke(self, what: str) -> None:
+        self._loop.drop(self, TransportError(f"peer {self._peer} broke the zmq transport's protocol: {what}"))
 
     # -- closing -------------------------------------------------------------
     def close(self) -> None:

@@ -9,7 +9,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from tetrarch.plugins import Connection, ConnectionHandler, TransportError
 
-from ._conn import CLOSE, DATA, OPEN, ZmqConnection
+from ._conn import CLOSE, OPEN, ZmqConnection
 from ._loop import ZmqLoop, configure_socket
 
 __all__ = ["dial"]
@@ -78,16 +78,15 @@ class _Dial:
                     self.loop.drop(conn, TransportError(f"connection to {self.address} was lost"))
                 return
 
-    def read(self) -> None:
+    def read(self) -> bool:
         conn = self.conn
         assert conn is not None
         for _ in range(_BATCH):
             if conn.close_reported or self.phase in ("accepted", "failed"):
-                return  # before on_open ran, messages wait in zmq
-            try:
-                frames = conn.sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
+                return False  # before on_open ran, messages wait in zmq (activate reads them)
+            frames = self.loop.recv(conn.sock)
+            if frames is None:
+                return False
             tag = frames[0].bytes if len(frames[0]) <= 1 else b"?"
             if self.phase == "dialing":
                 if tag == OPEN and len(frames) == 1:
@@ -97,13 +96,12 @@ class _Dial:
                 else:
                     self.fail("the peer is no tetrarch zmq listener")
                 self.done.set()
-                return
-            if tag == DATA:
-                conn.deliver(frames[1:])
-            elif tag == CLOSE:
+                return False
+            if tag == CLOSE:
                 self.loop.drop(conn, None)
-            else:
+            elif not conn.receive(tag, frames[1:]):
                 self.loop.drop(conn, TransportError(f"peer {self.address} broke the zmq transport's protocol"))
+        return True  # a full batch: more may wait
 
     def activate(self) -> None:
         """``on_open`` ran: start delivering (I/O thread)."""

@@ -16,7 +16,7 @@ import zmq
 
 from tetrarch.plugins import CallQueue
 
-from ._conn import CLOSE, ZmqConnection
+from ._conn import CHUNK, CLOSE, ZmqConnection
 
 __all__ = ["ZmqLoop", "configure_socket"]
 
@@ -41,6 +41,9 @@ def configure_socket(sock: zmq.Socket[Any]) -> None:
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
     sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
     sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    # No zmq frame of ours is bigger (large messages go in pieces): libzmq drops a peer,
+    # authenticated or not, that announces a bigger one before allocating it.
+    sock.setsockopt(zmq.MAXMSGSIZE, CHUNK)
 
 
 class ZmqLoop:
@@ -51,7 +54,13 @@ class ZmqLoop:
         self.queue = CallQueue()
         self.poller = zmq.Poller()
         self.poller.register(self.queue.fileno(), zmq.POLLIN)
-        self.readers: dict[Any, Callable[[], None]] = {}
+        #: Held around every call on a data socket (send, recv, close), by whichever thread
+        #: makes it; never while calling out (handlers). zmq sockets are not thread safe,
+        #: but one used by one thread at a time, behind a lock, is.
+        self.lock = threading.RLock()
+        self.readers: dict[int, Callable[[], bool | None]] = {}  # by the socket's ZMQ_FD
+        self.fds: dict[Any, int] = {}
+        self.ready: dict[int, Callable[[], bool | None]] = {}  # readers to run without waiting
         self.retry: set[ZmqConnection] = set()  # connections whose sends zmq pushed back
         self.conns: set[ZmqConnection] = set()  # dialed connections (listeners keep their own)
         self.listeners: set[Any] = set()
@@ -60,13 +69,46 @@ class ZmqLoop:
         self.thread.start()
 
     # -- registration (I/O thread) -------------------------------------------
-    def watch(self, sock: Any, reader: Callable[[], None]) -> None:
-        self.readers[sock] = reader
-        self.poller.register(sock, zmq.POLLIN)
+    def watch(self, sock: Any, reader: Callable[[], bool | None]) -> None:
+        """Run ``reader`` when ``sock`` may be readable; it returns True when it left messages to read.
+
+        The loop polls the socket's ``ZMQ_FD`` as a plain descriptor (so it never touches
+        the socket while another thread sends on it); that descriptor only says "look
+        again", so the reader runs once now and after every send (:meth:`after_send`).
+        """
+        fd = sock.getsockopt(zmq.FD)
+        self.fds[sock] = fd
+        self.readers[fd] = reader
+        self.ready[fd] = reader
+        self.poller.register(fd, zmq.POLLIN)
 
     def unwatch(self, sock: Any) -> None:
-        if self.readers.pop(sock, None) is not None:
-            self.poller.unregister(sock)
+        fd = self.fds.pop(sock, None)
+        if fd is not None:
+            self.readers.pop(fd, None)
+            self.ready.pop(fd, None)
+            self.poller.unregister(fd)
+
+    def after_send(self, sock: Any) -> None:
+        """A send (under :attr:`lock`) may have consumed the wake-up of a message that arrived: look."""
+        if sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if self.queue.in_loop():
+                self._mark(sock)
+            else:
+                self.queue.call(lambda: self._mark(sock))
+
+    def _mark(self, sock: Any) -> None:
+        fd = self.fds.get(sock)
+        if fd is not None:
+            self.ready[fd] = self.readers[fd]
+
+    def recv(self, sock: Any) -> list[zmq.Frame] | None:
+        """One message from ``sock``, or None if none is waiting (I/O thread)."""
+        with self.lock:
+            try:
+                return sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return None
 
     # -- closing a connection (I/O thread) ------------------------------------
     def drop(self, conn: ZmqConnection, error: BaseException | None, *, tell_peer: bool = False) -> None:
@@ -78,14 +120,16 @@ class ZmqLoop:
         # A listening side always says CLOSE (the ROUTER cannot hang up on one peer; the
         # peer's DEALER then disconnects), a dialing side on an orderly close only (else
         # closing its DEALER is the hang-up).
-        if (tell_peer or conn.route is not None) and not sock.closed:
+        if tell_peer or conn.route is not None:
             head = [conn.route] if conn.route is not None else []
-            try:
-                for msg in pending if tell_peer else ():  # sent before close(): still goes out, in order
-                    sock.send_multipart(msg, flags=zmq.NOBLOCK, copy=False)
-                sock.send_multipart([*head, CLOSE], flags=zmq.NOBLOCK)
-            except zmq.ZMQError:
-                pass  # the peer is gone already
+            with self.lock:
+                try:
+                    if not sock.closed:
+                        for msg in pending if tell_peer else ():  # sent before close(): still goes out, in order
+                            sock.send_multipart(msg, flags=zmq.NOBLOCK, copy=False)
+                        sock.send_multipart([*head, CLOSE], flags=zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass  # the peer is gone already
         if conn.route is None:
             self.close_dealer(conn, CLOSE_LINGER_MS if tell_peer else 0)
         elif conn.listener is not None:
@@ -101,12 +145,14 @@ class ZmqLoop:
         self.unwatch(conn.sock)
         if conn.monitor is not None:
             self.unwatch(conn.monitor)
-            if not conn.sock.closed:
-                conn.sock.disable_monitor()
+            with self.lock:
+                if not conn.sock.closed:
+                    conn.sock.disable_monitor()
             conn.monitor.close(0)
             conn.monitor = None
-        if not conn.sock.closed:
-            conn.sock.close(linger)
+        with self.lock:
+            if not conn.sock.closed:
+                conn.sock.close(linger)
 
     # -- the loop ---------------------------------------------------------------
     def _run(self) -> None:
@@ -114,16 +160,19 @@ class ZmqLoop:
         wake = self.queue.fileno()
         try:
             while not self._stopped:
-                events = self.poller.poll(2 if self.retry else None)
-                for sock, _ in events:
-                    if sock == wake:
+                events = self.poller.poll(0 if self.ready else 2 if self.retry else None)
+                for fd, _ in events:
+                    if fd == wake:
                         self.queue.run_pending()
-                        continue
-                    reader = self.readers.get(sock)
-                    if reader is None:
-                        continue
+                    elif fd in self.readers:
+                        self.ready[fd] = self.readers[fd]
+                ready, self.ready = self.ready, {}
+                for fd, reader in ready.items():
+                    if fd not in self.readers:
+                        continue  # unwatched by an earlier reader
                     try:
-                        reader()
+                        if reader():
+                            self.ready[fd] = reader  # it left messages for the next turn
                     except Exception:  # noqa: BLE001 - one faulty handler must not end the loop
                         _log.exception("zmq transport: a reader failed")
                 for conn in list(self.retry):
@@ -145,9 +194,11 @@ class ZmqLoop:
             self.thread.join(10)
 
     def _shutdown(self) -> None:
-        for sock in list(self.readers):
-            if isinstance(sock, zmq.Socket) and not sock.closed:
-                sock.close(0)
+        with self.lock:
+            for sock in list(self.fds):
+                if not sock.closed:
+                    sock.close(0)
+        self.fds.clear()
         self.readers.clear()
         self.ctx.destroy(linger=0)
         self.queue.close()

@@ -11,8 +11,17 @@ connection):
 * Closes: an orderly ``close`` sends ``CLOSE``; a peer that dies is noticed through
   socket monitors (``DISCONNECTED``; on the listening side the event's descriptor is
   matched to the identity that first spoke from it, zmq's ``SRCFD``) and ZMTP heartbeats.
-* Limits: ``max_message_size`` is checked per connection on each whole message (frame
-  count first, then the sum); zmq has received the message by then, see the README note.
+* Limits: every socket has ``ZMQ_MAXMSGSIZE`` = ``_conn.CHUNK`` (1 MiB): no zmq frame of
+  ours is bigger (large messages go as a header and pieces, see ``_conn``), and libzmq
+  drops any peer, authenticated or not, that announces a bigger frame before it
+  allocates it. ``max_message_size`` is checked per connection: on a large message's
+  header before anything is allocated, on a small message (at most 1 MiB) once zmq has
+  it. What libzmq does not bound: a peer that never ends a multipart message (MORE on
+  every frame) makes it buffer every frame until the peer hangs up; zmq has no option
+  for the frame count. An authenticated transport (ZMTP CURVE) would close that gap,
+  but the transport does not know the allocation's secret.
+* Threads: any thread sends on a connection directly when nothing is queued on it (under
+  the loop's lock); the I/O thread reads, and sends what was pushed back.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from tetrarch.plugins import (
     parse_qualified,
 )
 
-from ._conn import CLOSE, DATA, OPEN, ZmqConnection
+from ._conn import CLOSE, OPEN, ZmqConnection
 from ._dial import dial
 from ._loop import ZmqLoop, configure_socket
 
@@ -68,7 +77,7 @@ class _ZmqListener(Listener):
         self._loop.watch(self._sock, self.on_readable)
 
     # -- I/O thread ------------------------------------------------------------
-    def on_readable(self) -> None:
+    def on_readable(self) -> bool:
         # Disconnects first, then every message that arrived before them (a CLOSE makes
         # a close orderly); a descriptor reused by a new peer is told apart on its OPEN.
         gone: set[int] = set()
@@ -77,10 +86,13 @@ class _ZmqListener(Listener):
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 gone.add(int(event["value"]))
         read = 0
-        while gone or read < _BATCH:
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+        more = False
+        while not self._gone:
+            if read >= _BATCH and not gone:
+                more = True  # the others get a turn
+                break
+            frames = self._loop.recv(self._sock)
+            if frames is None:
                 break
             read += 1
             self._message(frames, gone)
@@ -88,6 +100,7 @@ class _ZmqListener(Listener):
             conn = self._by_fd.get(fd)
             if conn is not None:
                 self._loop.drop(conn, TransportError(f"connection from {conn.peer} was lost"))
+        return more
 
     def _message(self, frames: list[zmq.Frame], gone: set[int]) -> None:
         if len(frames) < 2:
@@ -96,11 +109,9 @@ class _ZmqListener(Listener):
         tag = frames[1].bytes if len(frames[1]) <= 1 else b"?"
         conn = self._conns.get(route)
         if conn is not None:
-            if tag == DATA:
-                conn.deliver(frames[2:])
-            elif tag == CLOSE:
+            if tag == CLOSE:
                 self._loop.drop(conn, None)
-            else:
+            elif not conn.receive(tag, frames[2:]):
                 self._loop.drop(conn, TransportError(f"peer {conn.peer} broke the zmq transport's protocol"))
             return
         if tag != OPEN or len(frames) != 2:
@@ -125,10 +136,12 @@ class _ZmqListener(Listener):
             self._loop.drop(conn, exc, tell_peer=True)
 
     def _send_now(self, msg: list[bytes]) -> None:
-        try:
-            self._sock.send_multipart(msg, flags=zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
+        with self._loop.lock:
+            try:
+                self._sock.send_multipart(msg, flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+            self._loop.after_send(self._sock)
 
     def forget(self, conn: ZmqConnection) -> None:
         if conn.route is not None and self._conns.get(conn.route) is conn:
@@ -162,9 +175,10 @@ class _ZmqListener(Listener):
         self._loop.listeners.discard(self)
         self._loop.unwatch(self._sock)
         self._loop.unwatch(self._monitor)
-        self._sock.disable_monitor()
-        self._monitor.close(0)
-        self._sock.close(0)
+        with self._loop.lock:
+            self._sock.disable_monitor()
+            self._monitor.close(0)
+            self._sock.close(0)
         if self._path:
             try:
                 os.unlink(self._path)
