@@ -12,10 +12,10 @@ unauthenticated peer would:
   frames sent, headers cut short are built from it.
 
 Adding a transport is one function returning its :class:`Wire`, registered in
-:data:`WIRES` under the transport's name. The zmq and nng helpers speak those
-libraries' wires (a raw DEALER socket and ZMTP 3.0 greeting; a raw pynng Pair1
-socket and the SP-over-TCP header); the transports themselves decide the socket
-types they serve, so check these helpers against them when they land.
+:data:`WIRES` under the transport's name. The zmq helper speaks that
+library's wire (a raw DEALER socket and ZMTP 3.0 greeting); the nng helper claims a
+connection through the transport's rep0 handshake, as its dialer does, after leaving
+garbage, unclaimed tokens and a never-completed dialer at that handshake socket.
 """
 
 from __future__ import annotations
@@ -85,13 +85,13 @@ def _builtin_announce(lengths: Sequence[int], count: int) -> bytes:
     return struct.pack("!I", count) + b"".join(struct.pack("!Q", n) for n in lengths)
 
 
+def _builtin_message(frames: Sequence[bytes]) -> bytes:
+    return _builtin_announce([len(f) for f in frames], len(frames)) + b"".join(frames)
+
+
 def _builtin_connect(address: str) -> Attacker:
     stream = raw_connect(address)
-
-    def send_message(frames: Sequence[bytes]) -> None:
-        stream.sendall(_builtin_announce([len(f) for f in frames], len(frames)) + b"".join(frames))
-
-    return Attacker(stream, send_message)
+    return Attacker(stream, lambda frames: stream.sendall(_builtin_message(frames)))
 
 
 def builtin_wire() -> Wire:
@@ -130,32 +130,91 @@ def zmq_wire() -> Wire:
     return Wire(_zmq_connect, _zmq_announce)
 
 
-# ------------------------------------------------------------------ nng (SP over TCP / IPC)
+# ------------------------------------------------------------------ nng (rep0 handshake, then a pair0 socket)
 
-_NNG_PAIR1 = 0x11
+_SP_REQ0 = 0x30  # nng's protocol number of req0: what a dialer of the listener's rep0 socket announces
 
 
-def _nng_announce(lengths: Sequence[int], count: int) -> bytes:
-    """One SP message: its 8-byte size, whose body opens with the builtin framing of the frames."""
-    inner = _builtin_announce(lengths, count)
-    return struct.pack("!Q", len(inner) + sum(lengths)) + inner
+def _nng_message(pair: Any, data: bytes) -> None:
+    """``data`` as nng messages on a claimed socket, cut where the transport cuts (its chunk size).
+
+    Never waits: once the listener dropped the connection nothing would take them.
+    """
+    import pynng
+
+    from tetrarch_transport_nng._conn import CHUNK
+
+    with contextlib.suppress(pynng.NNGException):
+        for pos in range(0, max(1, len(data)), CHUNK):
+            pair.send(data[pos : pos + CHUNK], block=False)
 
 
 def _nng_connect(address: str) -> Attacker:
+    """Claim a connection the way the transport's dialer does, after abusing the handshake socket.
+
+    The listener is a rep0 socket: a request (magic + token) gets the address of a fresh
+    pair0 socket, which opens once the token comes back on it. Before claiming one, this
+    leaves garbage at the handshake socket: a request with the wrong magic, a request whose
+    token is never claimed (its socket waits and expires), and a raw stream that announces
+    req0 and then never completes a message (``raw`` data goes there too, read by nng as
+    SP sizes: huge ones among them). Then the claimed pair0 socket gets ``message`` (one
+    nng message holding the core framing) and ``raw`` (the same bytes, as nng messages).
+    """
+    import secrets
+
     import pynng
 
-    plain = _strip(address)
-    pair: Any = pynng.Pair1(dial=plain, send_timeout=5000)
+    from tetrarch.plugins import parse_qualified
+    from tetrarch_transport_nng._nng import _MAGIC, _TOKEN, _url
 
-    def send_message(frames: Sequence[bytes]) -> None:
-        pair.send(_builtin_announce([len(f) for f in frames], len(frames)) + b"".join(frames))
+    url = _url(parse_qualified(address, "nng"))
+    ms = 5000
+    handshake = raw_connect(address)  # a dialer that never completes a request
+    handshake.sendall(b"\x00SP\x00" + struct.pack("!H", _SP_REQ0) + b"\x00\x00")
+    owned: list[Any] = []
 
-    opening = b"\x00SP\x00" + struct.pack("!H", _NNG_PAIR1) + b"\x00\x00"
-    return Attacker(raw_connect(plain), send_message, pair.close, opening=opening)
+    def request(body: bytes, *, answered: bool = True) -> str:
+        req = pynng.Req0(send_timeout=ms, recv_timeout=ms, recv_max_size=4096)
+        owned.append(req)
+        req.dial(url, block=True)
+        req.send(body)
+        return req.recv().decode() if answered else ""
+
+    request(b"garbage, not the magic", answered=False)  # the listener closes that pipe
+    request(_MAGIC + secrets.token_bytes(_TOKEN))  # a socket handed out and never claimed
+    token = secrets.token_bytes(_TOKEN)
+    where = request(_MAGIC + token)
+    pair: Any = pynng.Pair0(send_timeout=ms)
+    owned.append(pair)
+    pair.dial(where, block=True)
+    pair.send(token)
+
+    def raw(data: bytes) -> None:
+        _nng_message(pair, data)
+        with contextlib.suppress(OSError):  # nng may have closed it (a size over its limit)
+            handshake.sendall(data)
+
+    def close() -> None:
+        for sock in owned:
+            sock.close()
+
+    return _NngAttacker(handshake, lambda frames: _nng_message(pair, _builtin_message(frames)), close, raw)
+
+
+class _NngAttacker(Attacker):
+    """``raw`` goes to the claimed socket as nng messages and to the handshake socket's stream."""
+
+    def __init__(self, stream: socket.socket, send_message: Callable[[Sequence[bytes]], None],
+                 close: Callable[[], None], raw: Callable[[bytes], None]) -> None:
+        super().__init__(stream, send_message, close)
+        self._raw = raw
+
+    def raw(self, data: bytes) -> None:
+        self._raw(data)
 
 
 def nng_wire() -> Wire:
-    return Wire(_nng_connect, _nng_announce)
+    return Wire(_nng_connect, _builtin_announce)
 
 
 #: The attack helpers by transport name.

@@ -7,6 +7,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -122,3 +123,38 @@ def test_killed_peer_closes_its_connection_at_once(transport: NngTransport, addr
         peer.kill()
         peer.wait(scaled(10))
         listener.close()
+
+
+def test_requesters_that_never_claim_stay_bounded_and_real_peers_still_connect(transport: NngTransport) -> None:
+    """Many dialers asking the handshake socket for a connection and never dialing it, plus garbage there."""
+    from tetrarch.plugins import parse_qualified
+    from tetrarch_transport_nng._nng import _MAGIC, _MAX_PENDING, _TOKEN, _url
+
+    srec = Recorder()
+    listener = transport.listen(transport.default_address(spans_hosts=False), srec)
+    url = _url(parse_qualified(listener.address, "nng"))
+    ms = int(scaled(5) * 1000)
+    with pynng.Req0(send_timeout=ms, recv_timeout=ms, dial=url, block_on_dial=True) as junk:
+        junk.send(b"not the magic")  # closed by the listener, unanswered
+    handed: set[str] = set()
+    for _ in range(3 * _MAX_PENDING):
+        with pynng.Req0(send_timeout=ms, recv_timeout=ms, dial=url, block_on_dial=True) as req:
+            req.send(_MAGIC + os.urandom(_TOKEN))
+            handed.add(req.recv().decode())
+    assert len(handed) == 3 * _MAX_PENDING
+    assert _pending(transport, listener) == _MAX_PENDING
+    conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+    conn.send([b"real"])
+    sconn = srec.wait_opened()
+    assert [[bytes(f) for f in m] for m in srec.wait_messages(sconn, 1)] == [[b"real"]]
+    assert _pending(transport, listener) <= _MAX_PENDING
+    listener.close()
+
+
+def _pending(transport: NngTransport, listener: object) -> int:
+    """How many handed-out sockets ``listener`` keeps, counted on the I/O thread (after what it is doing)."""
+    counted: list[int] = []
+    done = threading.Event()
+    transport.loop().call(lambda: (counted.append(len(listener.pending)), done.set()))  # type: ignore[attr-defined]
+    assert done.wait(scaled(5))
+    return counted[0]

@@ -78,10 +78,19 @@ class HostAgent:
                 p.signal(kill.signal)
         elif hdr.op == "output_mode":
             mode: _wire.OutputMode = _serial.loads(payload)
-            self.output.set_forward(mode.idents, mode.forward)
-            self.root.runtime.reply_later(hdr.reply_addr, hdr.reply_port, 0, _wire.OK, None)
+            threading.Thread(target=self.set_output_mode, args=(mode, hdr), name="tetrarch-output-mode",
+                             daemon=True).start()  # draining may wait for the forwarder: not on the I/O thread
         elif hdr.op == "shutdown":
             self.done.set()
+
+    def set_output_mode(self, mode: _wire.OutputMode, hdr: _wire.SysHeader) -> None:
+        """Switch where the lines of ``mode.idents`` go, after those they wrote before the request went the old way."""
+        with self.lock:
+            procs = [self.procs[i] for i in mode.idents if i in self.procs]
+        for proc in procs:
+            proc.drain_output()
+        self.output.set_forward(mode.idents, mode.forward)
+        self.root.runtime.reply(hdr.reply_addr, hdr.reply_port, 0, _wire.OK, None)
 
     def spawn(self, request: _wire.SpawnProcs) -> None:
         """Start the procs of ``request``; each reports ready to ``request.owner``, and we report its exit."""

@@ -120,6 +120,9 @@ class WatchedProcess:
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self.exit_info: ExitInfo | None = None
         self._done = threading.Event()
+        self._read_lock = threading.Lock()  # the watcher and drain_output read the pipes in turn
+        self._streams: dict[int, int] = {}
+        self._splitters: dict[int, LineSplitter] = {}
         watch = self._watch if output is None else self._watch_output
         self._thread = threading.Thread(target=watch, name=f"tetrarch-watch-{self.pid}", daemon=True)
         self._thread.start()
@@ -128,8 +131,8 @@ class WatchedProcess:
         """Read fd 1 and 2 of the child line by line until it exited and its pipes are drained."""
         assert self.popen.stdout is not None
         assert self.popen.stderr is not None
-        streams = {self.popen.stdout.fileno(): 1, self.popen.stderr.fileno(): 2}
-        splitters = {fd: LineSplitter() for fd in streams}
+        streams = self._streams = {self.popen.stdout.fileno(): 1, self.popen.stderr.fileno(): 2}
+        splitters = self._splitters = {fd: LineSplitter() for fd in streams}
         sel = selectors.DefaultSelector()
         for fd in streams:
             os.set_blocking(fd, False)
@@ -148,16 +151,30 @@ class WatchedProcess:
                     exited = True  # drain what it wrote; a grandchild holding the pipes is not waited for
                     sel.unregister(fd)
                     continue
-                if fd in streams and not self._drain(fd, streams, splitters):
-                    sel.unregister(fd)
+                with self._read_lock:
+                    if fd not in streams or not self._drain(fd, streams, splitters):
+                        sel.unregister(fd)  # at its end (here or in drain_output)
             if exited:
-                for fd in list(streams):
-                    self._drain(fd, streams, splitters, final=True)
+                with self._read_lock:
+                    for fd in list(streams):
+                        self._drain(fd, streams, splitters, final=True)
         sel.close()
         if pidfd is not None:
             os.close(pidfd)
         self.popen.stdout.close()
         self._finish()
+
+    def drain_output(self) -> None:
+        """Hand on every line the child wrote so far, now, from this thread (may block in ``output``).
+
+        What a child wrote before a request that changes where its lines go must go the old way;
+        the watcher thread alone may not have read it yet when the request arrives.
+        """
+        if self._output is None:
+            return
+        with self._read_lock:
+            for fd in list(self._streams):
+                self._drain(fd, self._streams, self._splitters)
 
     def _drain(self, fd: int, streams: dict[int, int], splitters: dict[int, LineSplitter],
                final: bool = False) -> bool:

@@ -184,6 +184,11 @@ class NngConnection(Connection):
             why = ffi.string(lib.nng_strerror(rv)).decode()
             raise ConnectionClosed(f"connection to {self._peer} is closed ({why})")
 
+    def wait_senders(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until no thread is sending (after :meth:`drop` closed the socket)."""
+        if self._wlock.acquire(timeout=timeout):
+            self._wlock.release()
+
     def close(self) -> None:
         if self._closed:
             return

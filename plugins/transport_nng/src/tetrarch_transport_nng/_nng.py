@@ -10,7 +10,9 @@ is therefore one nng ``pair0`` socket holding exactly one pipe, on both sides:
   name), answers with its address and closes nothing else. The dialer dials it with its
   own ``pair0`` socket and sends the token as the first message; the listener's side
   opens the connection when the token matches (pipes that bring anything else are
-  closed, and a socket nobody claims within ``_CLAIM_TIMEOUT`` is closed).
+  closed, and a socket nobody claims within ``_CLAIM_TIMEOUT`` is closed; beyond
+  ``_MAX_PENDING`` unclaimed sockets the oldest is closed, so requesters that never dial
+  cannot pile up descriptors).
 * Why not one polyamorous ``pair1`` socket per listener with per-pipe sends, which
   nng offers: its per-pipe send queue holds two messages and the socket *drops*
   whatever does not fit (``pair1_poly.c``: "we just discard the message" to avoid
@@ -26,6 +28,7 @@ is therefore one nng ``pair0`` socket holding exactly one pipe, on both sides:
 
 from __future__ import annotations
 
+import atexit
 import hmac
 import secrets
 import threading
@@ -35,10 +38,18 @@ from typing import Any
 import pynng
 from pynng import ffi, lib
 
-from tetrarch._transport._base import Connection, ConnectionHandler, Listener, Transport, TransportError
-from tetrarch._transport._socket import _routable_ip
+from tetrarch.plugins import (
+    Connection,
+    ConnectionHandler,
+    Listener,
+    QualifiedAddress,
+    Transport,
+    TransportError,
+    advertised_host,
+    fresh_ipc_name,
+    parse_qualified,
+)
 
-from . import _address
 from ._conn import CHUNK, NngConnection, new_msg
 from ._loop import Loop, _log
 
@@ -49,6 +60,9 @@ _TOKEN = 16
 _REQUEST = len(_MAGIC) + _TOKEN
 #: Seconds a listener keeps a connection's socket for the dialer that asked for it.
 _CLAIM_TIMEOUT = 10.0
+#: Connection sockets a listener keeps for dialers that have not claimed them yet (each holds a
+#: descriptor and a listening port or name); beyond it the oldest unclaimed one is closed.
+_MAX_PENDING = 64
 #: Messages nng queues per socket before this side reads them (each at most ``CHUNK`` bytes).
 _RECV_BUFFER = 8
 _NEVER_MS = 24 * 3600 * 1000
@@ -60,6 +74,13 @@ def _pair(scheme: str) -> pynng.Pair0:
     if scheme == "tcp":
         sock.tcp_keepalive = True
     return sock
+
+
+def _url(where: QualifiedAddress) -> str:
+    """``where`` as nng takes it: Linux's abstract names (``@name``) are nng's ``abstract://`` scheme."""
+    if where.scheme == "ipc" and where.path.startswith("@"):
+        return f"abstract://{where.path[1:]}"
+    return where.native()
 
 
 def _err(exc: BaseException) -> str:
@@ -101,7 +122,7 @@ class _Accepted(NngConnection):
             self.drop_unopened()
 
     def drop_unopened(self) -> None:
-        self._owner.pending.discard(self)
+        self._owner.pending.pop(self, None)
         self._close_reported = True  # never opened: nobody to tell
         self.drop(None)
 
@@ -123,7 +144,7 @@ class _Accepted(NngConnection):
             self._pipe_id = lib.nng_pipe_id(pipe)
             gone = self._pipe_id in self._removed
             self._removed.clear()
-        self._owner.pending.discard(self)
+        self._owner.pending.pop(self, None)
         try:
             self._handler.on_open(self)
         except Exception:  # noqa: BLE001 - a faulty handler must not kill the I/O thread
@@ -154,13 +175,14 @@ class _Dialed(NngConnection):
 
 
 class _NngListener(Listener):
-    def __init__(self, transport: NngTransport, scheme: str, url: str, rest: str, handler: ConnectionHandler) -> None:
+    def __init__(self, transport: NngTransport, where: QualifiedAddress, handler: ConnectionHandler) -> None:
         self._loop = transport.loop()
         self._transport = transport
-        self._scheme = scheme
+        self._scheme = scheme = where.scheme
+        url = _url(where)
         self._handler = handler
         self._closed = False
-        self.pending: set[_Accepted] = set()
+        self.pending: dict[_Accepted, None] = {}  # sockets handed out and not claimed yet, oldest first
         self._rep = pynng.Rep0(recv_max_size=_REQUEST + 64, recv_buffer_size=_RECV_BUFFER)
         if scheme == "tcp":
             self._rep.tcp_keepalive = True
@@ -173,11 +195,10 @@ class _NngListener(Listener):
             local = str(listener.local_address)  # pynng's SockAddr.port is in network byte order: use the text
             host, _, port = local.rpartition(":")
             self._bind_host = host
-            advertised = _routable_ip() if host in ("0.0.0.0", "::", "[::]") else host
-            self._address = f"nng+tcp://{advertised}:{port}"
+            self._address = f"nng+tcp://{advertised_host(host.strip('[]'))}:{port}"
         else:
             self._bind_host = ""
-            self._address = f"nng+ipc://{rest}"
+            self._address = f"nng+ipc://{where.path}"
         self._fd = self._rep.recv_fd
         self._loop.call(lambda: self._loop.watch(self._fd, self))
 
@@ -208,7 +229,8 @@ class _NngListener(Listener):
 
     def _accept(self, token: bytes, pipe: Any) -> None:
         sock = _pair(self._scheme)
-        where = _address.data_address(self._scheme, self._bind_host)
+        where = (f"tcp://{self._bind_host}:0" if self._scheme == "tcp"
+                 else _url(QualifiedAddress("nng", "ipc", path=fresh_ipc_name("nng"))))
         try:
             listener = sock.listen(where)
         except pynng.NNGException as exc:
@@ -232,7 +254,9 @@ class _NngListener(Listener):
             lib.nng_msg_free(reply)
             conn.drop_unopened()
             return
-        self.pending.add(conn)
+        self.pending[conn] = None
+        while len(self.pending) > _MAX_PENDING:  # requesters that never dial: the oldest gives way
+            next(iter(self.pending)).drop_unopened()
         conn.start()
         self._loop.later(_CLAIM_TIMEOUT, conn.claim_or_expire)
 
@@ -261,6 +285,7 @@ class NngTransport(Transport):
         self._loop: Loop | None = None
         self._lock = threading.Lock()
         self._objects: weakref.WeakSet[NngConnection | _NngListener] = weakref.WeakSet()
+        _live.add(self)
 
     def loop(self) -> Loop:
         with self._lock:
@@ -269,8 +294,7 @@ class NngTransport(Transport):
             return self._loop
 
     def listen(self, address: str, handler: ConnectionHandler) -> Listener:
-        scheme, url, rest = _address.parse(address)
-        listener = _NngListener(self, scheme, url, rest, handler)
+        listener = _NngListener(self, parse_qualified(address, self.name), handler)
         self.track(listener)
         return listener
 
@@ -280,7 +304,8 @@ class NngTransport(Transport):
             self._objects.add(obj)
 
     def connect(self, address: str, handler: ConnectionHandler, timeout: float = 10.0) -> Connection:
-        scheme, url, _ = _address.parse(address)
+        target = parse_qualified(address, self.name)
+        scheme, url = target.scheme, _url(target)
         loop = self.loop()
         token = secrets.token_bytes(_TOKEN)
         ms = max(1, int(timeout * 1000))
@@ -307,7 +332,7 @@ class NngTransport(Transport):
         return conn
 
     def default_address(self, *, spans_hosts: bool) -> str:
-        return "nng+tcp://0.0.0.0:0" if spans_hosts else _address.fresh_ipc()
+        return "nng+tcp://0.0.0.0:0" if spans_hosts else f"nng+ipc://{fresh_ipc_name(self.name)}"
 
     def close(self) -> None:
         with self._lock:
@@ -325,3 +350,27 @@ class NngTransport(Transport):
                     obj.drop(None)
 
         loop.stop(close_all)
+        for obj in objects:  # a thread inside nng_sendmsg has returned (its socket is closed)
+            if isinstance(obj, NngConnection):
+                obj.wait_senders(_EXIT_WAIT)
+
+
+#: Every transport of this process, closed at exit before pynng's ``nng_fini`` runs.
+_live: weakref.WeakSet[NngTransport] = weakref.WeakSet()
+#: Seconds exit waits for a sender still inside nng once its socket is closed.
+_EXIT_WAIT = 1.0
+
+
+@atexit.register  # registered after pynng's own handler, so it runs first
+def _close_at_exit() -> None:
+    """Close every transport before pynng's atexit ``nng_fini`` frees nng's state.
+
+    Without it a daemon thread still sending (a proc's output forwarder, a reply) calls
+    into nng after ``nng_fini`` and nng aborts the process (``panic: pthread_mutex_lock``).
+    Once closed, a send raises ConnectionClosed without entering nng.
+    """
+    for transport in list(_live):
+        try:
+            transport.close()
+        except Exception:  # noqa: BLE001 - exiting: close what can be closed
+            pass
