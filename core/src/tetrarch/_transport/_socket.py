@@ -47,6 +47,7 @@ _log = get_logger("transport")
 _COUNT = struct.Struct("!I")
 _IOV_MAX = 1000
 _RECV_CHUNK = 1 << 18
+_DIRECT_READS = 8  # reads of one large message per readiness event (then other sockets get their turn)
 _DIRECT_MIN = 1 << 20  # a message at least this big is received straight into its own buffers
 # (each frame of at least ``_framing.OWN_MIN`` bytes into a buffer of its own)
 
@@ -184,20 +185,22 @@ class _SocketConnection(Connection):
 
     def _fill_direct(self) -> None:
         frames, targets = self._direct  # type: ignore[misc]
-        try:
-            n = self._sock.recvmsg_into(targets[:_IOV_MAX])[0]
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._io.drop(self, exc)
-            return
-        if n == 0:
-            self._io.drop(self, None)
-            return
-        _consume(targets, n)
-        if not targets:
-            self._direct = None
-            self._handler.on_message(self, frames)
+        for _ in range(_DIRECT_READS):  # the rest of a large message is usually there already
+            try:
+                n = self._sock.recvmsg_into(targets[:_IOV_MAX])[0]
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._io.drop(self, exc)
+                return
+            if n == 0:
+                self._io.drop(self, None)
+                return
+            _consume(targets, n)
+            if not targets:
+                self._direct = None
+                self._handler.on_message(self, frames)
+                return
 
     def _deliver(self, sizes: list[int], body: memoryview) -> None:
         frames = []
