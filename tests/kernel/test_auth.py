@@ -10,7 +10,7 @@ import pytest
 
 from raw_socket import raw_connect
 from tetrarch._runtime._router import PeerUnreachable, Router
-from tetrarch._runtime._wire import SYS, sys_header
+from tetrarch._runtime._wire import OK, SYS, port_header, sys_header
 from tetrarch._transport._socket import IpcTransport, TcpTransport
 from tetrarch.testing import Collector, scaled
 
@@ -86,6 +86,57 @@ def test_oversized_pre_auth_message_is_cut_off(server):
     s.sendall(struct.pack("!IQ", 1, 1 << 30))  # announces 1 GiB before authenticating
     assert s.recv(4096) == b""
     s.close()
+
+
+def _sink_port(rt: Router, dest: bytearray):
+    """A port of ``rt`` whose payloads are offered ``dest``; (port, sink calls, messages)."""
+    asked: Collector[int] = Collector("sink requests")
+    got: Collector[tuple] = Collector("port messages")
+    view = memoryview(dest)
+    port = rt.open_port(lambda hdr, frames: got.add((hdr.tag, frames[0], frames[0] is view)),
+                        lambda hdr, n: (asked.add(n), view if hdr.tag == 1 and n == len(dest) else None)[1])
+    return port, asked, got
+
+
+@pytest.mark.transport_independent  # pins ipc and tcp itself
+def test_an_unauthenticated_peer_never_reaches_a_port_sink(server):
+    """A receive sink is memory the kernel lets a peer write into: a peer nobody vouched for is
+    cut off (pre-auth limit) before any sink is consulted."""
+    rt, _calls = server
+    dest = bytearray(2 << 20)
+    port, asked, got = _sink_port(rt, dest)
+    s = raw_connect(rt.address)
+    s.recv(4096)
+    try:
+        s.sendall(_frame(port_header(port, 1, OK), b"\xff" * len(dest)))
+        assert s.recv(4096) == b""
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # cut off while still sending: as good
+    s.close()
+    assert not asked.items and not got.items and dest == bytearray(len(dest))
+
+
+@pytest.mark.transport_independent  # pins ipc and tcp itself
+def test_an_authenticated_payload_lands_in_the_port_sink(server):
+    """On the builtin transports the payload of a large port message is received straight into the
+    memory the port's sink names (no buffer of its own, no copy), and handed over as that very view;
+    a payload the sink declines arrives as before."""
+    rt, _calls = server
+    dest = bytearray(4 << 20)
+    port, asked, got = _sink_port(rt, dest)
+    friend_transport = type(rt.transport)()
+    friend = Router(friend_transport, b"s" * 32, name="friend")
+    payload = bytes(range(256)) * (len(dest) // 256)
+    try:
+        friend.send(rt.address, [port_header(port, 1, OK), payload])  # accepted by the sink
+        friend.send(rt.address, [port_header(port, 2, OK), payload])  # declined: a buffer of its own
+        (tag1, frame1, in_place1), (tag2, frame2, in_place2) = got.wait(2, timeout=10)
+    finally:
+        friend.close()
+        friend_transport.close()
+    assert asked.items == [len(dest), len(dest)]
+    assert (tag1, in_place1) == (1, True) and dest == payload and bytes(frame1) == payload
+    assert (tag2, in_place2) == (2, False) and bytes(frame2) == payload
 
 
 def test_secret_is_not_on_any_command_line(procs):

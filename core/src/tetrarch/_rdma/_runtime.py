@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future as CFuture
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ __all__ = ["RdmaRuntime", "get_runtime"]
 
 _log = get_logger("rdma")
 SERVICE = "rdma"
+_RELEASED_KEPT = 4096  # why a buffer was released is remembered for this many of the latest ones
 OpHandler = Callable[[_wire.SysHeader, list], None]
 
 
@@ -79,6 +81,7 @@ class RdmaRuntime:
         self._ids = itertools.count(1)
         self._entries: dict[int, _Entry] = {}
         self._by_key: dict[tuple[int, int], int] = {}
+        self._released: OrderedDict[int, str] = OrderedDict()  # recently released buffer id -> why (bounded)
         self._backends: dict[str, RdmaBackend] = {}
         self._failed: dict[str, str] = {}
         self._ops: dict[str, OpHandler] = {"call": self._on_call, "drop": self._on_drop, "ping": lambda h, f: None}
@@ -169,6 +172,9 @@ class RdmaRuntime:
                 return False
             if self._by_key.get((entry.address, entry.nbytes)) == buffer_id:
                 del self._by_key[(entry.address, entry.nbytes)]
+            self._released[buffer_id] = why
+            while len(self._released) > _RELEASED_KEPT:
+                self._released.popitem(last=False)
             backends = [self._backends[n] for n in entry.contexts if n in self._backends]
         if entry.finalizer is not None:
             entry.finalizer.detach()
@@ -180,8 +186,20 @@ class RdmaRuntime:
         _log.debug("RDMA buffer %d released: %s", buffer_id, why)
         return True
 
+    def actor_gone(self, actor_key: str) -> None:
+        """Release at once the buffers the actor ``actor_key`` registered (it stopped)."""
+        with self._lock:
+            gone = [e.buffer_id for e in self._entries.values() if e.actor_key == actor_key]
+        for buffer_id in gone:
+            self.deregister(buffer_id, "the actor that created it stopped")
+
+    def registered(self) -> list[int]:
+        """The ids of the buffers registered here now."""
+        with self._lock:
+            return sorted(self._entries)
+
     def _sweep(self) -> None:
-        """Release the buffers of actors that stopped."""
+        """Release the buffers of actors that stopped (a safety net behind :meth:`actor_gone`)."""
         mailboxes = self.router.mailboxes
         with self._lock:
             gone = [e.buffer_id for e in self._entries.values() if e.actor_key and e.actor_key not in mailboxes]
@@ -200,6 +218,10 @@ class RdmaRuntime:
             self.deregister(buffer_id, "its actor stopped")
             raise RDMAError(f"RDMA buffer {buffer_id} at {self.identity.address} was released: the actor that "
                             f"created it stopped")
+        released = self._released.get(buffer_id) if entry is None and type(buffer_id) is int else None
+        if released is not None:
+            raise RDMAError(f"RDMA buffer {buffer_id} at {self.identity.address} was released ({released}); ask "
+                            f"its owner for a fresh RDMABuffer")
         if entry is None or backend not in entry.contexts:
             raise RDMAError(f"no RDMA buffer {buffer_id!r} at {self.identity.address} (dropped, never registered "
                             f"there with {backend!r}, or a forged handle); ask its owner for a fresh RDMABuffer")
@@ -347,4 +369,5 @@ def get_runtime() -> RdmaRuntime:
     with _runtime_lock:
         if _runtime is None or _runtime.router is not root.runtime:
             _runtime = RdmaRuntime(root.runtime)
+            root.proc_agent.on_actor_gone(_runtime.actor_gone)
         return _runtime

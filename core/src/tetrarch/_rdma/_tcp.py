@@ -3,8 +3,12 @@
 A read asks the owner's ``rdma`` service for a range (``tcp_read``); the owner checks it
 against its registration table and streams it back as port messages of
 ``rdma_tcp_chunk_size`` bytes, each sent straight from the registered memory (no copy
-on the sending side) and copied by the reader into the destination at its offset as it
-arrives. A write sends chunks (``tcp_write``), at most ``rdma_tcp_window`` of them
+on the sending side). The reader's port names the destination as the chunks' receive
+sink, so on a transport with receive sinks (the builtin tcp and ipc) each chunk is read
+from the socket straight into the destination at its offset; on any other transport it
+arrives in a buffer of its own and is copied there. (So a chunk already arriving when a
+read fails or times out may still land in the destination: as with hardware RDMA, its
+contents are undefined after a failed read.) A write sends chunks (``tcp_write``), at most ``rdma_tcp_window`` of them
 unacknowledged; the owner checks each against its table, copies it into place and
 acknowledges it. Many chunks are in flight at once in both directions; TCP's own flow
 control paces the stream.
@@ -58,10 +62,10 @@ class TcpRdmaBackend(RdmaBackend):
         pass
 
     # ------------------------------------------------------------ initiator side
-    def _open(self, remote: RemoteRegion, nbytes: int, on_chunk: Any) -> tuple[Future[None], int]:
+    def _open(self, on_chunk: Any, sink: Any = None) -> tuple[Future[None], int]:
         fut: Future[None] = Future()
         router = self.runtime.router
-        port = router.open_port(on_chunk)
+        port = router.open_port(on_chunk, sink)
         fut.add_done_callback(lambda _f: router.close_port(port))
         return fut, port
 
@@ -79,6 +83,14 @@ class TcpRdmaBackend(RdmaBackend):
         total = dst.nbytes
         got = [0]
         lock = threading.Lock()
+        placed: dict[int, memoryview] = {}  # offset -> the destination slice a chunk is received into
+
+        def sink(hdr: _wire.PortHeader, n: int) -> memoryview | None:
+            start = hdr.tag
+            if hdr.status != _wire.OK or not 0 <= start <= total - n:
+                return None  # on_chunk reports it
+            placed[start] = piece = view[start:start + n]
+            return piece
 
         def on_chunk(hdr: _wire.PortHeader, frames: list) -> None:
             if hdr.status != _wire.OK:
@@ -90,14 +102,15 @@ class TcpRdmaBackend(RdmaBackend):
             if not 0 <= start <= total - n:
                 _set(fut, RDMAError(f"the owner sent {n} bytes at offset {start} of a {total}-byte read"))
                 return
-            view[start:start + n] = data
+            if placed.pop(start, None) is not data:  # not received in place: copy it there
+                view[start:start + n] = data
             with lock:
                 got[0] += n
                 done = got[0] == total
             if done:
                 _set(fut)
 
-        fut, port = self._open(remote, total, on_chunk)
+        fut, port = self._open(on_chunk, sink)
         router = self.runtime.router
         meta = _READ.pack(remote.buffer_id, offset, total, RDMA_TCP_CHUNK_SIZE())
         self._send(fut, remote.owner.address, [_wire.sys_header(SERVICE, "tcp_read", router.address, port), meta])
@@ -124,7 +137,7 @@ class TcpRdmaBackend(RdmaBackend):
             if done:
                 _set(fut)
 
-        fut, port = self._open(remote, total, on_ack)
+        fut, port = self._open(on_ack)
         fut.add_done_callback(lambda _f: window.release(max(1, RDMA_TCP_WINDOW())))  # unblock the pump
         router = self.runtime.router
         owner = remote.owner.address

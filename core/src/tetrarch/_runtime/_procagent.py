@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .._log import get_logger
 from . import _serial, _wire
 from ._context import Instance
 from ._outcome import error_record
@@ -23,6 +24,8 @@ from ._shape import Extent, Point
 from ._supervision import report_failure
 
 __all__ = ["ProcAgent"]
+
+_log = get_logger("proc")
 
 
 class ProcAgent:
@@ -34,6 +37,7 @@ class ProcAgent:
         self.stopping = False
         self.runners: dict[str, ActorRunner] = {}  # actor key -> its runner
         self._owner_watches: dict[str, tuple[str, int]] = {}  # actor key -> its owner's death watch
+        self._gone_hooks: list[Callable[[str], None]] = []
         runtime.add_service(_wire.SVC_PROC, self.service)
 
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
@@ -108,9 +112,20 @@ class ProcAgent:
 
         actor.stop(done, reason)
 
+    def on_actor_gone(self, hook: Callable[[str], None]) -> None:
+        """Call ``hook(actor key)`` once each actor of this process has stopped (its stop's
+        thread; must not block). How a layer above (RDMA registrations) releases what an
+        actor held without this layer importing it."""
+        self._gone_hooks.append(hook)
+
     def _forget(self, key: str) -> None:
         self.runners.pop(key, None)
         self.runtime.mailboxes.pop(key, None)
+        for hook in list(self._gone_hooks):
+            try:
+                hook(key)
+            except Exception:  # noqa: BLE001 - one faulty hook must not keep an actor's stop from completing
+                _log.exception("an actor-gone hook failed for %s", key)
 
     def _unwatch_owner(self, key: str) -> None:
         watch = self._owner_watches.pop(key, None)

@@ -4,7 +4,10 @@ It listens on one address of the chosen transport, authenticates every connectio
 (:mod:`tetrarch._transport._auth`), keeps one route per peer address, and dispatches
 incoming messages on the transport's I/O thread:
 
-* ``PORT`` messages to registered port handlers (futures, receivers),
+* ``PORT`` messages to registered port handlers (futures, receivers); a port opened
+  with a ``sink`` may have the large payload of its messages received straight into
+  memory it names, on transports with receive sinks (``Connection.supports_sinks``)
+  and only once the connection is authenticated,
 * ``CALL`` messages to the mailbox of a local actor,
 * ``SYS`` messages to registered services (actors, launches, supervision, ports, host).
 
@@ -37,13 +40,16 @@ from .._transport._base import Connection, ConnectionClosed, Transport, Transpor
 from . import _outcome, _serial, _wire
 from ._tombstones import Tombstones
 
-__all__ = ["Mailbox", "PeerUnreachable", "PortHandler", "Router", "ServiceHandler", "current_router",
+__all__ = ["Mailbox", "PeerUnreachable", "PortHandler", "PortSink", "Router", "ServiceHandler", "current_router",
            "install_router"]
 
 _log = get_logger("router")
 _decode, _PortHeader, _CallHeader = _wire.decode, _wire.PortHeader, _wire.CallHeader  # dispatch's hot path
 
 PortHandler = Callable[[_wire.PortHeader, list], None]
+#: ``sink(header, nbytes)``: a writable byte memoryview of ``nbytes`` for the payload of a
+#: ``[header, payload]`` message to the port to be received into, or None (I/O thread).
+PortSink = Callable[[_wire.PortHeader, int], "memoryview | None"]
 ServiceHandler = Callable[[_wire.SysHeader, list, "Connection | None"], None]
 
 
@@ -113,6 +119,7 @@ class Router:
         self._lock = threading.Lock()
         self._dial_locks: dict[str, threading.Lock] = {}
         self._ports: dict[int, PortHandler] = {}
+        self._sinks: dict[int, PortSink] = {}
         self._port_ids = itertools.count(1)
         self.mailboxes: dict[str, Mailbox] = {}  # actor key -> its mailbox
         self.stopped_actors = Tombstones()  # key -> why it is gone (bounded)
@@ -156,13 +163,35 @@ class Router:
         self._own_addresses = {self.address}
 
     # -- registration ---------------------------------------------------
-    def open_port(self, handler: PortHandler) -> int:
+    def open_port(self, handler: PortHandler, sink: PortSink | None = None) -> int:
+        """A new port whose messages go to ``handler``; ``sink`` may name where a payload lands.
+
+        A payload received into the sink reaches ``handler`` as the very memoryview the sink
+        returned (so ``frames[0] is view`` means "already in place"); otherwise, as always,
+        in a buffer of its own.
+        """
         port = next(self._port_ids)
         self._ports[port] = handler
+        if sink is not None:
+            self._sinks[port] = sink
         return port
 
     def close_port(self, port: int) -> None:
         self._ports.pop(port, None)
+        self._sinks.pop(port, None)
+
+    def _resolve_sink(self, lead: list[bytes], sizes: list[int]) -> list[memoryview | None] | None:
+        """The connections' ``SinkResolver``: a ``[PortHeader, payload]`` message to a port with a sink."""
+        if len(lead) != 1 or len(sizes) != 2 or not self._sinks:
+            return None
+        try:
+            hdr = _decode(lead[0])
+        except Exception:  # noqa: BLE001 - malformed: dispatch reports it when the message is whole
+            return None
+        if type(hdr) is not _PortHeader:
+            return None
+        sink = self._sinks.get(hdr.port)
+        return None if sink is None else [sink(hdr, sizes[1])]
 
     def add_service(self, name: str, handler: ServiceHandler) -> None:
         self._services[name] = handler
@@ -419,6 +448,8 @@ class Router:
                 return
         if auth.done:
             conn.max_message_size = 1 << 62
+            if conn.supports_sinks:
+                conn.sinks = self._resolve_sink
             if auth.role is Role.LISTENER:
                 self._drop_deadline(conn)
                 with self._lock:

@@ -20,12 +20,18 @@ Threading contract (the kernel relies on it):
   buffered. So one connection never holds more than about twice the limit of a message
   it has not delivered yet. The kernel keeps the limit small (``PRE_AUTH_LIMIT``) until
   the peer is authenticated: that is what bounds a connection nobody vouched for.
+
+Optional capability, *receive sinks* (a transport that lacks it changes nothing; the
+kernel then copies what it receives): a connection whose ``supports_sinks`` is True
+consults ``Connection.sinks`` before it allocates buffers for a large message. The
+kernel sets ``sinks`` only once the peer is authenticated, so an unauthenticated peer
+never names memory to write into. See :data:`SinkResolver` for the rules.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from .._errors import TetrarchError
@@ -36,11 +42,29 @@ __all__ = [
     "ConnectionClosed",
     "ConnectionHandler",
     "Listener",
+    "SinkResolver",
     "Transport",
     "TransportError",
 ]
 
 Buffer = bytes | bytearray | memoryview
+
+#: ``resolver(lead, sizes)``: where the rest of a large message should land.
+#:
+#: ``lead`` are the message's first frames, up to (not including) its first frame of at
+#: least ``_framing.OWN_MIN`` bytes, provided they total less than that (a transport
+#: waits until they have arrived before it asks); ``sizes`` has every frame's length.
+#: The resolver returns None (the transport uses its own buffers) or one entry per frame
+#: after the lead: None for "your own buffer", or a writable, contiguous byte
+#: ``memoryview`` of exactly that frame's length for the transport to receive the frame
+#: into. The delivered message then holds that very memoryview object in its place, so
+#: the handler can tell (``frame is sink``) that the bytes are already where they
+#: belong. Runs on the transport's I/O thread and must not block; an entry that breaks
+#: these rules, or a resolver that raises, makes the transport fall back to its own
+#: buffers for that message. The memory is written while the message arrives, before
+#: ``on_message``: a message that never completes (the connection broke) leaves part
+#: of it written.
+SinkResolver = Callable[[list[bytes], list[int]], "Sequence[memoryview | None] | None"]
 
 
 class TransportError(TetrarchError, OSError):
@@ -73,6 +97,13 @@ class Connection(abc.ABC):
 
     #: Free slot for the kernel (authentication state, peer identity).
     context: object = None
+
+    #: Whether this connection honours :attr:`sinks` (the optional receive-sink capability).
+    supports_sinks: bool = False
+
+    #: Set by the kernel (only on an authenticated connection whose ``supports_sinks`` is
+    #: True): names caller-owned memory that frames of a large message are received into.
+    sinks: SinkResolver | None = None
 
     @property
     @abc.abstractmethod

@@ -4,16 +4,24 @@ One message on the wire: ``!I`` frame count, ``!Q`` per frame length, then the f
 back to back. The builtin socket transport writes it to a stream; message-library
 transports (nng) put it inside their own messages. Both use these helpers so the
 limits (:data:`MAX_FRAMES`, the header counted toward ``max_message_size``) and the
-receive buffers a large message lands in are the same everywhere.
+receive buffers a large message lands in are the same everywhere, and so are the rules
+of the optional receive sinks (:data:`tetrarch._transport._base.SinkResolver`):
+:func:`sink_lead` says how much of a message a transport waits for before it asks, and
+:func:`resolve_sinks` asks and checks the answer.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
+from .._log import get_logger
 from .._runtime._buffers import frame_buffer
+from ._base import SinkResolver
 
-__all__ = ["COUNT", "MAX_FRAMES", "OWN_MIN", "consume", "header", "receive_buffers"]
+__all__ = ["COUNT", "MAX_FRAMES", "OWN_MIN", "consume", "header", "receive_buffers", "resolve_sinks", "sink_lead"]
+
+_log = get_logger("transport")
 
 COUNT = struct.Struct("!I")
 #: The most frames one message may have.
@@ -27,18 +35,24 @@ def header(sizes: list[int]) -> bytes:
     return struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes)
 
 
-def receive_buffers(sizes: list[int]) -> tuple[list[memoryview], list[memoryview]]:
+def receive_buffers(sizes: list[int], sinks: Sequence[memoryview | None] | None = None
+                    ) -> tuple[list[memoryview], list[memoryview]]:
     """Buffers to read a large message into: ``(frames, targets)``.
 
-    A frame of at least ``OWN_MIN`` bytes gets a :func:`frame_buffer` of its own (so the
-    receiver can adopt it as ``bytes`` without a copy); the smaller ones share one
-    ``bytearray``. ``targets`` lists the non-empty frames in wire order: what is left to fill.
+    A frame with a sink (an entry of ``sinks``, as :func:`resolve_sinks` returns them) is
+    received into it; any other frame of at least ``OWN_MIN`` bytes gets a
+    :func:`frame_buffer` of its own (so the receiver can adopt it as ``bytes`` without a
+    copy); the smaller ones share one ``bytearray``. ``targets`` lists the non-empty
+    frames in wire order: what is left to fill.
     """
-    pool = memoryview(bytearray(sum(n for n in sizes if n < OWN_MIN)))
+    given = list(sinks) if sinks is not None else [None] * len(sizes)
+    pool = memoryview(bytearray(sum(n for n, g in zip(sizes, given, strict=True) if n < OWN_MIN and g is None)))
     frames = []
     pos = 0
-    for n in sizes:
-        if n >= OWN_MIN:
+    for n, sink in zip(sizes, given, strict=True):
+        if sink is not None:
+            frames.append(sink)
+        elif n >= OWN_MIN:
             frames.append(frame_buffer(n))
         else:
             frames.append(pool[pos : pos + n])
@@ -55,3 +69,50 @@ def consume(targets: list[memoryview], n: int) -> None:
     del targets[:i]
     if n:
         targets[0] = targets[0][n:]
+
+
+def sink_lead(sizes: list[int]) -> int | None:
+    """How many leading frames a sink resolver is shown: those before the first frame of at
+    least ``OWN_MIN`` bytes, if they total less than ``OWN_MIN``; None when the message
+    has no such frame or too long a lead (then nobody is asked)."""
+    lead = 0
+    for i, n in enumerate(sizes):
+        if n >= OWN_MIN:
+            return i if i else None
+        lead += n
+        if lead >= OWN_MIN:
+            return None
+    return None
+
+
+def resolve_sinks(resolver: SinkResolver, data: bytes | bytearray | memoryview, sizes: list[int], lead: int
+                  ) -> list[memoryview | None] | None:
+    """Ask ``resolver`` where the frames after the first ``lead`` (a :func:`sink_lead`, read
+    from ``data``, which starts at the first frame and holds at least the lead) go; one entry per frame (None: the
+    transport's own buffer, the lead always), or None when it names no sink or breaks the
+    rules of :data:`~tetrarch._transport._base.SinkResolver` (a writable, C-contiguous
+    byte memoryview of exactly the frame's length)."""
+    frames = []
+    pos = 0
+    for n in sizes[:lead]:
+        frames.append(bytes(data[pos:pos + n]))
+        pos += n
+    try:
+        answer = resolver(frames, sizes)
+    except Exception:  # noqa: BLE001 - a faulty resolver costs a copy, never the connection
+        _log.exception("a receive-sink resolver failed; receiving into the transport's own buffers")
+        return None
+    if answer is None:
+        return None
+    rest = sizes[lead:]
+    if len(answer) != len(rest):
+        _log.error("a receive-sink resolver named %d sinks for %d frames; ignored", len(answer), len(rest))
+        return None
+    out: list[memoryview | None] = [None] * lead
+    for sink, n in zip(answer, rest, strict=True):
+        if sink is not None and not (type(sink) is memoryview and not sink.readonly and sink.c_contiguous
+                                     and sink.format == "B" and sink.nbytes == n):
+            _log.error("a receive-sink resolver named an unusable sink for a %d-byte frame; ignored", n)
+            return None
+        out.append(sink)
+    return out if any(s is not None for s in out) else None

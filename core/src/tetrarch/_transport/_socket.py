@@ -9,7 +9,10 @@ owns an epoll selector and does all reads; any thread may write (non-blocking so
 waiting for writability when the kernel buffer is full). A message of at least
 ``_DIRECT_MIN`` bytes is read straight into buffers allocated for it, each large frame
 into one of its own backed by a fresh ``bytes`` object (:func:`frame_buffer`), so the
-receiver can adopt a ``bytes`` payload without a copy.
+receiver can adopt a ``bytes`` payload without a copy, or, on an authenticated connection
+whose message's lead names them, into the kernel's receive sinks
+(:data:`~tetrarch._transport._base.SinkResolver`): an RDMA read's chunk lands in the
+destination tensor.
 
 ``ipc://@name`` uses Linux's abstract socket namespace (no file to clean up), and is
 what :meth:`IpcTransport.default_address` hands out on Linux.
@@ -34,6 +37,8 @@ from ._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, List
 from ._framing import MAX_FRAMES as _MAX_FRAMES
 from ._framing import consume as _consume
 from ._framing import receive_buffers as _receive_buffers
+from ._framing import resolve_sinks as _resolve_sinks
+from ._framing import sink_lead as _sink_lead
 
 __all__ = ["IpcTransport", "SocketTransport", "TcpTransport", "parse_address"]
 
@@ -42,6 +47,7 @@ _log = get_logger("transport")
 _COUNT = struct.Struct("!I")
 _IOV_MAX = 1000
 _RECV_CHUNK = 1 << 18
+_DIRECT_READS = 8  # reads of one large message per readiness event (then other sockets get their turn)
 _DIRECT_MIN = 1 << 20  # a message at least this big is received straight into its own buffers
 # (each frame of at least ``_framing.OWN_MIN`` bytes into a buffer of its own)
 
@@ -72,6 +78,8 @@ def _nbytes(b: Buffer) -> int:
 
 
 class _SocketConnection(Connection):
+    supports_sinks = True
+
     def __init__(self, io: _IoLoop, sock: socket.socket, handler: ConnectionHandler, peer: str) -> None:
         self._io = io
         self._sock = sock
@@ -83,6 +91,7 @@ class _SocketConnection(Connection):
         self._close_reported = False
         self.max_message_size = 1 << 62
         self.context = None
+        self.sinks = None
         # receive state (I/O thread only)
         self._rbuf = bytearray()
         self._direct: tuple[list[memoryview], list[memoryview]] | None = None  # (frames, left to fill)
@@ -176,20 +185,22 @@ class _SocketConnection(Connection):
 
     def _fill_direct(self) -> None:
         frames, targets = self._direct  # type: ignore[misc]
-        try:
-            n = self._sock.recvmsg_into(targets[:_IOV_MAX])[0]
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._io.drop(self, exc)
-            return
-        if n == 0:
-            self._io.drop(self, None)
-            return
-        _consume(targets, n)
-        if not targets:
-            self._direct = None
-            self._handler.on_message(self, frames)
+        for _ in range(_DIRECT_READS):  # the rest of a large message is usually there already
+            try:
+                n = self._sock.recvmsg_into(targets[:_IOV_MAX])[0]
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._io.drop(self, exc)
+                return
+            if n == 0:
+                self._io.drop(self, None)
+                return
+            _consume(targets, n)
+            if not targets:
+                self._direct = None
+                self._handler.on_message(self, frames)
+                return
 
     def _deliver(self, sizes: list[int], body: memoryview) -> None:
         frames = []
@@ -232,7 +243,14 @@ class _SocketConnection(Connection):
                 self._deliver(sizes, body)
                 continue
             if total >= _DIRECT_MIN:
-                frames, targets = _receive_buffers(sizes)
+                sinks, resolver = None, self.sinks
+                lead = _sink_lead(sizes) if resolver is not None else None
+                if resolver is not None and lead is not None:
+                    need = sum(sizes[:lead])
+                    if end - start < need:
+                        break  # the lead (under OWN_MIN bytes) says where the rest goes: wait for it
+                    sinks = _resolve_sinks(resolver, bytes(buf[start:start + need]), sizes, lead)
+                frames, targets = _receive_buffers(sizes, sinks)
                 have = buf[start:end]
                 done = 0
                 while done < len(have):  # what already arrived goes in first

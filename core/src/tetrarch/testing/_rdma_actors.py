@@ -50,5 +50,12 @@ class Holder(Actor):
         del self.memory[key]
 
     @endpoint
+    def registrations(self) -> list[int]:
+        """The ids of the RDMA buffers registered in this process now."""
+        from tetrarch._rdma._runtime import get_runtime
+
+        return get_runtime().registered()
+
+    @endpoint
     def pid(self) -> int:
         return os.getpid()

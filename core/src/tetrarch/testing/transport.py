@@ -24,38 +24,32 @@ check the contract the kernel relies on, as written in the docstrings of
   builtin transports; override it for yours).
 * Dialing an address nobody listens on raises ``TransportError`` within seconds;
   a malformed address or foreign scheme raises ``ValueError``.
+* A transport whose connections offer receive sinks (``supports_sinks``; optional, see
+  :data:`~tetrarch._transport._base.SinkResolver`) passes the sink tests of
+  :class:`~tetrarch.testing._sinks.ReceiveSinkConformance`; the others skip them.
 """
 
 from __future__ import annotations
 
 import array
-import importlib.util
 import re
 import socket
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from tetrarch._transport._base import Connection, ConnectionClosed, Listener, Transport, TransportError
 
+from ._kit import TEST_TIMEOUT, WAIT, bounded, pattern
+from ._sinks import ReceiveSinkConformance
+
 __all__ = ["Recorder", "TransportConformance"]
 
-#: Seconds any single expected event may take before a test fails.
-WAIT = 10.0
-#: Upper bound for one test, enforced by pytest-timeout when it is installed.
-TEST_TIMEOUT = 30
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _bounded(fn: _F) -> _F:
-    if importlib.util.find_spec("pytest_timeout") is None:
-        return fn
-    return pytest.mark.timeout(TEST_TIMEOUT)(fn)
+_bounded, _pattern = bounded, pattern
 
 
 class Recorder:
@@ -152,13 +146,6 @@ def _as_bytes(frames: Sequence[Any]) -> list[bytes]:
     return [bytes(f) for f in frames]
 
 
-def _pattern(size: int, seed: int = 0) -> bytes:
-    """Deterministic, non-repeating-at-small-period bytes."""
-    block = bytes((i * 7 + seed) & 0xFF for i in range(251))  # prime length
-    reps, rest = divmod(size, len(block))
-    return block * reps + block[:rest]
-
-
 def _raw_sockaddr(address: str) -> tuple[int, object] | None:
     """``(family, sockaddr)`` for tcp/ipc-like addresses a raw socket can dial, else None."""
     scheme, sep, rest = address.partition("://")
@@ -177,7 +164,7 @@ def _raw_sockaddr(address: str) -> tuple[int, object] | None:
     return None
 
 
-class TransportConformance:
+class TransportConformance(ReceiveSinkConformance):
     """Contract tests every transport must pass. Subclass and provide ``transport``."""
 
     # -- fixtures a subclass provides or may override -------------------------
