@@ -114,4 +114,6 @@ def test_the_installed_copy_passes_the_templates_own_tests(template_site: Path, 
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     conformance = [ln for ln in result.stdout.splitlines() if "::TestThreadedTransport::" in ln]
-    assert len(conformance) >= 15 and all("PASSED" in ln for ln in conformance), result.stdout[-4000:]
+    # optional capabilities the template does not offer (receive sinks) skip; everything else passes
+    assert all("PASSED" in ln or "SKIPPED" in ln for ln in conformance), result.stdout[-4000:]
+    assert sum("PASSED" in ln for ln in conformance) >= 15, result.stdout[-4000:]
