@@ -33,7 +33,8 @@ def main(mode: str, *args: str) -> None:
         try:
             talkers.slice(gpus=1).crash.call_one().get()
         except Exception as exc:  # noqa: BLE001 - the crash is expected
-            print(f"CALL FAILED {type(exc).__name__}", flush=True)  # one write: see docs/logging.md
+            sys.stdout.write(f"CALL FAILED {type(exc).__name__}\n")  # one write: see docs/logging.md
+            sys.stdout.flush()
     elif mode == "toggle":
         talkers.say.call_one("forwarded 1").get()
         pm.logging_option(stream_to_client=False).get()
