@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -199,3 +200,53 @@ def test_a_stranger_streaming_one_huge_zmtp_frame_is_cut_off_before_libzmq_buffe
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_large_messages_stay_whole_while_other_threads_send_on_the_connection(transport: Transport) -> None:
+    """A large message goes as several zmq messages; another thread's sends must not land between them.
+
+    (The kernel answers a proc's pings from its I/O thread on the connection over which a
+    user thread sends a 64 MiB argument: interleaved, the proc saw a broken protocol,
+    dropped its connection to its owner and exited.)
+    """
+    rec = Recorder()
+    listener = transport.listen(transport.default_address(spans_hosts=False), rec)
+    try:
+        conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+        big = bytes(range(256)) * (16 << 12)  # 16 MiB: 16 pieces
+        n_big, n_small, n_threads = 8, 2000, 2
+        errors: list[BaseException] = []
+
+        def send_small(tag: bytes) -> None:
+            try:
+                for i in range(n_small):
+                    conn.send([tag, i.to_bytes(4, "big")])
+            except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+                errors.append(exc)
+
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # threads take turns often: what a loaded machine does now and then
+        try:
+            smalls = [threading.Thread(target=send_small, args=(b"small%d" % t,)) for t in range(n_threads)]
+            for t in smalls:
+                t.start()
+            for _ in range(n_big):
+                conn.send([b"big", big])
+            for t in smalls:
+                t.join(scaled(30))
+        finally:
+            sys.setswitchinterval(switch)
+        sconn = rec.wait_opened()
+        total = n_big + n_threads * n_small
+        rec.wait(lambda: len(rec.messages(sconn)) == total or bool(rec.closes(sconn)), f"{total} messages or a close")
+        assert rec.closes(sconn) == [], f"the listener closed the connection: {rec.closes(sconn)}"
+        assert not errors, errors
+        got = rec.messages(sconn)
+        bigs = [m for m in got if bytes(m[0]) == b"big"]
+        assert len(bigs) == n_big and all(m[1] == big for m in bigs)
+        for t in range(n_threads):
+            tag = b"small%d" % t
+            assert [int.from_bytes(m[1], "big") for m in got if bytes(m[0]) == tag] == list(range(n_small))
+        conn.close()
+    finally:
+        listener.close()

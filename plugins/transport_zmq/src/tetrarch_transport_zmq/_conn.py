@@ -105,14 +105,14 @@ class ZmqConnection(Connection):
             for f in frames:
                 total += f.nbytes if isinstance(f, memoryview) else len(f)
             if total <= CHUNK:
-                self._enqueue([*self._head, DATA, *frames])
+                self._enqueue([[*self._head, DATA, *frames]])
                 return
-        self._send_large(frames)
+        self._enqueue(self._large_parts(frames))
 
-    def _send_large(self, frames: Sequence[Buffer]) -> None:
+    def _large_parts(self, frames: Sequence[Buffer]) -> list[list[Any]]:
         """``[BIG, header]``, then the frames' bytes as ``[PART, views...]`` of at most CHUNK bytes."""
         views = [memoryview(f).cast("B") for f in frames]
-        self._enqueue([*self._head, BIG, header([v.nbytes for v in views])])
+        msgs: list[list[Any]] = [[*self._head, BIG, header([v.nbytes for v in views])]]
         part: list[Any] = [*self._head, PART]
         room = CHUNK
         for view in views:
@@ -121,30 +121,39 @@ class ZmqConnection(Connection):
                 part.append(piece)
                 room -= piece.nbytes
                 if room == 0 or len(part) > MAX_PARTS:
-                    self._enqueue(part)
+                    msgs.append(part)
                     part, room = [*self._head, PART], CHUNK
         if len(part) > len(self._head) + 1:
-            self._enqueue(part)
+            msgs.append(part)
+        return msgs
 
-    def _enqueue(self, msg: list[Any]) -> None:
-        out = self._out
-        if not out:  # nothing queued ahead of it: send from this thread (no hop to the I/O thread)
-            loop = self._loop
-            with loop.lock:
-                if not out and not self._closed and not self.sock.closed:
-                    try:
-                        self.sock.send_multipart(msg, flags=zmq.NOBLOCK, copy=False)
-                    except zmq.ZMQError:
-                        pass  # pushed back, or a lost peer: queued below, the I/O thread's flush decides
-                    else:
-                        loop.after_send(self.sock)
-                        return
-        if len(out) >= MAX_QUEUED and not self._loop.queue.in_loop():
+    def _enqueue(self, msgs: list[list[Any]]) -> None:
+        """Send the zmq messages of one kernel message, or queue what zmq pushes back, as one unit.
+
+        Under the loop's lock throughout: another thread's message never lands between
+        the pieces of a large one (the receiver would see a broken protocol).
+        """
+        if len(self._out) >= MAX_QUEUED and not self._loop.queue.in_loop():
             self._wait_room()
-        out.append(msg)
-        if not self._flush_scheduled:
+        loop, out, sock = self._loop, self._out, self.sock
+        with loop.lock:
+            sent = 0
+            if not out and not self._closed and not sock.closed:  # nothing queued ahead: send from this thread
+                try:
+                    for msg in msgs:
+                        sock.send_multipart(msg, flags=zmq.NOBLOCK, copy=False)
+                        sent += 1
+                except zmq.ZMQError:
+                    pass  # pushed back, or a lost peer: queued below, the I/O thread's flush decides
+                if sent:
+                    loop.after_send(sock)
+                if sent == len(msgs):
+                    return
+            out.extend(msgs[sent:])
+            schedule = not self._flush_scheduled
             self._flush_scheduled = True
-            self._loop.queue.call(self.flush)
+        if schedule:
+            loop.queue.call(self.flush)
 
     def _wait_room(self) -> None:
         with self._room:

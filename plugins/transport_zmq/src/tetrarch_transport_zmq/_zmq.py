@@ -81,10 +81,7 @@ class _ZmqListener(Listener):
         # Disconnects first, then every message that arrived before them (a CLOSE makes
         # a close orderly); a descriptor reused by a new peer is told apart on its OPEN.
         gone: set[int] = set()
-        while self._monitor.poll(0):
-            event = parse_monitor_message(self._monitor.recv_multipart())
-            if event["event"] == zmq.EVENT_DISCONNECTED:
-                gone.add(int(event["value"]))
+        self._disconnects(gone)
         read = 0
         more = False
         while not self._gone:
@@ -101,6 +98,13 @@ class _ZmqListener(Listener):
             if conn is not None:
                 self._loop.drop(conn, TransportError(f"connection from {conn.peer} was lost"))
         return more
+
+    def _disconnects(self, gone: set[int]) -> None:
+        """Add the descriptors of the disconnects the monitor reported so far to ``gone``."""
+        while self._monitor.poll(0):
+            event = parse_monitor_message(self._monitor.recv_multipart())
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                gone.add(int(event["value"]))
 
     def _message(self, frames: list[zmq.Frame], gone: set[int]) -> None:
         if len(frames) < 2:
@@ -120,7 +124,12 @@ class _ZmqListener(Listener):
             self._send_now([route, CLOSE])
             return
         fd = int(frames[1].get(zmq.SRCFD))
-        gone.discard(fd)  # that disconnect (read before this message) was an earlier peer's
+        # A disconnect on this descriptor that libzmq reported before it accepted this peer
+        # is an earlier peer's: read them all now, or one read later (the thread was busy,
+        # say, with this batch) would close this connection instead (libzmq reports a
+        # disconnect before it closes the descriptor, which it must close before reusing it).
+        self._disconnects(gone)
+        gone.discard(fd)
         old = self._by_fd.get(fd)
         if old is not None:  # its descriptor now serves someone else: the old peer is gone
             self._loop.drop(old, TransportError(f"connection from {old.peer} was lost"))
