@@ -43,8 +43,10 @@ def main() -> int:
         return 2
     install_root(root)
 
-    def lost(addr: str, _err: object) -> None:
+    def lost(addr: str, err: object) -> None:
         if addr == owner:
+            _log.warning("proc %s exiting: the connection to its owner at %s closed%s", ident, owner,
+                         f" ({err})" if err else "")
             orphaned.append(addr)
             done.set()
 
