@@ -61,6 +61,7 @@ _LAZY = {
     "ConnectionClosed": "tetrarch._transport._base",
     "TransportError": "tetrarch._transport._base",
     "CallQueue": "tetrarch._transport._qualified",
+    "IoLoop": "tetrarch._transport._loop",
     "QualifiedAddress": "tetrarch._transport._qualified",
     "parse_qualified": "tetrarch._transport._qualified",
     "fresh_ipc_name": "tetrarch._transport._qualified",
@@ -97,6 +98,7 @@ __all__ = [
     "ConnectionClosed",
     "ConnectionHandler",
     "ExitInfo",
+    "IoLoop",
     "Listener",
     "LocalRegion",
     "MemoryKind",
@@ -142,4 +144,5 @@ if TYPE_CHECKING:  # pragma: no cover
         Transport,
         TransportError,
     )
+    from ._transport._loop import IoLoop
     from ._transport._qualified import CallQueue, QualifiedAddress, advertised_host, fresh_ipc_name, parse_qualified

@@ -23,13 +23,11 @@ from __future__ import annotations
 import os
 import secrets
 import select
-import selectors
 import socket
 import struct
 import sys
 import threading
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 from .._log import get_logger
@@ -39,6 +37,7 @@ from ._framing import consume as _consume
 from ._framing import receive_buffers as _receive_buffers
 from ._framing import resolve_sinks as _resolve_sinks
 from ._framing import sink_lead as _sink_lead
+from ._loop import IoLoop
 
 __all__ = ["IpcTransport", "SocketTransport", "TcpTransport", "parse_address"]
 
@@ -165,7 +164,11 @@ class _SocketConnection(Connection):
         self._io.call(lambda: self._io.drop(self, None))
 
     # -- receive side (I/O thread) ----------------------------------------
-    def _on_readable(self) -> None:
+    def on_error(self, exc: BaseException) -> None:
+        """``on_readable`` raised (a handler bug): this connection closes, others carry on."""
+        self._io.drop(self, exc)
+
+    def on_readable(self) -> None:
         if self._direct is not None:
             self._fill_direct()
             return
@@ -278,7 +281,10 @@ class _SocketListener(Listener):
     def address(self) -> str:
         return self._address
 
-    def _on_readable(self) -> None:
+    def on_error(self, exc: BaseException) -> None:
+        """``on_readable`` raised: the listener keeps listening (the error was logged)."""
+
+    def on_readable(self) -> None:
         while True:
             try:
                 sock, peer = self._sock.accept()
@@ -314,34 +320,12 @@ class _SocketListener(Listener):
                 pass
 
 
-class _IoLoop:
-    """One epoll thread reading every socket of a transport."""
+class _IoLoop(IoLoop):
+    """The core I/O loop, plus the bookkeeping of the socket connections it reads."""
 
     def __init__(self, name: str) -> None:
-        self._sel = selectors.DefaultSelector()
-        self._calls: deque[Callable[[], None]] = deque()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._conns: set[_SocketConnection] = set()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
-        self._thread.start()
-
-    def in_loop(self) -> bool:
-        return threading.current_thread() is self._thread
-
-    def call(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the I/O thread (now, if already there)."""
-        if self.in_loop():
-            fn()
-            return
-        self._calls.append(fn)
-        try:
-            self._wake_w.send(b"x")
-        except (BlockingIOError, OSError):
-            pass
+        super().__init__(name)
 
     def register(self, obj: _SocketConnection | _SocketListener) -> None:
         def do() -> None:
@@ -351,17 +335,12 @@ class _IoLoop:
                     obj._sock.close()
                     return
                 self._conns.add(obj)
-                self._sel.register(obj._sock, selectors.EVENT_READ, obj)
-            else:
-                self._sel.register(obj._sock, selectors.EVENT_READ, obj)
+            self.watch(obj._sock, obj)
 
         self.call(do)
 
     def unregister(self, sock: socket.socket) -> None:
-        try:
-            self._sel.unregister(sock)
-        except (KeyError, ValueError):
-            pass
+        self.unwatch(sock)
 
     def drop(self, conn: _SocketConnection, error: BaseException | None) -> None:
         """Close ``conn`` for good (I/O thread) and report it once."""
@@ -389,34 +368,14 @@ class _IoLoop:
         except Exception:  # noqa: BLE001
             pass
 
-    def _run(self) -> None:
-        sel = self._sel
-        while not self._stopped:
-            for key, _ in sel.select():
-                obj = key.data
-                if obj is None:
-                    try:
-                        while self._wake_r.recv(4096):
-                            pass
-                    except (BlockingIOError, OSError):
-                        pass
-                    continue
-                try:
-                    obj._on_readable()
-                except Exception as exc:  # noqa: BLE001 - a handler bug closes one connection only
-                    if isinstance(obj, _SocketConnection):
-                        _log.error("closing %s after a handler error: %r", obj.peer, exc)
-                        self.drop(obj, exc)
-            while self._calls:
-                self._calls.popleft()()
+    def shut(self) -> None:
+        """Close every connection (reporting each), then end the thread; returns at once."""
 
-    def stop(self) -> None:
-        def do() -> None:
+        def drop_all() -> None:
             for conn in list(self._conns):
                 self.drop(conn, None)
-            self._stopped = True
 
-        self.call(do)
+        self.stop(drop_all, wait=0)
 
 
 class SocketTransport(Transport):
@@ -495,7 +454,7 @@ class SocketTransport(Transport):
     def close(self) -> None:
         with self._lock:
             if self._io is not None:
-                self._io.stop()
+                self._io.shut()
                 self._io = None
 
 

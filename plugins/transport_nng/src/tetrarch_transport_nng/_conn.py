@@ -35,7 +35,7 @@ from tetrarch._transport._framing import COUNT, MAX_FRAMES, consume, header, rec
 if TYPE_CHECKING:
     import pynng
 
-    from ._loop import Loop
+    from tetrarch.plugins import IoLoop
 
 __all__ = ["CHUNK", "NngConnection"]
 
@@ -77,7 +77,7 @@ def new_msg(size: int) -> tuple[Any, Any]:
 class NngConnection(Connection):
     """A connection over one pair0 socket (dialed, or accepted by a listener's rendezvous)."""
 
-    def __init__(self, loop: Loop, sock: pynng.Socket, handler: ConnectionHandler, peer: str) -> None:
+    def __init__(self, loop: IoLoop, sock: pynng.Socket, handler: ConnectionHandler, peer: str) -> None:
         self._loop = loop
         self._sock = sock
         self._raw = sock.socket

@@ -38,9 +38,11 @@ from typing import Any
 import pynng
 from pynng import ffi, lib
 
+from tetrarch._log import get_logger
 from tetrarch.plugins import (
     Connection,
     ConnectionHandler,
+    IoLoop,
     Listener,
     QualifiedAddress,
     Transport,
@@ -51,9 +53,10 @@ from tetrarch.plugins import (
 )
 
 from ._conn import CHUNK, NngConnection, new_msg
-from ._loop import Loop, _log
 
 __all__ = ["NngTransport"]
+
+_log = get_logger("transport.nng")
 
 _MAGIC = b"TETRARCH-NNG/1"
 _TOKEN = 16
@@ -90,7 +93,7 @@ def _err(exc: BaseException) -> str:
 class _Accepted(NngConnection):
     """The listener's side: opens when the dialer that asked for it brings its token."""
 
-    def __init__(self, loop: Loop, sock: pynng.Pair0, handler: ConnectionHandler, peer: str, token: bytes,
+    def __init__(self, loop: IoLoop, sock: pynng.Pair0, handler: ConnectionHandler, peer: str, token: bytes,
                  owner: _NngListener) -> None:
         super().__init__(loop, sock, handler, peer)
         self._token = token
@@ -155,7 +158,7 @@ class _Accepted(NngConnection):
 
 
 class _Dialed(NngConnection):
-    def __init__(self, loop: Loop, sock: pynng.Pair0, handler: ConnectionHandler, peer: str) -> None:
+    def __init__(self, loop: IoLoop, sock: pynng.Pair0, handler: ConnectionHandler, peer: str) -> None:
         super().__init__(loop, sock, handler, peer)
         self._pipe_id: int | None = None
         self._lock = threading.Lock()
@@ -282,15 +285,15 @@ class NngTransport(Transport):
     schemes = ("tcp", "ipc")
 
     def __init__(self) -> None:
-        self._loop: Loop | None = None
+        self._loop: IoLoop | None = None
         self._lock = threading.Lock()
         self._objects: weakref.WeakSet[NngConnection | _NngListener] = weakref.WeakSet()
         _live.add(self)
 
-    def loop(self) -> Loop:
+    def loop(self) -> IoLoop:
         with self._lock:
             if self._loop is None:
-                self._loop = Loop(self.name)
+                self._loop = IoLoop(self.name)
             return self._loop
 
     def listen(self, address: str, handler: ConnectionHandler) -> Listener:

@@ -1,10 +1,11 @@
-"""The transport's one I/O thread: an epoll loop over the receive descriptors of nng sockets.
+"""A transport's one I/O thread: an epoll loop over readable descriptors, posted calls and timers.
 
-nng delivers messages and pipe events on its own threads. Handler callbacks must run on
-one thread per transport, so nothing is handed to the kernel from an nng thread: pipe
-events are posted here (:meth:`Loop.call`), and messages are taken from each socket's
-queue by this thread when the socket's ``recv_fd`` (nng's pollable descriptor, readable
-while the socket holds a message) shows up in ``epoll``.
+The kernel's threading contract (``_base.py``) wants every handler callback of a
+transport on one thread. This loop is that thread for the builtin socket transport and
+for plugins (exported from ``tetrarch.plugins`` as ``IoLoop``): other threads post work
+with :meth:`IoLoop.call`; a descriptor registered with :meth:`IoLoop.watch` gets its
+object's ``on_readable()`` called here whenever it is readable (a socket, or a library's
+pollable descriptor such as nng's ``recv_fd``); :meth:`IoLoop.later` runs a timer.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from tetrarch._log import get_logger
+from .._log import get_logger
 
-__all__ = ["Loop", "Readable"]
+__all__ = ["IoLoop", "Readable"]
 
-_log = get_logger("transport.nng")
+_log = get_logger("transport")
 
 
 class Readable(Protocol):
@@ -34,10 +35,11 @@ class Readable(Protocol):
         """``on_readable`` raised ``exc`` (I/O thread)."""
 
 
-class Loop:
-    """One thread reading every nng socket of a transport and running posted calls."""
+class IoLoop:
+    """One thread watching a transport's descriptors and running its posted calls and timers."""
 
     def __init__(self, name: str) -> None:
+        self.name = name
         self._sel = selectors.DefaultSelector()
         self._calls: deque[Callable[[], None]] = deque()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
@@ -69,11 +71,11 @@ class Loop:
         """Run ``fn`` on the I/O thread after ``delay`` seconds (call from the I/O thread)."""
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), fn))
 
-    def watch(self, fd: int, obj: Readable) -> None:
-        """Call ``obj.on_readable()`` whenever ``fd`` is readable (I/O thread)."""
+    def watch(self, fd: int | socket.socket, obj: Readable) -> None:
+        """Call ``obj.on_readable()`` whenever ``fd`` (a descriptor or a socket) is readable (I/O thread)."""
         self._sel.register(fd, selectors.EVENT_READ, obj)
 
-    def unwatch(self, fd: int) -> None:
+    def unwatch(self, fd: int | socket.socket) -> None:
         """Stop watching ``fd``, before the socket that owns it is closed (I/O thread)."""
         try:
             self._sel.unregister(fd)
@@ -100,34 +102,36 @@ class Loop:
                 try:
                     obj.on_readable()
                 except Exception as exc:  # noqa: BLE001 - a handler bug closes one connection only
-                    _log.error("nng transport: closing after a handler error: %r", exc)
+                    _log.error("%s transport: closing after a handler error: %r", self.name, exc)
                     obj.on_error(exc)
             while self._calls:
                 fn = self._calls.popleft()
                 try:
                     fn()
                 except Exception:  # noqa: BLE001 - the I/O thread must survive
-                    _log.exception("nng transport: a posted call failed")
+                    _log.exception("%s transport: a posted call failed", self.name)
             now = time.monotonic()
             while self._timers and self._timers[0][0] <= now:
                 fn = heapq.heappop(self._timers)[2]
                 try:
                     fn()
                 except Exception:  # noqa: BLE001
-                    _log.exception("nng transport: a timer failed")
+                    _log.exception("%s transport: a timer failed", self.name)
         self._sel.close()
         self._wake_r.close()
         self._wake_w.close()
 
-    def stop(self, before: Callable[[], None]) -> None:
-        """Run ``before`` on the I/O thread, then end it. Idempotent."""
+    def stop(self, before: Callable[[], None] | None = None, *, wait: float = 5.0) -> None:
+        """Run ``before`` on the I/O thread, then end it; wait up to ``wait`` seconds for it
+        (not when called on the I/O thread itself). Idempotent."""
 
         def do() -> None:
             if self._stopped:
                 return
-            before()
+            if before is not None:
+                before()
             self._stopped = True
 
         self.call(do)
-        if not self.in_loop():
-            self._thread.join(5.0)
+        if wait > 0 and not self.in_loop():
+            self._thread.join(wait)
