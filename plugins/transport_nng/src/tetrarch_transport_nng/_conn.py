@@ -177,11 +177,17 @@ class NngConnection(Connection):
                         msg, body = new_msg(cap)
 
     def _sendmsg(self, msg: Any) -> None:
-        rv = lib.nng_sendmsg(self._raw, msg, 0)  # blocks while nng's queue is full (backpressure)
+        # Other threads block while nng's queue is full (backpressure). The I/O thread never
+        # blocks: it serves every connection, and a pair0 socket whose peer is gone (or never
+        # reads) would hold its send forever. A full queue there means a peer that stopped
+        # reading, so that one connection closes.
+        on_loop = self._loop.in_loop()
+        rv = lib.nng_sendmsg(self._raw, msg, lib.NNG_FLAG_NONBLOCK if on_loop else 0)
         if rv != 0:
             lib.nng_msg_free(msg)
             self.close()
-            why = ffi.string(lib.nng_strerror(rv)).decode()
+            why = ("the peer reads nothing: its send queue is full or it is gone" if on_loop and rv == lib.NNG_EAGAIN
+                   else ffi.string(lib.nng_strerror(rv)).decode())
             raise ConnectionClosed(f"connection to {self._peer} is closed ({why})")
 
     def wait_senders(self, timeout: float) -> None:

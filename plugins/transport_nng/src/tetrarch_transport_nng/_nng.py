@@ -68,11 +68,14 @@ _CLAIM_TIMEOUT = 10.0
 _MAX_PENDING = 64
 #: Messages nng queues per socket before this side reads them (each at most ``CHUNK`` bytes).
 _RECV_BUFFER = 8
+#: Messages nng queues per socket for sending: room for the kernel's small control messages,
+#: which the I/O thread sends without blocking (``NngConnection._sendmsg``).
+_SEND_BUFFER = 64
 _NEVER_MS = 24 * 3600 * 1000
 
 
 def _pair(scheme: str) -> pynng.Pair0:
-    sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=_RECV_BUFFER,
+    sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=_RECV_BUFFER, send_buffer_size=_SEND_BUFFER,
                        reconnect_time_min=_NEVER_MS, reconnect_time_max=_NEVER_MS)
     if scheme == "tcp":
         sock.tcp_keepalive = True
