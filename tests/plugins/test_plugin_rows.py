@@ -23,7 +23,7 @@ import pytest
 import tetrarch_alloc_slurm._plugin as slurm_plugin
 import tetrarch_rdma_efa._plugin as efa_plugin
 from tetrarch._cli import plugin_rows
-from tetrarch._plugins import PluginSource, Registry, _registry
+from tetrarch._plugins import PluginSource, Registry, _fallback
 from tetrarch.plugins import BackendKind, BackendSpec, BackendUnavailable, ProbeResult, Status
 from tetrarch.testing import scaled
 
@@ -116,7 +116,7 @@ def test_choosing_it_explicitly_says_not_implemented(fakes, monkeypatch: pytest.
 def test_a_not_implemented_hardware_backend_is_no_reason_to_warn_about_the_fallback(
     fakes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_registry, "_fallback_warned", False)
+    monkeypatch.setattr(_fallback, "_fallback_warned", False)
     pending = BackendSpec(R, "hw", "types:SimpleNamespace", implemented=False, priority=100)
     registry = _registry_of(fakes.source("fake-hw", pending),
                             fakes.source("tetrarch", fakes.spec(R, "copy"), name="core-fake", version="0.1.0"))

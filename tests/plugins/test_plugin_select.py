@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from tetrarch._plugins import PluginSource, Registry, _known, _registry
+from tetrarch._plugins import PluginSource, Registry, _fallback, _known
 from tetrarch.plugins import (
     BackendKind,
     BackendNotFound,
@@ -224,7 +224,7 @@ def test_close_closes_created_instances(fakes, make_registry) -> None:
 
 @pytest.fixture
 def rdma(fakes, make_registry, monkeypatch: pytest.MonkeyPatch) -> Registry:
-    monkeypatch.setattr(_registry, "_fallback_warned", False)
+    monkeypatch.setattr(_fallback, "_fallback_warned", False)
     return make_registry(
         fakes.source("fake-hw", fakes.spec(R, "hw", ok=False, priority=100)),
         fakes.source("tetrarch", fakes.spec(R, "copy", priority=0), name="core-fake", version="0.1.0"),

@@ -7,7 +7,7 @@ import types
 import pytest
 
 from tetrarch._config import configure, configured
-from tetrarch._plugins import PluginSource, PluginState, Registry, _registry
+from tetrarch._plugins import PluginSource, PluginState, Registry, _fallback
 from tetrarch.plugins import BackendKind, BackendUnavailable, PluginLoadError, hookimpl
 
 pytestmark = pytest.mark.timeout(60)
@@ -77,7 +77,7 @@ def test_an_invalid_strict_variable_is_reported(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_rdma_fallback_refused_from_code(fakes, make_registry, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_registry, "_fallback_warned", True)  # no warning from an allowed fallback
+    monkeypatch.setattr(_fallback, "_fallback_warned", True)  # no warning from an allowed fallback
     registry = make_registry(
         fakes.source("fake-hw", fakes.spec(R, "hw", ok=False, priority=100)),
         fakes.source("tetrarch", fakes.spec(R, "copy"), name="core-fake", version="0.1.0"),

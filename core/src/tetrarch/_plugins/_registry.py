@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import importlib
 import threading
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 
-from .._config import ALLOCATOR, DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_BACKEND, RDMA_FALLBACK, TRANSPORT, Setting
-from .._errors import ArgumentError, ArgumentTypeError, RDMATcpFallbackWarning
+from .._config import ALLOCATOR, DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_BACKEND, TRANSPORT, Setting
+from .._errors import ArgumentError, ArgumentTypeError
 from . import _hookspecs
 from ._builtin import BuiltinBackends, DefaultPolicy, required_capabilities
 from ._errors import BackendNotFound, BackendUnavailable
 from ._explain import Explanation, Trace, scheme_listing, trace_hooks
+from ._fallback import FALLBACK_ENV, check_rdma_fallback
 from ._hookspecs import PROJECT
 from ._known import KNOWN_BACKENDS, known_backend, known_for_distribution, normalize_dist
 from ._loader import PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
@@ -55,7 +55,6 @@ SETTING_BY_KIND: Mapping[BackendKind, Setting[str | None]] = {
 ENV_BY_KIND: Mapping[BackendKind, str] = {kind: setting.env for kind, setting in SETTING_BY_KIND.items()}
 DISABLE_ENV = DISABLE_PLUGINS.env
 STRICT_ENV = PLUGINS_STRICT.env
-FALLBACK_ENV = RDMA_FALLBACK.env
 _CORE = "tetrarch"
 
 
@@ -416,7 +415,7 @@ class Registry:
             raise BackendUnavailable(f"a tetrarch_select_backend hook returned {chosen!r}, which is not an available "
                                      f"candidate")
         if kind is BackendKind.RDMA:
-            self._check_fallback(chosen, rows, request)
+            check_rdma_fallback(chosen, rows, request)
         return chosen
 
     def _installed(self, kind: BackendKind) -> str:
@@ -427,23 +426,6 @@ class Registry:
         if absent:
             text += "; not installed: " + ", ".join(f"{r.name} ({r.hint})" for r in absent)
         return text
-
-    def _check_fallback(self, chosen: BackendSpec, rows: list[BackendStatus], request: Mapping[str, object]) -> None:
-        row = next(r for r in rows if r.spec is chosen)
-        if row.distribution != _CORE:
-            return
-        # Only backends that could run once fixed: a disabled or not implemented one is no loss.
-        fixable = (Status.UNAVAILABLE, Status.BROKEN, Status.CONFLICT)
-        skipped = [r for r in rows if r.distribution != _CORE and r.status in fixable]
-        if not skipped:
-            return
-        detail = "; ".join(_describe(r) for r in skipped)
-        if request.get("allow_fallback") is False or not RDMA_FALLBACK():
-            raise BackendUnavailable(
-                f"no RDMA hardware backend is usable ({detail}) and the fallback to {chosen.name!r} is "
-                f"disabled ({FALLBACK_ENV}=0 or allow_fallback=False)"
-            )
-        _warn_fallback_once(f"tetrarch RDMA falls back to {chosen.name!r}; skipped: {detail}")
 
     # ---------------------------------------------------------------- creation
 
@@ -540,19 +522,6 @@ class Registry:
             closer = getattr(instance, "close", None)
             if callable(closer):
                 closer()
-
-
-_fallback_lock = threading.Lock()
-_fallback_warned = False
-
-
-def _warn_fallback_once(message: str) -> None:
-    global _fallback_warned
-    with _fallback_lock:
-        if _fallback_warned:
-            return
-        _fallback_warned = True
-    warnings.warn(message, RDMATcpFallbackWarning, stacklevel=4)
 
 
 _registry: Registry | None = None
