@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,9 @@ class NngConnection(Connection):
         self._peer = peer
         self._wlock = threading.Lock()
         self._closed = False
+        #: False once nng reported this connection's pipe removed (set on nng's thread, before
+        #: the I/O thread hears of it): a send on a pair0 socket without a pipe would wait forever.
+        self.pipe_alive = True
         self._close_reported = False
         self._watched = False
         self.max_message_size = 1 << 62
@@ -177,17 +181,22 @@ class NngConnection(Connection):
                         msg, body = new_msg(cap)
 
     def _sendmsg(self, msg: Any) -> None:
-        # Other threads block while nng's queue is full (backpressure). The I/O thread never
-        # blocks: it serves every connection, and a pair0 socket whose peer is gone (or never
-        # reads) would hold its send forever. A full queue there means a peer that stopped
-        # reading, so that one connection closes.
-        on_loop = self._loop.in_loop()
-        rv = lib.nng_sendmsg(self._raw, msg, lib.NNG_FLAG_NONBLOCK if on_loop else 0)
+        # Other threads block while nng's queue is full (backpressure). The I/O thread must
+        # not block for good: it serves every connection, and a send on a pair0 socket whose
+        # pipe is gone waits forever. So it sends without blocking and, while the queue is full
+        # (another thread's large message is going out), retries as long as the pipe lives.
+        if self._loop.in_loop():
+            while True:
+                rv = lib.nng_sendmsg(self._raw, msg, lib.NNG_FLAG_NONBLOCK)
+                if rv != lib.NNG_EAGAIN or not self.pipe_alive or self._closed:
+                    break
+                time.sleep(0.0005)  # back off while the peer reads the queue (not synchronization)
+        else:
+            rv = lib.nng_sendmsg(self._raw, msg, 0)
         if rv != 0:
             lib.nng_msg_free(msg)
             self.close()
-            why = ("the peer reads nothing: its send queue is full or it is gone" if on_loop and rv == lib.NNG_EAGAIN
-                   else ffi.string(lib.nng_strerror(rv)).decode())
+            why = ("its pipe is gone" if rv == lib.NNG_EAGAIN else ffi.string(lib.nng_strerror(rv)).decode())
             raise ConnectionClosed(f"connection to {self._peer} is closed ({why})")
 
     def wait_senders(self, timeout: float) -> None:

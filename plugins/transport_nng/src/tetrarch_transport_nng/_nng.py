@@ -68,8 +68,8 @@ _CLAIM_TIMEOUT = 10.0
 _MAX_PENDING = 64
 #: Messages nng queues per socket before this side reads them (each at most ``CHUNK`` bytes).
 _RECV_BUFFER = 8
-#: Messages nng queues per socket for sending: room for the kernel's small control messages,
-#: which the I/O thread sends without blocking (``NngConnection._sendmsg``).
+#: Messages nng queues per socket for sending (room for the kernel's small control messages,
+#: which the I/O thread sends without blocking: ``NngConnection._sendmsg``).
 _SEND_BUFFER = 64
 _NEVER_MS = 24 * 3600 * 1000
 
@@ -119,6 +119,7 @@ class _Accepted(NngConnection):
                 self._removed.add(pipe.id)
                 return
         if pipe.id == self._pipe_id:
+            self.pipe_alive = False
             self._loop.call(self.pipe_gone)
 
     # I/O thread
@@ -151,13 +152,15 @@ class _Accepted(NngConnection):
             gone = self._pipe_id in self._removed
             self._removed.clear()
         self._owner.pending.pop(self, None)
+        if gone:  # the dialer left right after claiming: nobody to open for
+            self.pipe_alive = False
+            self.drop_unopened()
+            return
         try:
             self._handler.on_open(self)
         except Exception:  # noqa: BLE001 - a faulty handler must not kill the I/O thread
             self.drop_unopened()
             return
-        if gone:
-            self.pipe_gone()
 
 
 class _Dialed(NngConnection):
@@ -177,6 +180,7 @@ class _Dialed(NngConnection):
 
     def _pipe_removed(self, pipe: pynng.Pipe) -> None:
         if pipe.id == self._pipe_id:
+            self.pipe_alive = False
             self._loop.call(self.pipe_gone)
 
 
