@@ -60,7 +60,7 @@ _LAZY = {
     "ConnectionHandler": "tetrarch._transport._base",
     "ConnectionClosed": "tetrarch._transport._base",
     "TransportError": "tetrarch._transport._base",
-    "CallQueue": "tetrarch._transport._qualified",
+    "CallQueue": "tetrarch._transport._loop",
     "IoLoop": "tetrarch._transport._loop",
     "QualifiedAddress": "tetrarch._transport._qualified",
     "parse_qualified": "tetrarch._transport._qualified",
@@ -144,5 +144,5 @@ if TYPE_CHECKING:  # pragma: no cover
         Transport,
         TransportError,
     )
-    from ._transport._loop import IoLoop
-    from ._transport._qualified import CallQueue, QualifiedAddress, advertised_host, fresh_ipc_name, parse_qualified
+    from ._transport._loop import CallQueue, IoLoop
+    from ._transport._qualified import QualifiedAddress, advertised_host, fresh_ipc_name, parse_qualified

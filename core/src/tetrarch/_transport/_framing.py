@@ -19,7 +19,8 @@ from .._log import get_logger
 from .._runtime._buffers import frame_buffer
 from ._base import SinkResolver
 
-__all__ = ["COUNT", "MAX_FRAMES", "OWN_MIN", "consume", "header", "receive_buffers", "resolve_sinks", "sink_lead"]
+__all__ = ["COUNT", "MAX_FRAMES", "OWN_MIN", "consume", "header", "nbytes", "receive_buffers", "resolve_sinks",
+           "sink_lead"]
 
 _log = get_logger("transport")
 
@@ -28,6 +29,11 @@ COUNT = struct.Struct("!I")
 MAX_FRAMES = 1 << 16
 #: A frame of a large message at least this big gets a receive buffer of its own.
 OWN_MIN = 1 << 16
+
+
+def nbytes(b: bytes | bytearray | memoryview) -> int:
+    """The size of one frame in bytes (a memoryview of any format counts its bytes, not its items)."""
+    return b.nbytes if type(b) is memoryview else len(b)
 
 
 def header(sizes: list[int]) -> bytes:

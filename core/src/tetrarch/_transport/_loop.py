@@ -3,15 +3,18 @@
 The kernel's threading contract (``_base.py``) wants every handler callback of a
 transport on one thread. This loop is that thread for the builtin socket transport and
 for plugins (exported from ``tetrarch.plugins`` as ``IoLoop``): other threads post work
-with :meth:`IoLoop.call`; a descriptor registered with :meth:`IoLoop.watch` gets its
-object's ``on_readable()`` called here whenever it is readable (a socket, or a library's
-pollable descriptor such as nng's ``recv_fd``); :meth:`IoLoop.later` runs a timer.
+with :meth:`IoLoop.call`; a loop of its own (zmq's ``Poller``) uses a :class:`CallQueue`
+(an ``eventfd`` written once per batch) for the same. A descriptor registered with
+:meth:`IoLoop.watch` gets its object's ``on_readable()`` called here whenever it is
+readable (a socket, or a library's pollable descriptor such as nng's ``recv_fd``);
+:meth:`IoLoop.later` runs a timer.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import selectors
 import socket
 import threading
@@ -22,7 +25,7 @@ from typing import Protocol
 
 from .._log import get_logger
 
-__all__ = ["IoLoop", "Readable"]
+__all__ = ["CallQueue", "IoLoop", "Readable"]
 
 _log = get_logger("transport")
 
@@ -33,6 +36,77 @@ class Readable(Protocol):
 
     def on_error(self, exc: BaseException) -> None:
         """``on_readable`` raised ``exc`` (I/O thread)."""
+
+
+class CallQueue:
+    """Callables for one I/O thread, and the file descriptor that wakes it.
+
+    ``call(fn)`` from any thread appends ``fn`` and wakes the loop (one write per batch:
+    no write while a wake-up is pending); the loop polls :meth:`fileno` for reading and
+    calls :meth:`run_pending`. The owner thread is set by :meth:`bind` (the loop's first
+    act); ``call`` from that thread runs ``fn`` at once.
+    """
+
+    def __init__(self) -> None:
+        self._calls: deque[Callable[[], None]] = deque()
+        self._owner: threading.Thread | None = None
+        self._armed = False  # a wake-up is written and not yet consumed
+        if hasattr(os, "eventfd"):
+            self._rfd = self._wfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        else:  # pragma: no cover - not Linux
+            self._rfd, self._wfd = os.pipe()
+            os.set_blocking(self._rfd, False)
+            os.set_blocking(self._wfd, False)
+
+    def bind(self) -> None:
+        """Make the calling thread the owner (the I/O thread)."""
+        self._owner = threading.current_thread()
+
+    def in_loop(self) -> bool:
+        return threading.current_thread() is self._owner
+
+    def fileno(self) -> int:
+        return self._rfd
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the I/O thread: now if this is it, else soon (in call order)."""
+        if self._owner is threading.current_thread():
+            fn()
+            return
+        self._calls.append(fn)
+        if not self._armed:
+            self._armed = True
+            try:
+                os.write(self._wfd, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            except (BlockingIOError, OSError):
+                pass
+
+    def run_pending(self) -> None:
+        """Consume the wake-up and run every queued callable (I/O thread).
+
+        A callable that raises is logged; the others still run (the I/O thread must survive).
+        """
+        self._armed = False
+        try:
+            os.read(self._rfd, 4096)
+        except (BlockingIOError, OSError):
+            pass
+        calls = self._calls
+        while calls:
+            fn = calls.popleft()
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - one faulty call must not end the loop
+                _log.exception("transport I/O thread: a posted call failed")
+
+    def close(self) -> None:
+        """Release the file descriptor(s). Idempotent."""
+        for fd in {self._rfd, self._wfd}:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._rfd = self._wfd = -1
 
 
 class IoLoop:
@@ -49,7 +123,6 @@ class IoLoop:
         self._wake_w.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._stopped = False
-        self._on_stop: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
         self._thread.start()
 

@@ -1,4 +1,4 @@
-"""Helpers for transports over message libraries (zmq, nng): qualified addresses and a call queue.
+"""Helpers for transports over message libraries (zmq, nng): qualified addresses.
 
 A plugin transport serves *qualified* addresses, ``BACKEND+tcp://host:port`` and
 ``BACKEND+ipc://path``, so an address names the transport that listens there and the
@@ -6,10 +6,8 @@ registry selects it by scheme (``zmq+tcp://...`` picks ``zmq``). :func:`parse_qu
 checks one and names the expected form when it is malformed; :func:`fresh_ipc_name`
 and :func:`advertised_host` give what ``default_address`` and ``listen`` need.
 
-:class:`CallQueue` runs callables on one I/O thread that waits in a poller: any thread
-appends and wakes the loop through an ``eventfd`` (a pipe where there is none), which a
-``zmq.Poller`` or ``select.poll`` watches next to the library's sockets. Libraries
-whose sockets are not thread safe (zmq) send from that thread only.
+The call queue of an I/O thread (``CallQueue``) and the loop built on it (``IoLoop``)
+are in :mod:`tetrarch._transport._loop`.
 """
 
 from __future__ import annotations
@@ -17,12 +15,9 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-import threading
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CallQueue", "QualifiedAddress", "advertised_host", "fresh_ipc_name", "parse_qualified"]
+__all__ = ["QualifiedAddress", "advertised_host", "fresh_ipc_name", "parse_qualified"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,67 +87,3 @@ def advertised_host(bound_host: str) -> str:
 
         return _routable_ip()
     return bound_host
-
-
-class CallQueue:
-    """Callables for one I/O thread, and the file descriptor that wakes it.
-
-    ``call(fn)`` from any thread appends ``fn`` and wakes the loop (one write per batch:
-    no write while a wake-up is pending); the loop polls :meth:`fileno` for reading and
-    calls :meth:`run_pending`. The owner thread is set by :meth:`bind` (the loop's first
-    act); ``call`` from that thread runs ``fn`` at once.
-    """
-
-    def __init__(self) -> None:
-        self._calls: deque[Callable[[], None]] = deque()
-        self._owner: threading.Thread | None = None
-        self._armed = False  # a wake-up is written and not yet consumed
-        if hasattr(os, "eventfd"):
-            self._rfd = self._wfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        else:  # pragma: no cover - not Linux
-            self._rfd, self._wfd = os.pipe()
-            os.set_blocking(self._rfd, False)
-            os.set_blocking(self._wfd, False)
-
-    def bind(self) -> None:
-        """Make the calling thread the owner (the I/O thread)."""
-        self._owner = threading.current_thread()
-
-    def in_loop(self) -> bool:
-        return threading.current_thread() is self._owner
-
-    def fileno(self) -> int:
-        return self._rfd
-
-    def call(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the I/O thread: now if this is it, else soon (in call order)."""
-        if self._owner is threading.current_thread():
-            fn()
-            return
-        self._calls.append(fn)
-        if not self._armed:
-            self._armed = True
-            try:
-                os.write(self._wfd, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            except (BlockingIOError, OSError):
-                pass
-
-    def run_pending(self) -> None:
-        """Consume the wake-up and run every queued callable (I/O thread)."""
-        self._armed = False
-        try:
-            os.read(self._rfd, 4096)
-        except (BlockingIOError, OSError):
-            pass
-        calls = self._calls
-        while calls:
-            calls.popleft()()
-
-    def close(self) -> None:
-        """Release the file descriptor(s). Idempotent."""
-        for fd in {self._rfd, self._wfd}:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._rfd = self._wfd = -1

@@ -34,6 +34,7 @@ from .._log import get_logger
 from ._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, Listener, Transport, TransportError
 from ._framing import MAX_FRAMES as _MAX_FRAMES
 from ._framing import consume as _consume
+from ._framing import nbytes
 from ._framing import receive_buffers as _receive_buffers
 from ._framing import resolve_sinks as _resolve_sinks
 from ._framing import sink_lead as _sink_lead
@@ -72,10 +73,6 @@ def parse_address(address: str) -> tuple[str, object]:
     raise ValueError(f"address {address!r}: scheme {scheme!r} is not served by the builtin transport (tcp, ipc)")
 
 
-def _nbytes(b: Buffer) -> int:
-    return b.nbytes if type(b) is memoryview else len(b)
-
-
 class _SocketConnection(Connection):
     supports_sinks = True
 
@@ -105,7 +102,7 @@ class _SocketConnection(Connection):
         return self._closed
 
     def send(self, frames: Sequence[Buffer]) -> None:
-        sizes = [_nbytes(f) for f in frames]
+        sizes = [nbytes(f) for f in frames]
         bufs: list[Buffer] = [struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes)]
         bufs.extend(f for f, n in zip(frames, sizes, strict=True) if n)
         self._write(bufs)
@@ -113,7 +110,7 @@ class _SocketConnection(Connection):
     def send_many(self, messages: Sequence[Sequence[Buffer]]) -> None:
         bufs: list[Buffer] = []
         for frames in messages:
-            sizes = [_nbytes(f) for f in frames]
+            sizes = [nbytes(f) for f in frames]
             bufs.append(struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes))
             bufs.extend(f for f, n in zip(frames, sizes, strict=True) if n)
         self._write(bufs)
@@ -123,7 +120,7 @@ class _SocketConnection(Connection):
         with self._wlock:
             if self._closed:
                 raise ConnectionClosed(f"connection to {self._peer} is closed")
-            total = sum(map(_nbytes, bufs)) if len(bufs) <= _IOV_MAX else -1
+            total = sum(map(nbytes, bufs)) if len(bufs) <= _IOV_MAX else -1
             while bufs:
                 try:
                     sent = sock.sendmsg(bufs[:_IOV_MAX])
@@ -138,8 +135,8 @@ class _SocketConnection(Connection):
                 total -= sent
                 # drop what went out
                 i = 0
-                while i < len(bufs) and sent >= _nbytes(bufs[i]):
-                    sent -= _nbytes(bufs[i])
+                while i < len(bufs) and sent >= nbytes(bufs[i]):
+                    sent -= nbytes(bufs[i])
                     i += 1
                 del bufs[:i]
                 if sent:

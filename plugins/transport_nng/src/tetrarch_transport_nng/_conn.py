@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pynng import ffi, lib
 
 from tetrarch._transport._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, TransportError
-from tetrarch._transport._framing import COUNT, MAX_FRAMES, consume, header, receive_buffers
+from tetrarch._transport._framing import COUNT, MAX_FRAMES, consume, header, nbytes, receive_buffers
 
 if TYPE_CHECKING:
     import pynng
@@ -46,10 +46,6 @@ CHUNK = 1 << 16
 _BATCH = 64
 _NONBLOCK = lib.NNG_FLAG_NONBLOCK
 _EAGAIN = lib.NNG_EAGAIN
-
-
-def _nbytes(b: Buffer) -> int:
-    return b.nbytes if type(b) is memoryview else len(b)
 
 
 def _free_msg(msg: Any) -> Any:
@@ -109,7 +105,7 @@ class NngConnection(Connection):
         return self._closed
 
     def send(self, frames: Sequence[Buffer]) -> None:
-        sizes = [_nbytes(f) for f in frames]
+        sizes = [nbytes(f) for f in frames]
         hdr = header(sizes)
         total = len(hdr) + sum(sizes)
         with self._wlock:
@@ -127,7 +123,7 @@ class NngConnection(Connection):
             batch: list[tuple[bytes, Sequence[Buffer], list[int]]] = []
             batch_size = 0
             for frames in messages:
-                sizes = [_nbytes(f) for f in frames]
+                sizes = [nbytes(f) for f in frames]
                 hdr = header(sizes)
                 total = len(hdr) + sum(sizes)
                 if batch and batch_size + total > CHUNK:

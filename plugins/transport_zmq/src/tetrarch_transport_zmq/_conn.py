@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from tetrarch._transport._framing import COUNT, MAX_FRAMES, consume, header, receive_buffers
+from tetrarch._transport._framing import COUNT, MAX_FRAMES, consume, header, nbytes, receive_buffers
 from tetrarch.plugins import Connection, ConnectionClosed, ConnectionHandler, TransportError
 
 if TYPE_CHECKING:
@@ -101,9 +101,7 @@ class ZmqConnection(Connection):
 
     def _send_one(self, frames: Sequence[Buffer]) -> None:
         if len(frames) <= MAX_PARTS:
-            total = 0
-            for f in frames:
-                total += f.nbytes if isinstance(f, memoryview) else len(f)
+            total = sum(map(nbytes, frames))
             if total <= CHUNK:
                 self._enqueue([[*self._head, DATA, *frames]])
                 return
