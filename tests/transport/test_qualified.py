@@ -79,3 +79,46 @@ def test_call_queue_runs_calls_in_order_on_the_polling_thread() -> None:
         assert [i for u, i in ran if u == t] == list(range(1000))
     queue.close()
     queue.close()
+
+
+@pytest.mark.timeout(scaled(60))
+def test_call_queue_never_loses_a_wake_up_under_ping_pong() -> None:
+    """Threads each post a call and wait for it, thousands of times: every one must run.
+
+    Posting and waiting one call at a time makes the loop consume wake-ups while others
+    are written, the window where an early disarm lost them (the loop then slept on calls
+    it never ran: a zmq connection's queued sends stalled and a proc lost its owner).
+    """
+    queue = CallQueue()
+    stop = threading.Event()
+
+    def loop() -> None:
+        queue.bind()
+        poller = select.poll()
+        poller.register(queue.fileno(), select.POLLIN)
+        while not stop.is_set():
+            if poller.poll(1000):
+                queue.run_pending()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    lost: list[int] = []
+
+    def sender(n: int) -> None:
+        for i in range(n):
+            ran = threading.Event()
+            queue.call(ran.set)
+            if not ran.wait(scaled(5)):
+                lost.append(i)
+                return
+
+    senders = [threading.Thread(target=sender, args=(5000,)) for _ in range(4)]
+    for s in senders:
+        s.start()
+    for s in senders:
+        s.join(scaled(40))
+    stop.set()
+    queue.call(lambda: None)
+    thread.join(scaled(10))
+    queue.close()
+    assert not lost, f"posted calls never ran (lost wake-ups) after {lost} round trips"

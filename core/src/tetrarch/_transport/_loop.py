@@ -3,8 +3,8 @@
 The kernel's threading contract (``_base.py``) wants every handler callback of a
 transport on one thread. This loop is that thread for the builtin socket transport and
 for plugins (exported from ``tetrarch.plugins`` as ``IoLoop``): other threads post work
-with :meth:`IoLoop.call`; a loop of its own (zmq's ``Poller``) uses a :class:`CallQueue`
-(an ``eventfd`` written once per batch) for the same. A descriptor registered with
+with :meth:`IoLoop.call`, which queues it on a :class:`CallQueue` (an ``eventfd``
+written once per batch); a loop of its own (zmq's ``Poller``) uses a CallQueue directly. A descriptor registered with
 :meth:`IoLoop.watch` gets its object's ``on_readable()`` called here whenever it is
 readable (a socket, or a library's pollable descriptor such as nng's ``recv_fd``);
 :meth:`IoLoop.later` runs a timer.
@@ -86,11 +86,15 @@ class CallQueue:
 
         A callable that raises is logged; the others still run (the I/O thread must survive).
         """
-        self._armed = False
+        # Consume the wake-up first, then disarm: a wake-up written in between stays
+        # unread and wakes the loop again. (Disarming first lost wake-ups: a write that
+        # landed between the two was consumed here while ``_armed`` stayed True, so no
+        # later ``call`` wrote again and the loop slept on calls it never ran.)
         try:
             os.read(self._rfd, 4096)
         except (BlockingIOError, OSError):
             pass
+        self._armed = False
         calls = self._calls
         while calls:
             fn = calls.popleft()
@@ -115,13 +119,10 @@ class IoLoop:
     def __init__(self, name: str) -> None:
         self.name = name
         self._sel = selectors.DefaultSelector()
-        self._calls: deque[Callable[[], None]] = deque()
+        self._queue = CallQueue()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._sel.register(self._queue.fileno(), selectors.EVENT_READ, None)
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
         self._thread.start()
@@ -131,14 +132,7 @@ class IoLoop:
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the I/O thread (now, if already there)."""
-        if self.in_loop():
-            fn()
-            return
-        self._calls.append(fn)
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
+        self._queue.call(fn)
 
     def later(self, delay: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the I/O thread after ``delay`` seconds (call from the I/O thread)."""
@@ -157,32 +151,22 @@ class IoLoop:
 
     def _run(self) -> None:
         sel = self._sel
+        queue = self._queue
+        queue.bind()
         while not self._stopped:
             timeout = None
             if self._timers:
                 timeout = max(0.0, self._timers[0][0] - time.monotonic())
-            if self._calls:
-                timeout = 0.0
             for key, _ in sel.select(timeout):
                 obj = key.data
                 if obj is None:
-                    try:
-                        while self._wake_r.recv(4096):
-                            pass
-                    except OSError:
-                        pass
+                    queue.run_pending()
                     continue
                 try:
                     obj.on_readable()
                 except Exception as exc:  # noqa: BLE001 - a handler bug closes one connection only
                     _log.error("%s transport: closing after a handler error: %r", self.name, exc)
                     obj.on_error(exc)
-            while self._calls:
-                fn = self._calls.popleft()
-                try:
-                    fn()
-                except Exception:  # noqa: BLE001 - the I/O thread must survive
-                    _log.exception("%s transport: a posted call failed", self.name)
             now = time.monotonic()
             while self._timers and self._timers[0][0] <= now:
                 fn = heapq.heappop(self._timers)[2]
@@ -191,8 +175,7 @@ class IoLoop:
                 except Exception:  # noqa: BLE001
                     _log.exception("%s transport: a timer failed", self.name)
         self._sel.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        queue.close()
 
     def stop(self, before: Callable[[], None] | None = None, *, wait: float = 5.0) -> None:
         """Run ``before`` on the I/O thread, then end it; wait up to ``wait`` seconds for it
