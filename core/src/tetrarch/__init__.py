@@ -35,7 +35,7 @@ _EXPORTS = {
     "HostMesh": "tetrarch._runtime._procmesh",
     "this_host": "tetrarch._runtime._procmesh",
     "this_proc": "tetrarch._runtime._procmesh",
-    "shutdown_context": "tetrarch._runtime._procmesh",
+    "shutdown_context": "tetrarch._runtime._shutdown",
     "context": "tetrarch._runtime._context",
     "Context": "tetrarch._runtime._context",
     "current_rank": "tetrarch._runtime._context",
@@ -148,7 +148,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._runtime._future import Future
     from ._runtime._mesh import ActorMesh
     from ._runtime._port import Port, PortReceiver
-    from ._runtime._procmesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
+    from ._runtime._procmesh import HostMesh, ProcMesh, this_host, this_proc
     from ._runtime._shape import Extent, Point, Shape
+    from ._runtime._shutdown import shutdown_context
     from ._runtime._supervision import MeshFailure, unhandled_fault_hook
     from ._runtime._valuemesh import ValueMesh

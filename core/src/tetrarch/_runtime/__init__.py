@@ -57,7 +57,8 @@ A module that needs something from above takes it as an argument or a ``Protocol
 ``meshes`` (what users call)
     ``_mesh``       ActorMesh
     ``_hostalloc``  which allocator starts a host mesh (the registry's selection rules)
-    ``_procmesh``   HostMesh, ProcMesh, this_host(), this_proc(), shutdown_context()
+    ``_procmesh``   HostMesh, ProcMesh, this_host(), this_proc()
+    ``_shutdown``   shutdown_context(), and stopping what the client started at exit
     ``_job``        jobs: named host meshes from an allocator (``tetrarch.job``)
     ``_channel``    Channel, send(), Accumulator
 
@@ -85,6 +86,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("actors", tuple(f"tetrarch._runtime.{m}" for m in ("_actor", "_runner", "_procagent"))),
     ("process", ("tetrarch._runtime._root",)),
     ("rdma", ("tetrarch._rdma",)),
-    ("meshes", tuple(f"tetrarch._runtime.{m}" for m in ("_mesh", "_hostalloc", "_procmesh", "_job", "_channel"))),
+    ("meshes", tuple(f"tetrarch._runtime.{m}" for m in (
+        "_mesh", "_hostalloc", "_procmesh", "_shutdown", "_job", "_channel"))),
     ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main")),
 )

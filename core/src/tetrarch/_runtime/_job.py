@@ -15,8 +15,9 @@ from types import TracebackType
 from .._errors import ArgumentError, ArgumentTypeError, MeshNotFoundError
 from ._future import Future
 from ._hostalloc import job_allocator
-from ._procmesh import HostMesh, release_this_host, this_host
+from ._procmesh import HostMesh, this_host
 from ._shape import Extent, Shape
+from ._shutdown import release_this_host
 
 __all__ = ["AllocatorJob", "JobState", "JobTrait", "LocalJob", "ProcessJob"]
 

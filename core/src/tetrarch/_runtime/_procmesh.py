@@ -8,11 +8,8 @@ import logging
 import os
 import pickle
 import secrets
-import signal
 import sys
 import threading
-import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -54,18 +51,15 @@ from ._root import Root, child_env, get_root, on_client_exit
 from ._router import PeerUnreachable
 from ._runner import current_actor
 from ._shape import Extent, MeshTrait, Shape
+from ._shutdown import _kill_records, _live_host_meshes, _live_proc_meshes, _this, shutdown_all
 from ._spawn import ExitInfo
 from ._supervision import MeshState
 
-__all__ = ["HostMesh", "ProcMesh", "release_this_host", "shutdown_context", "this_host", "this_proc"]
+__all__ = ["HostMesh", "ProcMesh", "this_host", "this_proc"]
 
 A = TypeVar("A", bound=Actor)
 _ids = itertools.count()
-_live_proc_meshes: weakref.WeakSet[ProcMesh] = weakref.WeakSet()
-_live_host_meshes: weakref.WeakSet[HostMesh] = weakref.WeakSet()
 _log = get_logger("supervision")
-#: How long stopping at exit may take before tetrarch says what it waits for (s).
-_QUIET_STOP_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +67,6 @@ class _Host:
     address: str
     hostname: str
     pid: int
-
-
-class _ThisProcess:
-    """This process's ``this_host()`` and ``this_proc()`` meshes, made on first use."""
-
-    host: HostMesh | None = None
-    proc: ProcMesh | None = None
-
-
-_this = _ThisProcess()
 
 
 def _uid(name: str) -> str:
@@ -301,16 +285,6 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
         raise
     mesh._host_records = records
     return [_Host(r.address, r.hostname, r.pid) for r in records]
-
-
-def _kill_records(root: Root, records: list[ProcRecord], requests: list) -> None:
-    ids = [r.ident for r in records]
-    for host, _specs in requests:
-        try:
-            root.runtime.send(host.address, [_wire.sys_header(_wire.SVC_HOST, "kill_procs"),
-                                             *_serial.dumps(_wire.KillProcs(ids, 9))])
-        except PeerUnreachable:
-            pass
 
 
 class ProcMesh(MeshTrait):
@@ -547,92 +521,4 @@ def this_proc() -> ProcMesh:
     return _this.proc
 
 
-def _shutdown_all() -> None:
-    """Stop every live proc mesh and host agent (atexit, and ``shutdown_context()``).
-
-    When the procs take longer than a moment (a call still runs in them, e.g. after
-    Ctrl-C), says what it waits for. A ``KeyboardInterrupt`` meanwhile (a second
-    Ctrl-C) kills the procs at once instead.
-    """
-    meshes = [pm for pm in list(_live_proc_meshes) if pm._owned]
-    futures = []
-    for pm in meshes:
-        try:
-            futures.append(pm.stop())
-        except Exception:  # noqa: BLE001
-            pass
-    try:
-        _wait_for_stops(meshes, futures)
-        _shutdown_hosts()
-    except KeyboardInterrupt:
-        _kill_now(meshes, futures)
-        _shutdown_hosts()
-
-
-def _shutdown_hosts() -> None:
-    for hm in list(_live_host_meshes):
-        try:
-            hm.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def _wait_for_stops(meshes: list[ProcMesh], futures: list[Future[None]]) -> None:
-    limit = STOP_TIMEOUT()
-    deadline = time.monotonic() + limit + 6
-    if not all(_stopped_within(f, _QUIET_STOP_S) for f in futures):
-        n = sum(1 for pm in meshes for p in pm._procs if not p.gone)
-        _log.warning("stopping %d proc%s (waiting up to %g s for them to exit; Ctrl-C again to kill them now)", n,
-                     "" if n == 1 else "s", limit)
-    for f in futures:
-        _stopped_within(f, max(deadline - time.monotonic(), 0.0))
-
-
-def _stopped_within(fut: Future[None], timeout: float) -> bool:
-    try:
-        fut.get(timeout)
-    except TimeoutError:
-        return False
-    except Exception:  # noqa: BLE001 - a failed stop is over too
-        pass
-    return True
-
-
-def _kill_now(meshes: list[ProcMesh], futures: list[Future[None]]) -> None:
-    """SIGKILL the procs of ``meshes`` and wait (briefly) until their stops are over."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a third Ctrl-C must not break the kill
-    root = get_root()
-    n = 0
-    for pm in meshes:
-        hosts = pm._host_mesh._hosts if pm._host_mesh is not None else []
-        alive = [p for p in pm._procs if not p.gone]
-        n += len(alive)
-        _kill_records(root, alive, [(h, None) for h in hosts or []])
-    _log.warning("killing %d proc%s now", n, "" if n == 1 else "s")
-    for f in futures:
-        _stopped_within(f, 5.0)
-
-
-def shutdown_context() -> Future[None]:
-    """Stop every proc mesh and host agent this process started (also runs at exit).
-
-    Afterwards ``this_host()`` starts a fresh host agent on its next use.
-    """
-    _shutdown_all()
-    release_this_host()
-    return Future._completed(None)
-
-
-def release_this_host() -> None:
-    """Shut down the client's ``this_host()`` agent (and its procs); the next use starts a fresh one.
-
-    A proc's ``this_host()`` (its host agent, not owned here) is left alone.
-    """
-    mesh = _this.host
-    if mesh is not None and mesh._owned:
-        mesh.shutdown()
-        _this.host = None
-
-
-on_client_exit(_shutdown_all)
+on_client_exit(shutdown_all)
