@@ -31,13 +31,14 @@ def _pcts(samples: list[float]) -> tuple[float, float]:
     return samples[len(samples) // 2], samples[int(len(samples) * 0.99) - 1]
 
 
-def raw_baseline(kind: str, calls: int, pipelined: int, window: int) -> tuple[float, float, float]:
-    """p50, p99 and pipelined calls/s of a plain socket echo (``_baselines``), ``window`` messages in flight.
+def raw_baseline(library: str, kind: str, calls: int, pipelined: int, window: int) -> tuple[float, float, float]:
+    """p50, p99 and pipelined calls/s of a raw ``library`` echo (``_baselines.Peer``: ``socket``,
+    ``zmq`` or ``nng``) over ``kind`` (ipc or tcp), ``window`` messages in flight when pipelining.
 
     Pipelining keeps at most ``window`` messages unanswered: writing all of them before
     reading any deadlocked once both kernel socket buffers were full (``--pipelined 20000``).
     """
-    peer = Peer("socket", kind)
+    peer = Peer(library, kind)
     try:
         for _ in range(200):
             peer.roundtrip()
@@ -55,44 +56,11 @@ def raw_baseline(kind: str, calls: int, pipelined: int, window: int) -> tuple[fl
     return p50, p99, rate
 
 
-def zmq_baseline(calls: int) -> tuple[float, float] | None:
-    """p50/p99 of a raw pyzmq round trip over ipc (the figure Monarch and Ray are quoted against)."""
-    if missing_library("zmq"):
+def library_baseline(library: str, args: argparse.Namespace) -> tuple[float, float, float] | None:
+    """:func:`raw_baseline` of pyzmq or pynng over ipc, or None when the library is missing."""
+    if missing_library(library):
         return None
-    peer = Peer("zmq", "ipc")
-    try:
-        for _ in range(200):
-            peer.roundtrip()
-        lat = []
-        for _ in range(calls):
-            t = time.perf_counter()
-            peer.roundtrip()
-            lat.append(time.perf_counter() - t)
-    finally:
-        peer.close()
-    return _pcts(lat)
-
-
-def nng_baseline(calls: int, pipelined: int, window: int) -> tuple[float, float, float] | None:
-    """p50/p99 of a raw pynng pair0 round trip over ipc, and its pipelined echo rate (``window`` in flight)."""
-    if missing_library("nng"):
-        return None
-    peer = Peer("nng", "ipc")
-    try:
-        for _ in range(200):
-            peer.roundtrip()
-        lat = []
-        for _ in range(calls):
-            t = time.perf_counter()
-            peer.roundtrip()
-            lat.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        peer.pipelined(pipelined, window)
-        rate = pipelined / (time.perf_counter() - t)
-    finally:
-        peer.close()
-    p50, p99 = _pcts(lat)
-    return p50, p99, rate
+    return raw_baseline(library, "ipc", args.calls, args.pipelined, args.window)
 
 
 def tetrarch_calls(calls: int, pipelined: int) -> tuple[float, float, float]:
@@ -126,10 +94,10 @@ def main() -> None:
     os.environ["TETRARCH_TRANSPORT"] = args.transport
     # zmq's and nng's addresses default to ipc: their raw socket baseline is a Unix socket,
     # next to the raw library's own
-    r50, r99, rrate = raw_baseline("tcp" if args.transport == "tcp" else "ipc", args.calls, args.pipelined,
-                                   args.window)
-    z = zmq_baseline(args.calls) if args.transport in ("ipc", "zmq") else None
-    n = nng_baseline(args.calls, args.pipelined, args.window) if args.transport == "nng" else None
+    r50, r99, rrate = raw_baseline("socket", "tcp" if args.transport == "tcp" else "ipc", args.calls,
+                                   args.pipelined, args.window)
+    z = library_baseline("zmq", args) if args.transport in ("ipc", "zmq") else None
+    n = library_baseline("nng", args) if args.transport == "nng" else None
     t50, t99, trate = tetrarch_calls(args.calls, args.pipelined)
     us = 1e6
     print(f"transport: {args.transport}   cores: {os.cpu_count()}   python: {sys.version.split()[0]}")
