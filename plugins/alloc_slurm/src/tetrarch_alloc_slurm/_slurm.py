@@ -49,8 +49,11 @@ class SlurmAllocation(Allocation):
         self._on_ended = on_ended
         self._stopped = threading.Event()
         self._lock = threading.Lock()
-        if jobid is not None:
-            threading.Thread(target=self._watch, name=f"tetrarch-slurm-{jobid}", daemon=True).start()
+
+    def watch(self) -> None:
+        """Start reporting the agents ended when the job stops running (call once it runs)."""
+        if self.jobid is not None:
+            threading.Thread(target=self._watch, name=f"tetrarch-slurm-{self.jobid}", daemon=True).start()
 
     def _watch(self) -> None:
         """Report every agent ended once the job is no longer running (cancelled, failed, node lost)."""
@@ -171,6 +174,7 @@ class SlurmAllocator(Allocator):
         except BaseException:
             allocation.stop(grace=1.0)
             raise
+        allocation.watch()
         return allocation
 
 
