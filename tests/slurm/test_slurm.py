@@ -140,3 +140,34 @@ def test_bad_options_name_the_option() -> None:
         SlurmJob({"w": 1}, gpus_per_node=0)
     with pytest.raises(ArgumentError, match="job_start_timeout"):
         SlurmJob({"w": 1}, job_start_timeout=-1)
+
+
+@pytest.mark.isolated
+@pytest.mark.slow
+def test_the_slurm_hello_example_prints_four_ranks_on_two_nodes(run_scenario: Callable[..., Any], cluster: Any) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "slurm_hello.py"
+    res = run_scenario(example, "--timing", timeout=90, env=cluster.env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [line for line in res.stdout.splitlines() if "'node':" in line and "hosts" in line]
+    assert len(rows) == 4, res.stdout
+    assert "state() -> 4 actors answering" in res.stdout
+
+
+def test_probe_says_why_and_how_when_the_controller_does_not_answer(cluster: Any, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    if cluster.layout != "plain":
+        pytest.skip("one layout is enough")
+    from tetrarch_alloc_slurm._plugin import probe
+
+    conf = (cluster.dir / "slurm.conf").read_text()
+    dead = tmp_path / "slurm.conf"
+    dead.write_text(conf.replace("SlurmctldPort=17817", "SlurmctldPort=17999"))
+    monkeypatch.setenv("SLURM_CONF", str(dead))
+    start = time.monotonic()
+    result = probe()
+    took = time.monotonic() - start
+    assert not result.ok
+    assert "controller" in result.reason and "SLURM_CONF" in result.remedy and "local-slurm start" in result.remedy
+    assert took < scaled(2.0)
+    monkeypatch.setenv("SLURM_CONF", str(cluster.dir / "slurm.conf"))
+    assert probe().ok, probe().reason
