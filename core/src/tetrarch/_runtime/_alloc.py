@@ -95,6 +95,17 @@ class Allocator(abc.ABC):
     #: routable address instead of loopback.
     spans_hosts: bool = False
 
+    def client_host(self, options: Mapping[str, object]) -> str | None:
+        """The IP the client listens on for a spanning allocation with these options; ``None``: the transport's default.
+
+        Called before :meth:`allocate` when :attr:`spans_hosts` is true (e.g. the
+        interface that routes to the cluster's nodes).
+
+        Raises:
+            AllocatorError: the options name an address that cannot be used.
+        """
+        return None
+
     def allocate(self, request: AllocRequest, on_exit: Callable[[int, ExitInfo], None]) -> Allocation:
         """Start ``request.hosts`` host agents; ``on_exit(index, info)`` reports each end.
 

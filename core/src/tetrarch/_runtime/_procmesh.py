@@ -266,7 +266,7 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
     """
     extra = {}
     if allocator.spans_hosts:
-        root.runtime.listen_routable()
+        root.runtime.listen_routable(allocator.client_host(mesh._options))
         extra[ENV_SPANS_HOSTS.name] = "1"
     alloc_id = _uid("hosts")
     records = [ProcRecord(f"{alloc_id}/{i}", f"host agent {i}", kind="host agent") for i in range(n)]

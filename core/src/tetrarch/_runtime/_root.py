@@ -18,7 +18,9 @@ from typing import Any
 
 from .._config import (
     ENV_ALLOC_TRANSPORT,
+    ENV_CLIENT_ADDR,
     ENV_HOST_AGENT_ADDR,
+    ENV_OWNER_ADDR,
     ENV_SPANS_HOSTS,
     ENV_SYS_PATH,
     LISTEN_ADDRESS,
@@ -28,6 +30,7 @@ from .._config import (
 from .._log import set_process_name
 from .._plugins import BackendNotFound, BackendUnavailable, Registry, get_registry, known_backend, split_address
 from .._plugins._specs import BackendKind
+from .._transport._route import host_of, pin_host, source_ip_toward
 from ._launch import LaunchTracker
 from ._output import OutputPrinter
 from ._port import link_service
@@ -56,6 +59,9 @@ class Root:
         transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name)
         set_process_name(name)
         spans_hosts = role != "client" and os.environ.get(ENV_SPANS_HOSTS.name) == "1"
+        if spans_hosts:  # listen on the interface that reaches our launcher (the host name may be loopback)
+            launcher = os.environ.get((ENV_CLIENT_ADDR if role == "host" else ENV_OWNER_ADDR).name)
+            address = pin_host(transport.default_address(spans_hosts=True), source_ip_toward(host_of(launcher)))
         self.runtime = Router(transport, secret, name=name, spans_hosts=spans_hosts,
                               listen_address=Registry.strip_scheme(address) if address else None)
         self.launches = LaunchTracker(self.runtime)

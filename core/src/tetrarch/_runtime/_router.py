@@ -37,6 +37,7 @@ from .._config import CONNECT_TIMEOUT
 from .._log import get_logger
 from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role
 from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
+from .._transport._route import pin_host
 from . import _outcome, _serial, _wire
 from ._tombstones import Tombstones
 
@@ -501,12 +502,13 @@ class Router:
             else:
                 service(hdr, frames[1:], conn)
 
-    def listen_routable(self) -> None:
+    def listen_routable(self, host: str | None = None) -> None:
         """Also listen where other hosts can reach us, and advertise that address from now on.
 
         For a client whose allocation spans hosts (``Allocator.spans_hosts``); a no-op
         when this router already listens routably. Connections to the old address keep
-        working.
+        working. ``host`` (an IP, from ``Allocator.client_host``) pins the listener to
+        that interface; ``None``: the transport's default routable address.
 
         Raises:
             TransportError: the transport cannot span hosts (e.g. ``ipc``).
@@ -514,7 +516,7 @@ class Router:
         with self._lock:
             if self.spans_hosts:
                 return
-            listener = self.transport.listen(self.transport.default_address(spans_hosts=True), self)
+            listener = self.transport.listen(pin_host(self.transport.default_address(spans_hosts=True), host), self)
             self._listeners.append(listener)
             self._own_addresses.add(listener.address)
             self.address = listener.address

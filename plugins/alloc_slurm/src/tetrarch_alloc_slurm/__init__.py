@@ -1,9 +1,12 @@
 """tetrarch allocator whose hosts are the nodes of a Slurm job (backend ``slurm``).
 
-Not implemented yet: ``tetrarch plugins`` reports it as ``not implemented`` (and whether
-``sbatch`` and ``srun`` are there) and creating it raises :class:`NotImplementedError`.
+``SlurmJob({"trainers": 2}, partition=...)`` for named host meshes, or
+``TETRARCH_ALLOCATOR=slurm`` with ``tetrarch.job.AllocatorJob``. See docs/slurm.md.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._job import SlurmJob
+from ._options import SlurmOptions, SlurmPlan
+
+__all__ = ["SlurmJob", "SlurmOptions", "SlurmPlan"]

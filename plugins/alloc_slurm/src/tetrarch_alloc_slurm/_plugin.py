@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from collections.abc import Sequence
 
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 
-ALTERNATIVE = "use the 'local' allocator"  # for the placeholder factory's error
 INSTALL = "run on a Slurm login node, or install the Slurm client tools (slurm-client) and set SLURM_CONF"
+HINT = ("point at a cluster with SLURM_CONF=/path/to/slurm.conf (a login node has it set up); for a local test "
+        "cluster: scripts/local-slurm start --nodes 2 && eval \"$(scripts/local-slurm env)\"")
+#: How long the controller may take to answer the probe.
+PING_TIMEOUT = 1.0
 
 
 def probe() -> ProbeResult:
-    """Whether ``sbatch`` and ``srun`` are on PATH."""
-    found = {tool: shutil.which(tool) for tool in ("sbatch", "srun")}
+    """Whether ``sbatch`` and ``srun`` are on PATH and the controller answers ``scontrol ping`` within a second."""
+    found = {tool: shutil.which(tool) for tool in ("sbatch", "srun", "scontrol")}
     missing = [tool for tool, path in found.items() if path is None]
     if missing:
         return ProbeResult.no(f"{' and '.join(missing)} not on PATH", INSTALL)
-    return ProbeResult.yes(f"sbatch ({found['sbatch']}) and srun")
+    where = f"SLURM_CONF={os.environ['SLURM_CONF']}" if os.environ.get("SLURM_CONF") else "the default slurm.conf"
+    try:
+        res = subprocess.run([found["scontrol"] or "scontrol", "ping"], capture_output=True, text=True,
+                             timeout=PING_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        return ProbeResult.no(f"the Slurm controller ({where}) did not answer within {PING_TIMEOUT:g} s", HINT)
+    except OSError as exc:
+        return ProbeResult.no(f"cannot run scontrol ping: {exc}", HINT)
+    if res.returncode != 0 or " is UP" not in res.stdout:
+        detail = (res.stdout + res.stderr).strip().splitlines()
+        return ProbeResult.no(f"the Slurm controller ({where}) does not answer: {detail[-1] if detail else 'down'}",
+                              HINT)
+    return ProbeResult.yes(f"sbatch ({found['sbatch']}), srun; controller up ({where})")
 
 
 @hookimpl
@@ -28,7 +45,7 @@ def tetrarch_allocators() -> Sequence[BackendSpec]:
             "slurm",
             "tetrarch_alloc_slurm._slurm:SlurmAllocator",
             probe=probe,
-            implemented=False,  # the factory is a placeholder: `tetrarch plugins` says so first
+            implemented=True,
             priority=0,
             extra="slurm",
             summary="host agents on the nodes of a Slurm job (sbatch + srun)",

@@ -1,0 +1,173 @@
+"""The Slurm allocator against a real local Slurm cluster, in both layouts (plain and --netns)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tetrarch.testing import scaled
+
+SCENARIO = Path(__file__).parent / "scenarios" / "slurm_mesh.py"
+pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(120))]
+
+
+def _lines(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def _wait_job_ended(cluster: Any, jobid: str, seconds: float) -> str:
+    deadline = time.monotonic() + scaled(seconds)
+    while cluster.squeue(jobid) and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling Slurm's queue: it offers nothing to wait on
+    return cluster.squeue(jobid)
+
+
+def _files_holding(root: Path, needle: bytes) -> list[str]:
+    hits = []
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and not path.is_socket() and needle in path.read_bytes():
+                hits.append(str(path))
+        except OSError:
+            continue
+    return hits
+
+
+@pytest.mark.isolated
+@pytest.mark.slow
+def test_two_nodes_by_two_procs_output_supervision_and_teardown(run_scenario: Callable[..., Any], cluster: Any,
+                                                                tmp_path: Path) -> None:
+    env = {**cluster.env, "TETRARCH_SECRET_DIR_UNUSED": ""}
+    res = run_scenario(SCENARIO, "basic", timeout=90, env=env, cwd=tmp_path)
+    out = _lines(res.stdout)
+    assert res.returncode == 0, res.stdout + res.stderr
+    head = out[0]
+    jobid, secret = head["jobid"], head["secret"]
+    values = out[1]["values"]
+    assert len(values) == 4
+    ranks = sorted((v["rank"]["hosts"], v["rank"]["procs"]) for _p, v in values)
+    assert ranks == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    nodes = {v["rank"]["hosts"]: v["node"] for _p, v in values}
+    assert len(set(nodes.values())) == 2, nodes
+    if cluster.layout == "netns":
+        assert {v["hostname"] for _p, v in values} == {"h1", "h2"}
+    # remote prints reach the client's terminal, prefixed with mesh and rank
+    printed = [line for line in (res.stdout + res.stderr).splitlines() if "hello from node" in line]
+    assert len(printed) == 4 and all(line != line.lstrip("[") or "hosts=" in line for line in printed), printed
+    assert all("hosts=" in line and "procs=" in line for line in printed), printed
+    # a killed host agent: the pending call fails with SupervisionError within 2 s; node 1 keeps working
+    kill = out[2]
+    assert kill["kill"] == "SupervisionError", kill
+    assert kill["kill_s"] < scaled(2.0), kill
+    assert out[3]["survivors"] == 2
+    # the job ended with the client; the secret is nowhere in Slurm's files or the job's output
+    assert _wait_job_ended(cluster, jobid, 30) == ""
+    assert cluster.job_state(jobid) in ("COMPLETED", "CANCELLED", "FAILED", "GONE")
+    output = Path.home() / ".cache" / "tetrarch" / "slurm" / f"slurm-{jobid}.out"
+    assert "hello from node" not in (output.read_text() if output.exists() else "")
+    assert _files_holding(cluster.dir, secret.encode()) == []
+    assert _files_holding(output.parent, secret.encode()) == []
+
+
+@pytest.mark.isolated
+@pytest.mark.slow
+def test_sigkill_of_the_client_ends_the_job(start_scenario: Callable[..., Any], cluster: Any) -> None:
+    proc = start_scenario(SCENARIO, "hold", env=cluster.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    jobid = json.loads(first)["jobid"]
+    proc.stdout.readline()  # the values: the procs are up
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=scaled(10))
+    # the agents lose the client's connection and end, their srun step and the job with them
+    assert _wait_job_ended(cluster, jobid, 40) == "", cluster.job_state(jobid)
+
+
+@pytest.mark.slow
+def test_a_job_pending_past_its_start_timeout_is_cancelled_with_slurms_reason(cluster: Any) -> None:
+    if cluster.layout != "plain":
+        pytest.skip("one layout is enough: no host agent starts")
+    code = (
+        "import sys\n"
+        "from tetrarch import configure\n"
+        "from tetrarch_alloc_slurm import SlurmJob\n"
+        "configure(transport='tcp')\n"
+        "job = SlurmJob({'w': 1}, job_start_timeout=1, slurm_args=['--begin=now+1hour'])\n"
+        "try:\n"
+        "    job.state()\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], env={**os.environ, **cluster.env}, capture_output=True,
+                         text=True, timeout=scaled(60), check=False)
+    assert "AllocatorError" in res.stdout and "BeginTime" in res.stdout and "cancelled" in res.stdout, \
+        res.stdout + res.stderr
+    jobid = res.stdout.split("Slurm job ")[1].split()[0]
+    assert _wait_job_ended(cluster, jobid, 30) == ""
+
+
+def test_plan_shows_sbatch_and_srun_without_submitting_or_the_secret() -> None:
+    from tetrarch_alloc_slurm import SlurmJob
+
+    job = SlurmJob({"trainers": 2}, partition="gpu", time_limit="1:00:00", gpus_per_node=4, cpus_per_task=8,
+                   mem="16G", account="acct", qos="high", slurm_args=["--exclusive"], python_exe="/opt/py/bin/python",
+                   workdir="/shared/run")
+    plan = job.plan()["trainers"]
+    for directive in ("--nodes=2", "--ntasks-per-node=1", "--partition=gpu", "--time=1:00:00",
+                      "--gpus-per-node=4", "--cpus-per-task=8", "--mem=16G", "--account=acct", "--qos=high",
+                      "--exclusive", "--chdir=/shared/run"):
+        assert f"#SBATCH {directive}\n" in plan.script, directive
+    assert plan.srun_argv[0] == "srun" and "--ntasks=2" in plan.srun_argv
+    assert "/opt/py/bin/python" in plan.srun_argv[-1] and "tetrarch._runtime._host_agent" in plan.srun_argv[-1]
+    assert plan.script.rstrip().endswith(plan.srun_argv[-1].replace("'", "'\"'\"'")) or "exec srun" in plan.script
+    assert not job.running
+
+
+def test_bad_options_name_the_option() -> None:
+    from tetrarch._errors import ArgumentError
+    from tetrarch_alloc_slurm import SlurmJob
+
+    with pytest.raises(ArgumentError, match="gpus_per_node"):
+        SlurmJob({"w": 1}, gpus_per_node=0)
+    with pytest.raises(ArgumentError, match="job_start_timeout"):
+        SlurmJob({"w": 1}, job_start_timeout=-1)
+
+
+@pytest.mark.isolated
+@pytest.mark.slow
+def test_the_slurm_hello_example_prints_four_ranks_on_two_nodes(run_scenario: Callable[..., Any], cluster: Any) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "slurm_hello.py"
+    res = run_scenario(example, "--timing", timeout=90, env=cluster.env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [line for line in res.stdout.splitlines() if "'node':" in line and "hosts" in line]
+    assert len(rows) == 4, res.stdout
+    assert "state() -> 4 actors answering" in res.stdout
+
+
+def test_probe_says_why_and_how_when_the_controller_does_not_answer(cluster: Any, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    if cluster.layout != "plain":
+        pytest.skip("one layout is enough")
+    from tetrarch_alloc_slurm._plugin import probe
+
+    conf = (cluster.dir / "slurm.conf").read_text()
+    dead = tmp_path / "slurm.conf"
+    dead.write_text(conf.replace("SlurmctldPort=17817", "SlurmctldPort=17999"))
+    monkeypatch.setenv("SLURM_CONF", str(dead))
+    start = time.monotonic()
+    result = probe()
+    took = time.monotonic() - start
+    assert not result.ok
+    assert "controller" in result.reason and "SLURM_CONF" in result.remedy and "local-slurm start" in result.remedy
+    assert took < scaled(2.0)
+    monkeypatch.setenv("SLURM_CONF", str(cluster.dir / "slurm.conf"))
+    assert probe().ok, probe().reason
