@@ -43,7 +43,7 @@ def test_unknown_names_list_the_choices_and_the_install_hint(builtins_only: Regi
         builtins_only.get_transport("pigeon")
     with pytest.raises(BackendNotFound, match=r"'zmq' comes with tetrarch-transport-zmq: pip install .tetrarch\[zmq\]"):
         builtins_only.get_transport("zmq")
-    with pytest.raises(BackendNotFound, match=r"'slurm' is not implemented yet"):
+    with pytest.raises(BackendNotFound, match=r"'slurm' comes with tetrarch-alloc-slurm: pip install .tetrarch\[slu"):
         builtins_only.get_allocator("slurm")
     # core alone has an allocator, so a plain `pip install tetrarch` runs this_host()
     assert type(builtins_only.get_allocator()).__name__ == "LocalAllocator"
