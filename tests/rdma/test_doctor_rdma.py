@@ -12,6 +12,7 @@ from tetrarch.testing import scaled
 
 
 @pytest.mark.timeout(scaled(60))
+@pytest.mark.filterwarnings("ignore::tetrarch.rdma.RDMATcpFallbackWarning")
 def test_doctor_rdma_reports_every_backend_and_the_selection() -> None:
     done = subprocess.run([sys.executable, "-m", "tetrarch", "doctor", "rdma"], capture_output=True, text=True,
                           timeout=scaled(50), check=False)
