@@ -10,6 +10,7 @@
 set -euo pipefail
 
 PACKAGES=(
+    python3-pyverbs  # rdma_verbs: its probe and tests import the real pyverbs (found without PYTHONPATH)
 )
 
 missing=()

@@ -1,5 +1,6 @@
 """The ``tetrarch`` command line: ``tetrarch plugins [--json] [--verbose]``, ``tetrarch config [--json]``,
-``tetrarch plugins --explain KIND [ADDRESS] [--require CAP] [--json]`` (how a backend is selected).
+``tetrarch plugins --explain KIND [ADDRESS] [--require CAP] [--json]`` (how a backend is selected),
+``tetrarch doctor rdma`` (RDMA backends, probes, devices and the selection here: ``_doctor``).
 
 ``plugins --json`` rows carry the keys of :data:`COLUMNS` plus ``traceback`` (broken
 only); ``config --json`` rows the keys of :data:`CONFIG_KEYS`.
@@ -172,6 +173,17 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from ._doctor import rdma_report
+
+    try:
+        print(rdma_report(get_registry()))
+    except (PluginLoadError, ValueError) as exc:
+        print(f"tetrarch: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from tetrarch import __version__
 
@@ -193,6 +205,9 @@ def _parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="list settings, their current values and where each came from")
     config.add_argument("--json", action="store_true", help="print a JSON list of rows")
     config.set_defaults(func=_cmd_config)
+    doctor = sub.add_parser("doctor", help="diagnose a subsystem on this machine: `doctor rdma`")
+    doctor.add_argument("topic", choices=["rdma"], help="rdma: backends, probes, devices and the selection here")
+    doctor.set_defaults(func=_cmd_doctor)
     return parser
 
 

@@ -56,6 +56,8 @@ __all__ = [
     "PLUGINS_STRICT",
     "PROC_START_TIMEOUT",
     "RDMA_BACKEND",
+    "RDMA_CHUNK_SIZE",
+    "RDMA_DEVICE",
     "RDMA_FALLBACK",
     "RDMA_TCP_CHUNK_SIZE",
     "RDMA_TCP_WINDOW",
@@ -63,6 +65,7 @@ __all__ = [
     "STOP_TIMEOUT",
     "TEST_SLOWDOWN",
     "TRANSPORT",
+    "VERBS_MAX_WR",
     "LaunchVar",
     "Setting",
     "Source",
@@ -302,6 +305,19 @@ RDMA_TCP_WINDOW: Setting[int] = Setting(
     "rdma_tcp_window", "TETRARCH_RDMA_TCP_WINDOW", int, 8,
     "chunks of one RDMA TCP fallback write that may be unacknowledged at once",
 )
+RDMA_DEVICE: Setting[str | None] = Setting(
+    "rdma_device", "TETRARCH_RDMA_DEVICE", str, None,
+    "RDMA device (and port) the verbs backend uses, e.g. `mlx5_0` or `mlx5_0:1`; unset: the NIC nearest the "
+    "process's GPU (PCIe topology), else the first device with an active port",
+)
+RDMA_CHUNK_SIZE: Setting[int] = Setting(
+    "rdma_chunk_size", "TETRARCH_RDMA_CHUNK_SIZE", int, 64 << 20,
+    "largest single work request of a hardware RDMA backend (verbs); larger transfers are split", unit="bytes",
+)
+VERBS_MAX_WR: Setting[int] = Setting(
+    "verbs_max_wr", "TETRARCH_VERBS_MAX_WR", int, 16,
+    "work requests the verbs backend keeps in flight per queue pair",
+)
 FORWARD_OUTPUT: Setting[bool] = Setting(
     "forward_output", "TETRARCH_FORWARD_OUTPUT", bool, True,
     "procs' stdout and stderr reach the client line by line, prefixed with mesh and rank (`0`: unprefixed, "
@@ -327,7 +343,8 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
     for s in (
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR, RDMA_BACKEND,
-        DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
+        DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, RDMA_DEVICE,
+        RDMA_CHUNK_SIZE, VERBS_MAX_WR, FORWARD_OUTPUT,
         AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })

@@ -82,6 +82,10 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
     try:
         name = backend_name or choose_backend(desc)
         backend = runtime.backend(name)
+        if region.kind not in backend.memory_kinds:
+            raise ArgumentError(f"RDMA backend {name!r} cannot move {region.kind.value} memory directly (it takes "
+                                f"{sorted(k.value for k in backend.memory_kinds)}): pass a host tensor (t.cpu(), "
+                                f"pinned for speed) and copy it to the device yourself")
         remote = RemoteRegion(desc.owner, desc.buffer_id, desc.size, desc.contexts[name])
         deadline = time.monotonic() + timeout
         op = backend.write if write else backend.read
@@ -300,5 +304,5 @@ def fit(memory: Memory, size: int, what: str, arg: str) -> Memory:
                             f"write at most {size} bytes (slice src)")
     if region.nbytes == min(region.nbytes, size):
         return memory
-    assert region.view is not None
-    return Memory(LocalRegion(region.address, size, region.view[:size], region.kind, region.device), memory.root)
+    view = region.view[:size] if region.view is not None else None  # device memory has no view
+    return Memory(LocalRegion(region.address, size, view, region.kind, region.device), memory.root)

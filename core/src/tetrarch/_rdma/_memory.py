@@ -46,13 +46,14 @@ def _root_of(obj: Any, attr: str) -> Any:
 
 
 def as_memory(data: Any, what: str, *, writable: bool) -> Memory:
-    """``data`` as a checked 1-D contiguous region of this process's CPU memory.
+    """``data`` as a checked 1-D contiguous region of this process's memory (CPU, or a CUDA/ROCm tensor).
 
     Raises:
         TypeError: not a torch tensor, numpy array or memoryview (or bytes-like), or a
             read-only one where ``writable`` is needed.
-        ValueError: empty, multi-dimensional or non-contiguous (the message gives the fix),
-            or memory of a kind no backend handles yet (CUDA).
+        ValueError: empty, multi-dimensional or non-contiguous (the message gives the fix), or on a
+            device other than CPU and CUDA/ROCm. CUDA memory gives a region of ``MemoryKind.CUDA``
+            without a view: only backends whose ``memory_kinds`` include it take it.
     """
     module = _kind_of(data)
     if module == "torch":
@@ -75,10 +76,13 @@ def _check_shape(ndim: int, nbytes: int, contiguous: bool, what: str, shape: obj
 
 
 def _torch(t: Any, what: str, writable: bool) -> Memory:
-    if t.device.type != "cpu":
-        raise ArgumentError(f"{what} lives on {t.device}; this version moves CPU memory only (CUDA memory comes "
-                            f"with the ibverbs/efa backends): copy it with .cpu() first")
     nbytes = t.numel() * t.element_size()
+    if t.device.type == "cuda":  # ROCm tensors too (torch.version.hip tells them apart: _gpu.py)
+        _check_shape(t.dim(), nbytes, t.is_contiguous(), what, tuple(t.shape))
+        region = LocalRegion(t.data_ptr(), nbytes, None, MemoryKind.CUDA, t.device.index or 0)
+        return Memory(region, _root_of(t, "_base"))
+    if t.device.type != "cpu":
+        raise ArgumentError(f"{what} lives on {t.device}; RDMA moves CPU and CUDA/ROCm memory: copy it with .cpu()")
     _check_shape(t.dim(), nbytes, t.is_contiguous(), what, tuple(t.shape))
     root = _root_of(t, "_base")
     region = LocalRegion(t.data_ptr(), nbytes, None, MemoryKind.CPU)

@@ -1,36 +1,40 @@
-"""Entry point module (featherweight: pyverbs is imported only inside the probe)."""
+"""Entry point module (featherweight: pyverbs is imported only inside the probe, and only where found)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, module_present
+from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 
-INSTALL = "install Debian's python3-pyverbs (rdma-core) and put its pyverbs folder on PYTHONPATH"
-NO_DEVICE = "check `ibv_devices`; load the RDMA kernel modules (e.g. mlx5_ib, rdma_rxe) or use a host with an RDMA NIC"
+from ._devlist import list_devices
+from ._import import INSTALL, locate
 
-
-def _device_name(device: object) -> str:
-    name = getattr(device, "name", device)
-    return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+NO_DEVICE = ("use a host with an RDMA NIC (check `ibv_devices`), or load the kernel modules (mlx5_ib; rdma_rxe for "
+             "Soft-RoCE); until then RDMA uses the shm/tcp backends")
 
 
 def probe() -> ProbeResult:
-    """pyverbs must import and ``pyverbs.device.get_device_list()`` be non-empty."""
-    if not module_present("pyverbs"):
-        return ProbeResult.no("pyverbs not importable: no module named 'pyverbs'", INSTALL)
-    try:
-        from pyverbs.device import get_device_list
-    except Exception as exc:  # noqa: BLE001 - reported
-        return ProbeResult.no(f"pyverbs not importable: {type(exc).__name__}: {exc}", INSTALL)
-    try:
-        devices = list(get_device_list())
-    except Exception as exc:  # noqa: BLE001 - PyverbsRDMAError('Failed to get devices list')
-        return ProbeResult.no(f"pyverbs found but no RDMA device (get_device_list failed: {exc})", NO_DEVICE)
-    if not devices:
-        return ProbeResult.no("pyverbs found but no RDMA device (get_device_list returned [])", NO_DEVICE)
-    names = ", ".join(_device_name(d) for d in devices)
-    return ProbeResult.yes(f"pyverbs and RDMA device(s) {names}")
+    """pyverbs must import (a regular install or Debian's python3-pyverbs) and
+    ``pyverbs.device.get_device_list()`` list at least one device (asked in a child process,
+    so listing plugins loads no native code)."""
+    where = locate()
+    if where is None:
+        return ProbeResult.no("pyverbs not found (no module named 'pyverbs', no Debian python3-pyverbs)", INSTALL)
+    origin = "pyverbs" if where == "python path" else f"Debian's pyverbs ({where})"
+    found = list_devices()
+    if "import_error" in found or "child_error" in found:
+        return ProbeResult.no(f"{origin} does not import: {found.get('import_error') or found['child_error']}",
+                              INSTALL)
+    origin += f" {found['version']}" if found.get("version") else ""
+    if "list_error" in found:
+        why = "" if os.path.isdir("/sys/class/infiniband_verbs") else (
+            "; /sys/class/infiniband_verbs is absent: the kernel has no RDMA support loaded")
+        return ProbeResult.no(f"{origin} found but no RDMA device: get_device_list() failed "
+                              f"({found['list_error']}{why})", NO_DEVICE)
+    if not found.get("devices"):
+        return ProbeResult.no(f"{origin} found but no RDMA device: get_device_list() returned []", NO_DEVICE)
+    return ProbeResult.yes(f"{origin}, RDMA device(s) {', '.join(found['devices'])}")
 
 
 @hookimpl
@@ -41,10 +45,9 @@ def tetrarch_rdma_backends() -> Sequence[BackendSpec]:
             "verbs",
             "tetrarch_rdma_verbs._verbs:VerbsRdmaBackend",
             probe=probe,
-            implemented=False,  # the factory is a placeholder: `tetrarch plugins` says so first
             priority=100,
             extra="verbs",
-            summary="ibverbs (InfiniBand / RoCE) via pyverbs",
+            summary="ibverbs (InfiniBand / RoCE) via pyverbs: RC queue pairs, one-sided READ/WRITE, dma-buf GPU memory",
             capabilities=frozenset({"same-host", "multi-host"}),
         )
     ]
