@@ -33,6 +33,7 @@ __all__ = [
     "CONFIG_VARS",
     "CONNECT_TIMEOUT",
     "DISABLE_PLUGINS",
+    "EFA_PROVIDER",
     "ENV_ALLOC_ID",
     "ENV_ALLOC_TRANSPORT",
     "ENV_CLIENT_ADDR",
@@ -302,6 +303,11 @@ RDMA_TCP_WINDOW: Setting[int] = Setting(
     "rdma_tcp_window", "TETRARCH_RDMA_TCP_WINDOW", int, 8,
     "chunks of one RDMA TCP fallback write that may be unacknowledged at once",
 )
+EFA_PROVIDER: Setting[str] = Setting(
+    "efa_provider", "TETRARCH_EFA_PROVIDER", str, "efa",
+    "libfabric provider of the `efa` RDMA backend; any RMA-capable one (`shm`, `tcp;ofi_rxm`) runs it without EFA "
+    "hardware, for tests (see docs/rdma.md)",
+)
 FORWARD_OUTPUT: Setting[bool] = Setting(
     "forward_output", "TETRARCH_FORWARD_OUTPUT", bool, True,
     "procs' stdout and stderr reach the client line by line, prefixed with mesh and rank (`0`: unprefixed, "
@@ -327,8 +333,8 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
     for s in (
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR, RDMA_BACKEND,
-        DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
-        AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
+        DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, EFA_PROVIDER,
+        FORWARD_OUTPUT, AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })
 

@@ -62,7 +62,7 @@ KNOWN_BACKENDS: Mapping[tuple[BackendKind, str], KnownBackend] = {
 #: its row says "not implemented" rather than telling users to install it; a test checks
 #: this agrees with the ``implemented`` flag of each installed plugin's spec.
 NOT_IMPLEMENTED_YET: frozenset[tuple[BackendKind, str]] = frozenset(
-    {(_R, "verbs"), (_R, "efa"), (_A, "slurm")}
+    {(_R, "verbs"), (_A, "slurm")}
 )
 
 
