@@ -102,13 +102,13 @@ def test_verbs_plugin(rows) -> None:
 
 def test_efa_plugin(rows) -> None:
     row = rows[(R, "efa")]
-    assert row.spec.priority == 90 and row.status is Status.NOT_IMPLEMENTED
+    assert row.spec.priority == 90 and row.status in (Status.AVAILABLE, Status.UNAVAILABLE)
     library = ctypes.util.find_library("fabric")
     if library is None:
-        assert row.reason.startswith("the efa RDMA backend is not implemented yet (also: libfabric shared library")
-    else:
-        assert row.reason == f"the efa RDMA backend is not implemented yet (found here: libfabric ({library}))"
-    assert "libfabric1" not in row.hint
+        assert row.reason.startswith("libfabric shared library not found")
+    elif row.status is Status.UNAVAILABLE:  # no EFA device: software providers only on request
+        assert "has no 'efa' provider: it needs an EFA device" in row.reason
+        assert "TETRARCH_EFA_PROVIDER=shm" in row.hint
 
 
 def test_allocator_plugins(rows) -> None:
@@ -152,7 +152,9 @@ def test_efa_and_slurm_probes_when_their_tools_exist(monkeypatch: pytest.MonkeyP
     from tetrarch_rdma_efa._plugin import probe as efa_probe
 
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libfabric.so.1")
-    assert efa_probe() == ProbeResult.yes("libfabric (libfabric.so.1)")
+    monkeypatch.setenv("TETRARCH_EFA_PROVIDER", "shm")
+    found = efa_probe()
+    assert found.ok and "provider 'shm' (a software provider, not EFA hardware" in found.reason, found
     monkeypatch.setattr(shutil, "which", lambda tool: f"/opt/slurm/bin/{tool}")
     assert slurm_probe() == ProbeResult.yes("sbatch (/opt/slurm/bin/sbatch) and srun")
     monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "srun" else "/x/sbatch")
@@ -163,7 +165,6 @@ def test_efa_and_slurm_probes_when_their_tools_exist(monkeypatch: pytest.MonkeyP
     ("factory", "message"),
     [
         ("tetrarch_rdma_verbs._verbs:VerbsRdmaBackend", "the verbs RDMA backend is not implemented yet"),
-        ("tetrarch_rdma_efa._efa:EfaRdmaBackend", "the efa RDMA backend is not implemented yet"),
         ("tetrarch_alloc_slurm._slurm:SlurmAllocator", "the slurm allocator is not implemented yet"),
     ],
 )

@@ -7,7 +7,7 @@ is missing, and a worktree or editable checkout needs no reinstall after an edit
 module is keyed by a hash of the C source, the declarations, the libfabric headers'
 version and the interpreter's ABI, so an upgrade of any of them builds a fresh one; it
 compiles once per machine and user (about 2 s) under a file lock, so procs that start
-together build it once. ``TETRARCH_EFA_CACHE`` is not a setting: the directory is
+together build it once. The directory is
 ``$XDG_CACHE_HOME/tetrarch/efa`` (default ``~/.cache/tetrarch/efa``).
 """
 
@@ -149,7 +149,7 @@ def _load() -> ModuleType:
 
 def _compile(name: str, source: str, directory: Path, target: Path) -> None:
     try:
-        import cffi
+        import cffi  # type: ignore[import-untyped]
     except ImportError as exc:
         raise BuildError(f"the efa backend needs cffi to build its libfabric binding: {INSTALL}") from exc
     directory.mkdir(parents=True, exist_ok=True)
@@ -163,7 +163,7 @@ def _compile(name: str, source: str, directory: Path, target: Path) -> None:
         with tempfile.TemporaryDirectory(dir=directory) as tmp:
             try:
                 built = ffi.compile(tmpdir=tmp, verbose=False)
-            except Exception as exc:  # noqa: BLE001 - cffi raises VerificationError, distutils errors, OSError
+            except Exception as exc:
                 raise BuildError(f"building the libfabric binding failed ({type(exc).__name__}: {exc}); it needs "
                                  f"a C compiler and the libfabric headers: {INSTALL}") from exc
             os.replace(built, target)  # atomic: a concurrent loader sees the whole file or none
