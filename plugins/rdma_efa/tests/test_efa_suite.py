@@ -33,9 +33,10 @@ class _EfaSuite(RdmaSuite):
     provider = ""
 
     @pytest.fixture(scope="class", autouse=True)
-    def _provider(self) -> Iterator[None]:
-        _need(self.provider)
-        with configured(efa_provider=self.provider):
+    @classmethod
+    def _provider(cls) -> Iterator[None]:
+        _need(cls.provider)
+        with configured(efa_provider=cls.provider):
             yield
 
     @pytest.fixture(scope="class")
