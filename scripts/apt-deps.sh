@@ -11,6 +11,10 @@ set -euo pipefail
 
 PACKAGES=(
     python3-pyverbs  # rdma_verbs: its probe and tests import the real pyverbs (found without PYTHONPATH)
+    libfabric1      # rdma_efa: the libfabric runtime (its tests run the efa backend over shm and tcp;ofi_rxm)
+    libfabric-dev   # rdma_efa: headers its cffi binding is compiled against on first use
+    gcc             # rdma_efa: compiles that binding (fresh bookworm images may lack a compiler)
+    libc6-dev       # rdma_efa: C library headers for the same compilation
 )
 
 missing=()

@@ -9,6 +9,7 @@ disabled plugin read ``unavailable`` although the docs promise ``disabled``.
 from __future__ import annotations
 
 import ctypes.util
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 import tetrarch_rdma_efa._plugin as efa_plugin
 from tetrarch._cli import _table, plugin_rows
 from tetrarch._plugins import PluginSource, Registry, _fallback
-from tetrarch.plugins import BackendKind, BackendSpec, BackendUnavailable, ProbeResult, Status
+from tetrarch.plugins import BackendKind, BackendSpec, BackendUnavailable, ProbeResult, Status, hookimpl
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(60))
@@ -68,11 +69,20 @@ def test_not_implemented_comes_first_whether_or_not_the_tools_are_there(
     assert "cluster-client" not in row.reason + row.hint  # nobody installs tools for a backend that cannot run
 
 
+class _PlaceholderEfa:
+    """efa's plugin as it was before its backend was written (``implemented=False``)."""
+
+    @staticmethod
+    @hookimpl
+    def tetrarch_rdma_backends() -> list[BackendSpec]:
+        return [dataclasses.replace(s, implemented=False) for s in efa_plugin.tetrarch_rdma_backends()]
+
+
 @pytest.mark.parametrize("library", [None, "libfabric.so.1"], ids=["library-missing", "library-present"])
 def test_rdma_rows_never_suggest_a_backend_that_does_not_exist(monkeypatch: pytest.MonkeyPatch,
                                                                library: str | None) -> None:
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: library)
-    registry = _registry_of(PluginSource(efa_plugin, "efa", "tetrarch-rdma-efa", "0.1.0"))
+    registry = _registry_of(PluginSource(_PlaceholderEfa, "efa", "tetrarch-rdma-efa", "0.1.0"))
     row = registry.status(R, "efa")
     assert row.status is Status.NOT_IMPLEMENTED
     assert row.reason.startswith("the efa RDMA backend is not implemented yet (")

@@ -33,6 +33,7 @@ __all__ = [
     "CONFIG_VARS",
     "CONNECT_TIMEOUT",
     "DISABLE_PLUGINS",
+    "EFA_PROVIDER",
     "ENV_ALLOC_ID",
     "ENV_ALLOC_TRANSPORT",
     "ENV_CLIENT_ADDR",
@@ -318,6 +319,11 @@ VERBS_MAX_WR: Setting[int] = Setting(
     "verbs_max_wr", "TETRARCH_VERBS_MAX_WR", int, 16,
     "work requests the verbs backend keeps in flight per queue pair",
 )
+EFA_PROVIDER: Setting[str] = Setting(
+    "efa_provider", "TETRARCH_EFA_PROVIDER", str, "efa",
+    "libfabric provider of the `efa` RDMA backend; any RMA-capable one (`shm`, `tcp;ofi_rxm`) runs it without EFA "
+    "hardware, for tests (see docs/rdma.md)",
+)
 FORWARD_OUTPUT: Setting[bool] = Setting(
     "forward_output", "TETRARCH_FORWARD_OUTPUT", bool, True,
     "procs' stdout and stderr reach the client line by line, prefixed with mesh and rank (`0`: unprefixed, "
@@ -344,7 +350,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR, RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, RDMA_DEVICE,
-        RDMA_CHUNK_SIZE, VERBS_MAX_WR, FORWARD_OUTPUT,
+        RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, FORWARD_OUTPUT,
         AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })

@@ -61,9 +61,8 @@ KNOWN_BACKENDS: Mapping[tuple[BackendKind, str], KnownBackend] = {
 #: First-party backends whose code is not written yet. When such a distribution is absent,
 #: its row says "not implemented" rather than telling users to install it; a test checks
 #: this agrees with the ``implemented`` flag of each installed plugin's spec.
-NOT_IMPLEMENTED_YET: frozenset[tuple[BackendKind, str]] = frozenset(
-    {(_R, "efa")}
-)
+#: (Empty now that every first-party backend is written; kept for the next one.)
+NOT_IMPLEMENTED_YET: frozenset[tuple[BackendKind, str]] = frozenset()
 
 
 def normalize_dist(name: str) -> str:

@@ -1,0 +1,294 @@
+"""One libfabric RDM endpoint (one per process and provider) and the thread that drives it.
+
+Threading model: every data-path call (``fi_read``, ``fi_write``, ``fi_cq_read``) is made
+by the endpoint's own progress thread; other threads only queue transfers. Memory
+registration and address-vector inserts come from callers' threads, so one lock guards
+every libfabric call on the endpoint (libfabric objects are not assumed thread safe).
+The thread also progresses the provider when this process only *owns* memory: software
+providers (``tcp;ofi_rxm``, ``shm``) use manual progress, so a target that never polls its
+completion queue never answers a peer's read. While transfers are in flight it polls
+without pause (yielding the GIL); when idle it sleeps in steps of at most
+:data:`IDLE_S`, woken early by a new transfer.
+
+``-FI_EAGAIN`` from a post (the first ``fi_write`` on ``tcp;ofi_rxm`` while it connects, or
+a full transmit queue) leaves the chunk queued; the thread progresses the completion
+queue and posts it again. A completion-queue error entry fails its transfer with
+``fi_cq_strerror``'s text; the endpoint stays usable for the next transfer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from tetrarch.rdma import RDMAError
+
+__all__ = ["CHUNK", "IDLE_S", "Endpoint", "EndpointError", "Transfer"]
+
+#: The largest single fi_read/fi_write posted (a transfer is split into chunks of this size).
+CHUNK = 64 << 20
+#: How long the idle progress thread sleeps between polls.
+IDLE_S = 0.001
+_WINDOW = 64  # chunks in flight per endpoint at most
+
+
+class EndpointError(RDMAError):
+    """A libfabric call on the endpoint failed (the message names the call, the error and the fix)."""
+
+
+@dataclass(eq=False, slots=True)
+class Transfer:
+    """One read or write: chunks to post, the callback when all completed (or one failed)."""
+
+    write: bool
+    chunks: deque[tuple[int, int, int]]  # (local address, length, remote address)
+    desc: Any  # the local MR's descriptor (FI_MR_LOCAL) or NULL
+    peer: int  # fi_addr_t of the owner
+    key: int
+    deadline: float
+    done: Callable[[BaseException | None], None]
+    release: Callable[[], None]  # closes the local MR; called on the progress thread once nothing is in flight
+    inflight: int = 0
+    error: BaseException | None = None
+    contexts: list[Any] = field(default_factory=list)
+
+
+class Endpoint:
+    """An RDM endpoint of ``provider`` with its fabric, domain, AV, CQ and progress thread.
+
+    Raises (on construction):
+        EndpointError: the provider is absent or refused an RDM endpoint with RMA.
+    """
+
+    def __init__(self, module: ModuleType, provider: str) -> None:
+        self.ffi, self.lib = module.ffi, module.lib
+        ffi, lib = self.ffi, self.lib
+        self.provider = provider
+        out, stage = ffi.new("struct tf_ep **"), ffi.new("const char **")
+        rc = lib.tf_open(provider.encode(), out, stage)
+        if rc:
+            call = ffi.string(stage[0]).decode()
+            hint = ("the efa provider needs an EFA device (an AWS instance with EFA enabled); elsewhere set "
+                    "TETRARCH_EFA_PROVIDER to a provider this libfabric offers (see `tetrarch plugins`)"
+                    if provider == "efa" else
+                    "pick a provider with RMA on RDM endpoints (e.g. 'shm', 'tcp;ofi_rxm'; see `tetrarch plugins`)")
+            raise EndpointError(f"libfabric provider {provider!r} cannot open an RDM endpoint with one-sided RMA: "
+                                f"{call} failed: {self.strerror(rc)}; {hint}")
+        self._t = out[0]
+        self.mr_mode = int(lib.tf_mr_mode(self._t))
+        self.hmem = bool(lib.tf_has_hmem(self._t))
+        self.fabric = ffi.string(lib.tf_fabric_name(self._t)).decode(errors="replace")
+        key_size = int(lib.tf_mr_key_size(self._t))
+        max_msg = int(lib.tf_max_msg_size(self._t))
+        self.chunk = min(CHUNK, max_msg) if max_msg else CHUNK
+        self.window = max(1, min(_WINDOW, int(lib.tf_tx_size(self._t)) or _WINDOW))
+        buf = ffi.new("char[]", 256)
+        n = lib.tf_getname(self._t, buf, 256)
+        if n < 0 or key_size > 8:
+            lib.tf_close(self._t)
+            why = self.strerror(n) if n < 0 else f"its memory keys have {key_size} bytes (FI_MR_RAW), not supported"
+            raise EndpointError(f"libfabric provider {provider!r} is unusable here: {why}")
+        self.name = bytes(ffi.buffer(buf, n))
+        self._ctx_size = int(lib.tf_context_size())
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._queue: deque[Transfer] = deque()  # transfers with chunks left to post
+        self._active: dict[int, tuple[Transfer, Any]] = {}  # context address -> (transfer, context)
+        self._peers: dict[bytes, int] = {}
+        self._finished: list[Transfer] = []
+        self.completed = 0  # chunks completed without error (tests check the bytes went this way)
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"tetrarch-efa-{provider}", daemon=True)
+        self._thread.start()
+
+    def strerror(self, rc: int) -> str:
+        """libfabric's text for the (negative or positive) error code ``rc``."""
+        return f"{self.ffi.string(self.lib.fi_strerror(abs(int(rc)))).decode(errors='replace')} ({rc})"
+
+    # ------------------------------------------------------------ control path (any thread)
+    def peer(self, name: bytes) -> int:
+        """The fi_addr of the endpoint named ``name`` (inserted into the AV once).
+
+        Raises:
+            EndpointError: the AV refused the name (a corrupt descriptor or another provider's name).
+        """
+        with self._lock:
+            found = self._peers.get(name)
+            if found is not None:
+                return found
+            addr = self.ffi.new("uint64_t *")
+            rc = self.lib.tf_av_insert(self._t, name, addr)
+            if rc:
+                raise EndpointError(f"fi_av_insert refused the owner's endpoint name ({len(name)} bytes) on provider "
+                                    f"{self.provider!r}: {self.strerror(rc)}; the buffer's descriptor is corrupt or "
+                                    f"comes from another provider")
+            self._peers[name] = int(addr[0])
+            return int(addr[0])
+
+    def forget(self, name: bytes) -> None:
+        """Drop the peer ``name`` from the AV after a failed completion, so the next transfer
+        connects afresh (``tcp;ofi_rxm`` closes a connection on which a bad key was used)."""
+        with self._lock:
+            addr = self._peers.pop(name, None)
+            if addr is not None:
+                self.lib.tf_av_remove(self._t, addr)
+
+    def register(self, address: int, nbytes: int, access: int, requested_key: int) -> tuple[Any, int, Any]:
+        """Register host memory; ``(mr, key, desc)``.
+
+        The seam for device memory: ``tf_mr_reg`` takes an ``fi_hmem_iface`` and device
+        ordinal (``FI_HMEM_CUDA``/``FI_HMEM_ROCR``); it is passed ``FI_HMEM_SYSTEM`` until the
+        backend accepts device memory where the provider reports ``FI_HMEM`` (:attr:`hmem`).
+
+        Raises:
+            EndpointError: fi_mr_regattr failed (e.g. too much pinned memory: ``ulimit -l``).
+        """
+        ffi, lib = self.ffi, self.lib
+        mr, key, desc = ffi.new("struct fid_mr **"), ffi.new("uint64_t *"), ffi.new("void **")
+        with self._lock:
+            rc = lib.tf_mr_reg(self._t, ffi.cast("void *", address), nbytes, access, requested_key,
+                               lib.FI_HMEM_SYSTEM, 0, mr, key, desc)
+        if rc:
+            raise EndpointError(f"fi_mr_regattr of {nbytes} bytes on provider {self.provider!r} failed: "
+                                f"{self.strerror(rc)}; check the locked-memory limit (ulimit -l)")
+        return mr[0], int(key[0]), desc[0]
+
+    def close_mr(self, mr: Any) -> None:
+        """Close a registration; peers' accesses with its key fail from now on."""
+        with self._lock:
+            self.lib.tf_mr_close(mr)
+
+    def submit(self, transfer: Transfer) -> None:
+        """Queue ``transfer``; the progress thread posts its chunks and calls its ``done``."""
+        with self._lock:
+            if self._closed:
+                raise EndpointError(f"the libfabric endpoint of provider {self.provider!r} is closed")
+            self._queue.append(transfer)
+            self._wake.notify()
+
+    def close(self) -> None:
+        """Stop the thread and close the endpoint; transfers still queued fail. Never raises."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            return  # a stuck provider call: leave the endpoint to the process's exit
+        for transfer in {id(t): t for t in list(self._queue) + [t for t, _c in self._active.values()]}.values():
+            transfer.error = transfer.error or EndpointError("the process's RDMA runtime closed")
+            transfer.done(transfer.error)  # its memory stays registered until tf_close below
+        self._queue.clear()
+        self._active.clear()
+        self.lib.tf_close(self._t)
+
+    # ------------------------------------------------------------ progress thread
+    def _run(self) -> None:
+        ctxs = self.ffi.new("void *[]", 64)
+        idle = 0
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                busy = self._post() | self._poll(ctxs)
+                finished, self._finished = self._finished, []
+                if not busy and not finished and not self._active and not self._queue:
+                    self._wake.wait(min(IDLE_S, 0.00005 * (1 << min(idle, 5))))
+                    idle += 1
+                    continue
+            for transfer in finished:
+                _report(transfer)
+            idle = 0
+            time.sleep(0)  # let callers' threads have the GIL between polls
+
+    def _post(self) -> bool:
+        posted = False
+        now = time.monotonic()
+        while self._queue and len(self._active) < self.window:
+            transfer = self._queue[0]
+            if transfer.error is not None or now > transfer.deadline:
+                transfer.error = transfer.error or TimeoutError("the efa transfer's deadline passed before all "
+                                                                "its chunks were posted")
+                self._queue.popleft()
+                self._finish_if_idle(transfer)
+                continue
+            local, length, remote = transfer.chunks[0]
+            ctx = self.ffi.new("char[]", self._ctx_size)
+            op = self.lib.tf_write if transfer.write else self.lib.tf_read
+            rc = op(self._t, self.ffi.cast("void *", local), length, transfer.desc, transfer.peer, remote,
+                    transfer.key, ctx)
+            if rc == -self.lib.FI_EAGAIN:
+                break  # progress the CQ, then post again
+            if rc < 0:
+                call = "fi_write" if transfer.write else "fi_read"
+                transfer.error = EndpointError(f"{call} on provider {self.provider!r} failed: {self.strerror(rc)}")
+                self._queue.popleft()
+                self._finish_if_idle(transfer)
+                continue
+            transfer.chunks.popleft()
+            if not transfer.chunks:
+                self._queue.popleft()
+            transfer.inflight += 1
+            self._active[int(self.ffi.cast("uintptr_t", ctx))] = (transfer, ctx)
+            posted = True
+        return posted
+
+    def _poll(self, ctxs: Any) -> bool:
+        n = self.lib.tf_cq_read(self._t, ctxs, 64)
+        if n == -self.lib.FI_EAGAIN:
+            return False
+        if n == -self.lib.FI_EAVAIL:
+            self._read_error()
+            return True
+        if n < 0:
+            error = EndpointError(f"fi_cq_read on provider {self.provider!r} failed: {self.strerror(n)}")
+            for transfer, _ctx in list(self._active.values()):
+                transfer.error = transfer.error or error
+            return False
+        self.completed += n
+        for i in range(n):
+            self._completed(int(self.ffi.cast("uintptr_t", ctxs[i])), None)
+        return n > 0
+
+    def _read_error(self) -> None:
+        ffi = self.ffi
+        ctx, err, prov_errno, text = ffi.new("void **"), ffi.new("int *"), ffi.new("int *"), ffi.new("char[]", 512)
+        rc = self.lib.tf_cq_readerr(self._t, ctx, err, prov_errno, text, 512)
+        if rc < 0:
+            return
+        detail = ffi.string(text).decode(errors="replace")
+        error = EndpointError(f"a completion failed on provider {self.provider!r}: {self.strerror(err[0])}: "
+                              f"{detail} (provider error {prov_errno[0]})")
+        self._completed(int(ffi.cast("uintptr_t", ctx[0])), error)
+
+    def _completed(self, ctx: int, error: BaseException | None) -> None:
+        found = self._active.pop(ctx, None)
+        if found is None:
+            return
+        transfer = found[0]
+        transfer.inflight -= 1
+        if error is not None and transfer.error is None:
+            transfer.error = error
+            if transfer.chunks:  # post no more of it
+                transfer.chunks.clear()
+                if transfer in self._queue:
+                    self._queue.remove(transfer)
+        self._finish_if_idle(transfer)
+
+    def _finish_if_idle(self, transfer: Transfer) -> None:
+        if transfer.inflight or (transfer.chunks and transfer.error is None):
+            return
+        self._finished.append(transfer)  # released and reported by _run, outside the lock
+
+
+def _report(transfer: Transfer) -> None:
+    try:
+        transfer.release()
+    finally:
+        transfer.done(transfer.error)
