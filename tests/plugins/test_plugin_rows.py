@@ -199,3 +199,25 @@ def test_head_in_a_shell_pipeline(json_flag: str) -> None:
     assert first.split()[:2] == (["["] if json_flag else ["DISTRIBUTION", "VERSION"])
     assert status in ("writer=0", "writer=1")
     assert result.stderr == ""
+
+
+def test_configure_of_a_setting_a_probe_reads_probes_again(fakes) -> None:
+    """``configure(efa_provider=...)`` in a running program: the registry sees the new answer."""
+    from tetrarch import configured
+    from tetrarch._config import EFA_PROVIDER, STOP_TIMEOUT
+
+    calls: list[str] = []
+
+    def probe() -> ProbeResult:
+        calls.append(EFA_PROVIDER())
+        return ProbeResult.yes() if EFA_PROVIDER() == "shm" else ProbeResult.no("no such provider", "set it")
+
+    registry = _registry_of(fakes.source("d", BackendSpec(R, "hw", "types:SimpleNamespace", probe=probe)))
+    assert registry.status(R, "hw").status is Status.UNAVAILABLE
+    with configured(stop_timeout=STOP_TIMEOUT() + 1):  # a setting no probe reads: answers are kept
+        assert registry.status(R, "hw").status is Status.UNAVAILABLE
+        assert len(calls) == 1
+    with configured(efa_provider="shm"):
+        assert registry.status(R, "hw").status is Status.AVAILABLE
+    assert registry.status(R, "hw").status is Status.UNAVAILABLE
+    assert len(calls) == 3

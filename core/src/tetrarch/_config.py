@@ -133,6 +133,9 @@ class Setting(Generic[T]):
     doc: str  #: one line of meaning
     propagate: bool = True  #: whether :func:`config_env` passes it to procs spawned afterwards
     unit: str = ""  #: e.g. ``"seconds"``; part of the expected-type wording in errors
+    #: A backend's probe reads it: setting it from code makes the plugin registry probe
+    #: again (:func:`probe_generation`).
+    probed: bool = False
 
     def __post_init__(self) -> None:
         if not self.key.isidentifier() or self.env != f"TETRARCH_{self.key.upper()}":
@@ -309,7 +312,7 @@ RDMA_TCP_WINDOW: Setting[int] = Setting(
 RDMA_DEVICE: Setting[str | None] = Setting(
     "rdma_device", "TETRARCH_RDMA_DEVICE", str, None,
     "RDMA device (and port) the verbs backend uses, e.g. `mlx5_0` or `mlx5_0:1`; unset: the NIC nearest the "
-    "process's GPU (PCIe topology), else the first device with an active port",
+    "process's GPU (PCIe topology), else the first device with an active port", probed=True,
 )
 RDMA_CHUNK_SIZE: Setting[int] = Setting(
     "rdma_chunk_size", "TETRARCH_RDMA_CHUNK_SIZE", int, 64 << 20,
@@ -322,7 +325,7 @@ VERBS_MAX_WR: Setting[int] = Setting(
 EFA_PROVIDER: Setting[str] = Setting(
     "efa_provider", "TETRARCH_EFA_PROVIDER", str, "efa",
     "libfabric provider of the `efa` RDMA backend; any RMA-capable one (`shm`, `tcp;ofi_rxm`) runs it without EFA "
-    "hardware, for tests (see docs/rdma.md)",
+    "hardware, for tests (see docs/rdma.md)", probed=True,
 )
 FORWARD_OUTPUT: Setting[bool] = Setting(
     "forward_output", "TETRARCH_FORWARD_OUTPUT", bool, True,
@@ -439,6 +442,15 @@ LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
 
 _code_values: dict[str, Any] = {}  # key -> value; replaced under _lock, read without it
 _lock = threading.Lock()
+_probe_generation = 0  # bumped when a ``probed`` setting changes from code
+
+
+def probe_generation() -> int:
+    """A number that changes whenever :func:`configure` changes a setting a probe reads.
+
+    The plugin registry keeps its probes' answers until it does.
+    """
+    return _probe_generation
 
 
 def _staged(caller: str, values: Mapping[str, object]) -> dict[str, Any]:
@@ -451,7 +463,7 @@ def _staged(caller: str, values: Mapping[str, object]) -> dict[str, Any]:
 
 def _apply(staged: Mapping[str, Any]) -> dict[str, Any]:
     """Install ``staged`` (under the lock); returns the values it replaced (``_UNSET``: none)."""
-    global _code_values
+    global _code_values, _probe_generation
     with _lock:
         new = dict(_code_values)
         previous = {k: new.get(k, _UNSET) for k in staged}
@@ -460,6 +472,8 @@ def _apply(staged: Mapping[str, Any]) -> dict[str, Any]:
                 new.pop(key, None)
             else:
                 new[key] = value
+        if any(SETTINGS[k].probed and new.get(k, _UNSET) != _code_values.get(k, _UNSET) for k in staged):
+            _probe_generation += 1
         _code_values = new
     return previous
 

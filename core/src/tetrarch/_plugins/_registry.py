@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 
-from .._config import ALLOCATOR, DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_BACKEND, TRANSPORT, Setting
+from .._config import ALLOCATOR, DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_BACKEND, TRANSPORT, Setting, probe_generation
 from .._errors import ArgumentError, ArgumentTypeError
 from . import _hookspecs
 from ._builtin import BuiltinBackends, DefaultPolicy, required_capabilities
@@ -128,6 +128,7 @@ class Registry:
         self._pm.add_hookspecs(_hookspecs)
         self._lock = threading.RLock()
         self._rows: list[BackendStatus] | None = None
+        self._rows_generation = -1  # the config probe generation self._rows were computed under
         self._instances: dict[tuple[BackendKind, str], object] = {}
         disabled = _disabled_plugins()
         version = _core_version()
@@ -154,13 +155,17 @@ class Registry:
     def statuses(self, kind: BackendKind | None = None) -> list[BackendStatus]:
         """One row per backend (of ``kind``, or all), sorted by kind then name.
 
-        Probes run once, on the first call, and their answers are kept; build a new
-        registry (:func:`reset_registry`) to probe again. Never raises for a plugin's
-        fault: broken plugins and raising probes become rows.
+        Probes run once, on the first call, and their answers are kept until
+        :func:`~tetrarch.configure` changes a setting a probe reads (e.g. ``efa_provider``);
+        build a new registry (:func:`reset_registry`) to probe again after changing
+        environment variables. Never raises for a plugin's fault: broken plugins and
+        raising probes become rows.
         """
+        generation = probe_generation()
         with self._lock:
-            if self._rows is None:
+            if self._rows is None or self._rows_generation != generation:
                 self._rows = self._compute_rows()
+                self._rows_generation = generation
             rows = self._rows
         return [r for r in rows if kind is None or r.kind is kind]
 
