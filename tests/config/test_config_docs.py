@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tetrarch._config import LAUNCH_VARS, SETTINGS, markdown_tables, update_markdown
+from tetrarch._config import LAUNCH_VARS, SETTINGS
+from tetrarch._config_doc import markdown_tables, update_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "configuration.md"
-REGENERATE = "python -m tetrarch._config --update docs/configuration.md"
+REGENERATE = "python -m tetrarch._config_doc --update docs/configuration.md"
 
 
 def test_the_document_has_the_generated_tables() -> None:

@@ -10,7 +10,7 @@ runtime passes it to every proc it starts. The ``TETRARCH_*`` variables the kern
 itself sets for the processes it starts are no settings; they are declared here too
 (:data:`LAUNCH_VARS`) so that every ``TETRARCH_*`` name lives in this module.
 
-``python -m tetrarch._config --markdown`` prints the tables of ``docs/configuration.md``;
+``python -m tetrarch._config_doc --markdown`` prints the tables of ``docs/configuration.md``;
 ``--update docs/configuration.md`` rewrites them there.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -75,9 +75,7 @@ __all__ = [
     "configured",
     "display",
     "env_float",
-    "markdown_tables",
     "source",
-    "update_markdown",
 ]
 
 T = TypeVar("T")
@@ -550,16 +548,6 @@ def env_float(name: str, default: float) -> float:
     return STOP_TIMEOUT.parse(raw, origin=f"environment variable {name}={raw!r}")  # any seconds setting parses
 
 
-# ------------------------------------------------------------------ documentation
-
-_BEGIN = "<!-- BEGIN generated tables: python -m tetrarch._config --update docs/configuration.md -->"
-_END = "<!-- END generated tables -->"
-
-
-def _md_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
 def display(setting: Setting[Any], value: object) -> str:
     """``value`` for people: the environment text, ``(auto)`` for an unset choice, ``(none)`` for no names."""
     if value is None:
@@ -567,52 +555,3 @@ def display(setting: Setting[Any], value: object) -> str:
     if value == ():
         return "(none)"
     return str(value).lower() if isinstance(value, bool) else setting.render(value)
-
-
-def markdown_tables() -> str:
-    """The settings table and the launch variables table of ``docs/configuration.md``, with their markers."""
-    lines = [_BEGIN, "", _md_row(["key", "environment variable", "type", "default", "reaches procs", "meaning"]),
-             _md_row(["---"] * 6)]
-    for s in SETTINGS.values():
-        lines.append(_md_row([f"`{s.key}`", f"`{s.env}`", s.expected, f"`{display(s, s.default)}`",
-                              "yes" if s.propagate else "no", s.doc]))
-    lines += ["", "Internal variables the kernel sets for the processes it starts (not settings):", "",
-              _md_row(["variable", "meaning"]), _md_row(["---"] * 2)]
-    lines += [_md_row([f"`{v.name}`", v.doc]) for v in LAUNCH_VARS.values()]
-    return "\n".join([*lines, "", _END])
-
-
-def update_markdown(text: str) -> str:
-    """``text`` (a markdown document) with its generated tables replaced by :func:`markdown_tables`.
-
-    Raises:
-        ValueError: ``text`` lacks the begin or end marker.
-    """
-    begin, end = text.find(_BEGIN), text.find(_END)
-    if begin < 0 or end < begin:
-        raise ConfigError(f"no generated tables: the document needs the lines {_BEGIN!r} and {_END!r}")
-    return text[:begin] + markdown_tables() + text[end + len(_END):]
-
-
-def _main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m tetrarch._config", description=__doc__.splitlines()[0])
-    what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("--markdown", action="store_true", help="print the generated tables")
-    what.add_argument("--update", metavar="FILE", help="rewrite the generated tables of FILE in place")
-    args = parser.parse_args(argv)
-    if args.markdown:
-        print(markdown_tables())
-        return 0
-    with open(args.update, encoding="utf-8") as f:
-        text = f.read()
-    with open(args.update, "w", encoding="utf-8") as f:
-        f.write(update_markdown(text))
-    return 0
-
-
-if __name__ == "__main__":
-    from tetrarch._config import _main as main  # the real module, not this __main__ copy
-
-    raise SystemExit(main())

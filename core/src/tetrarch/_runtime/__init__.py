@@ -74,7 +74,7 @@ __all__ = ["LAYERS"]
 #: The stack, bottom first: ``(layer, modules)``. Module names are absolute; a package
 #: name stands for every module in it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._log", "tetrarch._lazy")),
+    ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
         "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
         "_secret", "_spawn", "_alloc", "_local_alloc", "_cma"))),

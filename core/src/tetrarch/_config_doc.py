@@ -1,0 +1,70 @@
+"""The generated tables of ``docs/configuration.md``: every setting and launch variable.
+
+    python -m tetrarch._config_doc --update docs/configuration.md   # rewrite them in place
+    python -m tetrarch._config_doc --markdown                       # print them
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._config import LAUNCH_VARS, SETTINGS, display
+from ._errors import ConfigError
+
+__all__ = ["markdown_tables", "update_markdown"]
+
+_BEGIN = "<!-- BEGIN generated tables: python -m tetrarch._config_doc --update docs/configuration.md -->"
+_END = "<!-- END generated tables -->"
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def markdown_tables() -> str:
+    """The settings table and the launch variables table of ``docs/configuration.md``, with their markers."""
+    lines = [_BEGIN, "", _md_row(["key", "environment variable", "type", "default", "reaches procs", "meaning"]),
+             _md_row(["---"] * 6)]
+    for s in SETTINGS.values():
+        lines.append(_md_row([f"`{s.key}`", f"`{s.env}`", s.expected, f"`{display(s, s.default)}`",
+                              "yes" if s.propagate else "no", s.doc]))
+    lines += ["", "Internal variables the kernel sets for the processes it starts (not settings):", "",
+              _md_row(["variable", "meaning"]), _md_row(["---"] * 2)]
+    lines += [_md_row([f"`{v.name}`", v.doc]) for v in LAUNCH_VARS.values()]
+    return "\n".join([*lines, "", _END])
+
+
+def update_markdown(text: str) -> str:
+    """``text`` (a markdown document) with its generated tables replaced by :func:`markdown_tables`.
+
+    Raises:
+        ValueError: ``text`` lacks the begin or end marker.
+    """
+    begin, end = text.find(_BEGIN), text.find(_END)
+    if begin < 0 or end < begin:
+        raise ConfigError(f"no generated tables: the document needs the lines {_BEGIN!r} and {_END!r}")
+    return text[:begin] + markdown_tables() + text[end + len(_END):]
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tetrarch._config_doc", description=__doc__.splitlines()[0])
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--markdown", action="store_true", help="print the generated tables")
+    what.add_argument("--update", metavar="FILE", help="rewrite the generated tables of FILE in place")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown_tables())
+        return 0
+    with open(args.update, encoding="utf-8") as f:
+        text = f.read()
+    with open(args.update, "w", encoding="utf-8") as f:
+        f.write(update_markdown(text))
+    return 0
+
+
+if __name__ == "__main__":
+    from tetrarch._config_doc import _main as main  # the real module, not this __main__ copy
+
+    raise SystemExit(main())
