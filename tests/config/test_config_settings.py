@@ -47,7 +47,8 @@ TIMEOUTS = {
 def test_every_setting_is_declared_once_with_its_variable() -> None:
     assert list(SETTINGS) == [
         "host_start_timeout", "proc_start_timeout", "stop_timeout", "connect_timeout", "cleanup_timeout",
-        "heartbeat_interval", "orphan_timeout", "frozen_timeout", "transport", "listen_address", "allocator",
+        "heartbeat_interval", "orphan_timeout", "frozen_timeout", "host_timeout", "transport", "listen_address",
+        "allocator",
         "rdma_backend", "disable_plugins", "plugins_strict", "rdma_fallback", "rdma_tcp_chunk_size",
         "rdma_tcp_window", "rdma_device", "rdma_chunk_size", "verbs_max_wr", "efa_provider", "forward_output",
         "aggregate_window", "test_slowdown", "fuzz_examples",

@@ -52,6 +52,7 @@ __all__ = [
     "FROZEN_TIMEOUT",
     "HEARTBEAT_INTERVAL",
     "HOST_START_TIMEOUT",
+    "HOST_TIMEOUT",
     "LAUNCH_VARS",
     "ORPHAN_TIMEOUT",
     "PLUGINS_STRICT",
@@ -266,6 +267,11 @@ FROZEN_TIMEOUT = _seconds(
     "seconds a proc may stay stopped (SIGSTOP, a debugger) before its host agent reports it frozen to its "
     "owner and kills it (`inf`: never)",
 )
+HOST_TIMEOUT = _seconds(
+    "host_timeout", 10.0,
+    "seconds a host agent may send no heartbeat before its launcher declares it unreachable (a network cut, or a "
+    "frozen host) and fails every call to the procs on it",
+)
 TRANSPORT: Setting[str | None] = Setting(
     "transport", "TETRARCH_TRANSPORT", str, None,
     "transport backend (see `tetrarch plugins`); unset: by address scheme, then priority. "
@@ -349,7 +355,8 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
     s.key: s
     for s in (
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
-        HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR, RDMA_BACKEND,
+        HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, HOST_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR,
+        RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, RDMA_DEVICE,
         RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, FORWARD_OUTPUT,
         AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,

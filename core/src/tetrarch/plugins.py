@@ -48,7 +48,13 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 from ._plugins._errors import BackendNotFound, BackendUnavailable, PluginLoadError
-from ._plugins._helpers import library_probe, module_present, not_implemented_factory, python_library_found
+from ._plugins._helpers import (
+    library_probe,
+    module_present,
+    not_implemented_factory,
+    probe_in_child,
+    python_library_found,
+)
 from ._plugins._hookspecs import hookimpl, hookspec
 from ._plugins._registry import get_allocator, get_registry, get_transport
 from ._plugins._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
@@ -124,6 +130,7 @@ __all__ = [
     "module_present",
     "not_implemented_factory",
     "parse_qualified",
+    "probe_in_child",
     "python_library_found",
     "spawn_watched",
 ]

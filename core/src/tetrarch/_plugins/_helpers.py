@@ -14,7 +14,7 @@ from typing import Any
 
 from ._specs import ProbeResult
 
-__all__ = ["library_probe", "module_present", "not_implemented_factory", "python_library_found"]
+__all__ = ["library_probe", "module_present", "not_implemented_factory", "probe_in_child", "python_library_found"]
 
 
 def module_present(module: str) -> bool:
@@ -102,3 +102,33 @@ def not_implemented_factory(
 
     cls_name = name or "".join(part.capitalize() for part in what.split())
     return types.new_class(cls_name, (base,), exec_body=body)
+
+
+def probe_in_child(module: str, timeout: float = 20.0) -> dict[str, Any]:
+    """Run ``python -m module`` in a short-lived child and return the JSON object of its last line.
+
+    For probes that would load a native library into the probing process: listing plugins
+    stays light, a broken library cannot take the process down, and a library that
+    installs signal handlers when it initializes (libfabric's ``shm`` provider catches
+    SIGSEGV and SIGTERM) leaves this process's alone. The child sees this process's
+    ``sys.path``. Never raises: a failed child gives ``{"child_error": "..."}``.
+    """
+    import json
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    try:
+        done = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, timeout=timeout,
+                              env=env, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"child_error": f"{type(exc).__name__}: {exc}"}
+    lines = done.stdout.strip().splitlines()
+    try:
+        found = json.loads(lines[-1])
+        if not isinstance(found, dict):
+            raise ValueError(f"not a JSON object: {lines[-1][:100]!r}")
+    except (IndexError, ValueError) as exc:
+        return {"child_error": f"python -m {module} printed no JSON object ({exc}; exit status {done.returncode}: "
+                               f"{done.stderr.strip()[-300:]})"}
+    return found

@@ -127,7 +127,7 @@ class Registry:
         self._pm = pluggy.PluginManager(PROJECT)
         self._pm.add_hookspecs(_hookspecs)
         self._lock = threading.RLock()
-        self._rows: list[BackendStatus] | None = None
+        self._rows: dict[BackendKind, list[BackendStatus]] = {}  # computed per kind, on first use
         self._rows_generation = -1  # the config probe generation self._rows were computed under
         self._instances: dict[tuple[BackendKind, str], object] = {}
         disabled = _disabled_plugins()
@@ -161,13 +161,19 @@ class Registry:
         environment variables. Never raises for a plugin's fault: broken plugins and
         raising probes become rows.
         """
+        kinds = list(BackendKind) if kind is None else [BackendKind(kind)]
         generation = probe_generation()
         with self._lock:
-            if self._rows is None or self._rows_generation != generation:
-                self._rows = self._compute_rows()
+            if self._rows_generation != generation:
+                self._rows = {}
                 self._rows_generation = generation
-            rows = self._rows
-        return [r for r in rows if kind is None or r.kind is kind]
+            missing = [k for k in kinds if k not in self._rows]
+            if missing:  # only the kinds asked for are probed (a proc picking its transport probes no RDMA)
+                rows = self._compute_rows(frozenset(missing))
+                for k in missing:
+                    self._rows[k] = [r for r in rows if r.kind is k]
+            return sorted((r for k in kinds for r in self._rows[k]),
+                          key=lambda r: (r.kind.value, r.name, r.distribution))
 
     def status(self, kind: BackendKind, name: str) -> BackendStatus:
         """The row of one backend (the first one of a conflict).
@@ -183,11 +189,12 @@ class Registry:
     def _rows_named(self, kind: BackendKind, name: str) -> list[BackendStatus]:
         return [r for r in self.statuses(kind) if r.name == name]
 
-    def _compute_rows(self) -> list[BackendStatus]:
+    def _compute_rows(self, kinds: frozenset[BackendKind]) -> list[BackendStatus]:
         providers: dict[tuple[BackendKind, str], list[tuple[BackendSpec, PluginRecord]]] = {}
         for rec in self._records:
             for spec in rec.specs:
-                providers.setdefault((spec.kind, spec.name), []).append((spec, rec))
+                if spec.kind in kinds:
+                    providers.setdefault((spec.kind, spec.name), []).append((spec, rec))
         rows: list[BackendStatus] = []
         for (kind, name), provs in providers.items():
             if len(provs) > 1:
@@ -200,14 +207,14 @@ class Registry:
             if rec.state is PluginState.LOADED:
                 continue
             for known in known_for_distribution(rec.distribution):
-                if (known.kind, known.name) in seen:
+                if known.kind not in kinds or (known.kind, known.name) in seen:
                     continue
                 seen.add((known.kind, known.name))
                 status = Status.BROKEN if rec.state is PluginState.BROKEN else Status.DISABLED
                 rows.append(BackendStatus(known.kind, known.name, status, rec.distribution, rec.version, rec.reason,
                                           rec.hint))
         for (kind, name), known in KNOWN_BACKENDS.items():
-            if (kind, name) in seen:
+            if kind not in kinds or (kind, name) in seen:
                 continue
             absent = f"{known.distribution} is not installed"
             if known.implemented:

@@ -18,6 +18,11 @@ Liveness (the rules are in ``docs/supervision.md``, "Liveness"):
   to its owner, which declares it dead, and then killed.
 * The launcher notes when each started process last pinged; one silent while nobody
   reported it frozen is *busy* (a call that holds the GIL): logged once, not a failure.
+* A host agent runs no user code, so its silence is no sign of work: one silent for
+  ``TETRARCH_HOST_TIMEOUT`` seconds is declared unreachable (its host's network was cut,
+  or the host froze), and so is every proc it started that is as silent, failing their
+  calls (a proc that still pings lives on). An agent that lives on behind a cut exits as
+  an orphan and takes its procs with it.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT
+from .._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, HOST_TIMEOUT, ORPHAN_TIMEOUT
 from .._errors import ProcessStartError, _describe_exit
 from .._log import get_logger
 from . import _serial, _wire
@@ -296,7 +301,8 @@ class LaunchTracker:
         clock = _Ticker()
         while True:
             with self._lock:
-                live = [r for r in self._records.values() if r.ready and r.returncode is None and r.address]
+                live = [r for r in self._records.values()
+                        if r.ready and r.returncode is None and not r.lost and r.address]
                 if not live:
                     self._watchdog = None
                     return
@@ -305,7 +311,7 @@ class LaunchTracker:
             now, stalled = clock.tick(period)
             if stalled:  # we were not running: restart every clock
                 restart = now
-            for rec in live:
+            for rec in sorted(live, key=lambda r: r.kind == "proc"):  # agents first: their procs follow
                 self._check_silence(rec, now, restart)
 
     def _check_silence(self, rec: ProcRecord, now: float, restart: float) -> None:
@@ -321,18 +327,42 @@ class LaunchTracker:
             return
         since = max(heard, restart)
         silent = now - since
-        if rec.kind == "proc" and rec.frozen_s != float("inf"):
+        agent = rec.meta.get("agent")
+        if rec.kind != "proc" or (agent and agent in self.runtime.dead_peers):
+            limit = HOST_TIMEOUT()  # a host agent, or a proc of one that went silent
+            if silent > limit:
+                self._unreachable(rec, silent, limit)
+            return
+        if rec.frozen_s != float("inf"):
             limit = rec.frozen_s + BUSY_MARGIN_INTERVALS * rec.heartbeat_s
             verdict = ("its host agent sees it running (it did not report it stopped), so it is busy: a call "
                        "that holds the GIL, such as a long C function, keeps its Python threads from answering. "
                        "Not a failure")
         else:
             limit = max(10.0, 10 * rec.heartbeat_s)
-            verdict = ("it is busy or stopped (nothing watches the OS state of "
-                       f"{'a host agent' if rec.kind != 'proc' else 'a proc when TETRARCH_FROZEN_TIMEOUT=inf'})")
+            verdict = "it is busy or stopped (nothing watches the OS state of a proc when TETRARCH_FROZEN_TIMEOUT=inf)"
         if silent > limit:
             self._silent[address] = since
             _log.warning("%s (%s) has sent no heartbeat for %.1f s; %s", rec.what, rec.where(), silent, verdict)
+
+    def _unreachable(self, rec: ProcRecord, silent: float, limit: float) -> None:
+        """``rec`` (a host agent, or a proc of one found unreachable) sent no heartbeat for ``silent`` s.
+
+        A proc of an unreachable agent that still pings (only the agent froze) lives on.
+        """
+        if rec.kind == "proc":
+            reason = (f"{rec.what} ({rec.where()}) is unreachable: no heartbeat for {silent:.1f} s, nor from its "
+                      f"host agent (TETRARCH_HOST_TIMEOUT={limit:g}): its host's network was cut, or the host froze")
+        else:
+            reason = (f"{rec.what} ({rec.where()}) is unreachable: no heartbeat for {silent:.1f} s "
+                      f"(TETRARCH_HOST_TIMEOUT={limit:g}): its host's network was cut, or the host or the agent "
+                      f"froze")
+        with self._lock:
+            rec.lost = True
+            for w in self._waiters.get(rec.ident, ()):
+                w._update(rec)
+        _log.warning("%s", reason)
+        self.runtime.mark_dead(rec.address, reason)
 
     # -- the service (I/O thread) --------------------------------------------
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:

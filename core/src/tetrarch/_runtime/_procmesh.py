@@ -182,7 +182,7 @@ class HostMesh(MeshTrait):
                 env[ENV_PROC_COORDS.name] = " ".join(f"{label}={point[label]}" for label in extent.labels)
                 gpu = lp["gpus"] if "gpus" in local.labels else None
                 specs.append(_wire.ProcSpec(ident, env, gpu))
-                records.append(ProcRecord(ident, f"proc {mesh_name}{point}"))
+                records.append(ProcRecord(ident, f"proc {mesh_name}{point}", meta={"agent": hosts[host_rank].address}))
             requests.append((hosts[host_rank], specs))
         waiter = root.launches.expect(records)
         for host, specs in requests:

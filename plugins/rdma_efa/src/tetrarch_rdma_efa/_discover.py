@@ -1,5 +1,11 @@
 """What the installed libfabric offers, found through ctypes (no compiler, no endpoint opened).
 
+:func:`discover` asks a short-lived child (``python -m tetrarch_rdma_efa._discover``,
+through :func:`tetrarch.plugins.probe_in_child`): initializing libfabric's providers
+installs signal handlers (its ``shm`` provider catches SIGSEGV, SIGBUS, SIGINT and
+SIGTERM to remove its shared memory), which would change how every process that merely
+probed dies, e.g. a segfaulting proc reported as "exit code 1" instead of SIGSEGV.
+
 ``fi_getinfo`` and ``fi_version`` are ordinary exported functions, so the probe can list
 the providers without the cffi binding; walking the ``fi_info`` list needs only the
 leading fields of ``struct fi_info`` and ``struct fi_fabric_attr``, which are ABI-stable
@@ -10,9 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
+import json
 from dataclasses import dataclass
 
-__all__ = ["Providers", "discover"]
+from tetrarch.plugins import probe_in_child
+
+__all__ = ["Providers", "discover", "discover_here"]
 
 _FI_RMA = 1 << 2
 _FI_READ = 1 << 8
@@ -59,8 +69,8 @@ class Providers:
     error: str = ""
 
 
-def discover() -> Providers:
-    """Load libfabric with ctypes and list its providers. Never raises."""
+def discover_here() -> Providers:
+    """Load libfabric with ctypes into this process and list its providers. Never raises."""
     name = ctypes.util.find_library("fabric")
     if name is None:
         return Providers(error="libfabric shared library not found (ctypes.util.find_library('fabric') returned None)")
@@ -92,3 +102,17 @@ def discover() -> Providers:
     finally:
         lib.fi_freeinfo(info)
     return Providers(name, text, tuple(rma), tuple(p for p in other if p not in rma))
+
+
+def discover() -> Providers:
+    """:func:`discover_here`, run in a child process (this one's signal handlers stay as they are). Never raises."""
+    found = probe_in_child("tetrarch_rdma_efa._discover")
+    if "child_error" in found:
+        return Providers(error=f"listing libfabric's providers failed: {found['child_error']}")
+    return Providers(library=str(found.get("library", "")), version=str(found.get("version", "")),
+                     rma=tuple(found.get("rma", ())), other=tuple(found.get("other", ())),
+                     error=str(found.get("error", "")))
+
+
+if __name__ == "__main__":
+    print(json.dumps(dataclasses.asdict(discover_here())))

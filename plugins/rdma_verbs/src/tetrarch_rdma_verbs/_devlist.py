@@ -8,10 +8,9 @@ short-lived child: ``python -m tetrarch_rdma_verbs._devlist`` prints one JSON li
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any
+
+from tetrarch.plugins import probe_in_child
 
 __all__ = ["list_devices"]
 
@@ -44,16 +43,7 @@ def _main() -> None:
 
 def list_devices() -> dict[str, Any]:
     """``{"version", "devices"}``, or ``{"import_error"}`` / ``{"list_error"}`` / ``{"child_error"}``. Never raises."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    try:
-        done = subprocess.run([sys.executable, "-m", "tetrarch_rdma_verbs._devlist"], capture_output=True, text=True,
-                              timeout=_TIMEOUT, env=env, check=False)
-        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-    except Exception as exc:  # noqa: BLE001 - reported by the probe
-        detail = ""
-        if isinstance(exc, (IndexError, ValueError)):
-            detail = f" (exit status {done.returncode}: {done.stderr.strip()[-300:]})"
-        return {"child_error": f"{type(exc).__name__}: {exc}{detail}"}
+    return probe_in_child("tetrarch_rdma_verbs._devlist", _TIMEOUT)
 
 
 if __name__ == "__main__":
