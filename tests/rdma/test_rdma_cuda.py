@@ -5,6 +5,8 @@ Run on a GPU machine: ``pytest tests/rdma/test_rdma_cuda.py plugins/rdma_verbs/t
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -26,14 +28,54 @@ def test_a_cuda_tensor_is_a_device_region() -> None:
     assert memory.region.address == t.data_ptr() and memory.region.nbytes == 1024
 
 
-def test_core_backends_refuse_device_memory_with_the_fix() -> None:
+def test_core_backends_refuse_to_own_device_memory_with_the_fix() -> None:
     from tetrarch.plugins import BackendUnavailable
     from tetrarch.rdma import RDMABuffer
 
     t = torch.zeros(4096, dtype=torch.uint8, device="cuda")
     with pytest.raises(BackendUnavailable, match="cannot register cuda memory"):
         RDMABuffer(t, backend="tcp")
-    buf = RDMABuffer(bytearray(b"x" * 4096), backend="tcp")
-    with pytest.raises(ValueError, match=r"t\.cpu\(\)"):
-        buf.read_into(t).get(timeout=30)
-    buf.drop().get(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def holder() -> Any:
+    from tetrarch import this_host
+    from tetrarch.testing._rdma_actors import Holder
+
+    pm = this_host().spawn_procs(per_host={"procs": 1})
+    yield pm.spawn("cuda_holders", Holder)
+    pm.stop().get(timeout=60)
+
+
+@pytest.mark.parametrize("backend", ["tcp", "shm"])
+@pytest.mark.parametrize("nbytes", [1, 4097, (64 << 20) + 7])
+def test_read_into_and_write_from_a_cuda_tensor_are_staged_through_pinned_memory(holder: Any, backend: str,
+                                                                                    nbytes: int) -> None:
+    """A remote CPU buffer read into, and written from, GPU memory (tcp and shm take host memory only)."""
+    from tetrarch.testing._rdma_actors import digest, pattern
+
+    buf = holder.make.call_one(f"cuda-{backend}-{nbytes}", nbytes, 3, backend).get(timeout=60)
+    want = pattern(nbytes, 3)
+    # A float32 tensor longer than needed: the read fills its leading bytes and leaves the rest.
+    dst = torch.empty((nbytes + 3) // 4 + 1, dtype=torch.float32, device="cuda")
+    dst.view(torch.uint8).fill_(0xAB)
+    buf.read_into(dst, timeout=60).get(timeout=90)
+    got = dst.view(torch.uint8).cpu()
+    assert got[:nbytes].numpy().tobytes() == bytes(want)
+    assert bool((got[nbytes:] == 0xAB).all())
+    src = torch.arange(nbytes, dtype=torch.int64, device="cuda").remainder(253).to(torch.uint8)
+    buf.write_from(src, timeout=60).get(timeout=90)
+    assert holder.digest.call_one(f"cuda-{backend}-{nbytes}").get(timeout=60) == digest(src.cpu().numpy())
+    buf.drop().get(timeout=30)
+
+
+def test_a_cuda_slice_reads_at_its_own_offset(holder: Any) -> None:
+    """A view into the middle of a larger device tensor: the bytes land there, not at the base."""
+    from tetrarch.testing._rdma_actors import pattern
+
+    buf = holder.make.call_one("cuda-slice", 1000, 5, "tcp").get(timeout=60)
+    big = torch.zeros(3000, dtype=torch.uint8, device="cuda")
+    buf.read_into(big[1000:2000], timeout=60).get(timeout=90)
+    assert big[:1000].count_nonzero().item() == 0 and big[2000:].count_nonzero().item() == 0
+    assert big[1000:2000].cpu().numpy().tobytes() == bytes(pattern(1000, 5))
+    buf.drop().get(timeout=30)

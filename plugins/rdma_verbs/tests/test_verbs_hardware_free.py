@@ -187,6 +187,8 @@ def test_probe_reports_exactly_why_verbs_is_unusable_here() -> None:
 
 def test_the_registry_lists_verbs_with_the_probe_reason() -> None:
     row = next(r for r in get_registry().statuses(BackendKind.RDMA) if r.name == "verbs")
+    if row.status is Status.NOT_INSTALLED:  # the sources are on the path, the distribution is not installed
+        pytest.skip(f"tetrarch-rdma-verbs is not installed here (its entry point is missing): {row.reason}")
     result = probe()
     assert row.status is (Status.AVAILABLE if result.ok else Status.UNAVAILABLE)
     assert result.reason in row.reason

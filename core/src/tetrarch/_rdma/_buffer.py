@@ -13,9 +13,10 @@ from .._errors import ArgumentError, RDMAError
 from .._plugins import BackendKind, BackendUnavailable, Status, get_registry
 from .._runtime._context import context
 from .._runtime._future import Future
-from ._backend import LocalRegion, PeerIdentity, RemoteRegion
+from ._backend import LocalRegion, MemoryKind, PeerIdentity, RemoteRegion
 from ._memory import Memory, as_memory
 from ._runtime import get_runtime
+from ._staging import finish, stage
 
 __all__ = ["DEFAULT_TIMEOUT", "Descriptor", "RDMABuffer", "as_future", "start_transfer"]
 
@@ -82,26 +83,33 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
     try:
         name = backend_name or choose_backend(desc)
         backend = runtime.backend(name)
+        staged = None
         if region.kind not in backend.memory_kinds:
-            raise ArgumentError(f"RDMA backend {name!r} cannot move {region.kind.value} memory directly (it takes "
-                                f"{sorted(k.value for k in backend.memory_kinds)}): pass a host tensor (t.cpu(), "
-                                f"pinned for speed) and copy it to the device yourself")
+            if region.kind is not MemoryKind.CUDA or MemoryKind.CPU not in backend.memory_kinds:
+                raise ArgumentError(f"RDMA backend {name!r} cannot move {region.kind.value} memory (it takes "
+                                    f"{sorted(k.value for k in backend.memory_kinds)}): pass a host tensor (t.cpu())")
+            staged = stage(local, write)  # through pinned host memory (docs/rdma.md, "GPU memory")
+            local = staged.memory
+            region = local.region
         remote = RemoteRegion(desc.owner, desc.buffer_id, desc.size, desc.contexts[name])
         deadline = time.monotonic() + timeout
         op = backend.write if write else backend.read
-        fut = op(remote, 0, region, deadline)
+        fut = moved = op(remote, 0, region, deadline)
+        if staged is not None:
+            fut = CFuture()
+            moved.add_done_callback(functools.partial(finish, staged, fut=fut))
     except Exception as exc:  # noqa: BLE001 - the caller's future carries it
         fut = CFuture()
         fut.set_exception(exc)
         return fut
     owner = desc.owner.address
     # The owner's death fails the backend's own future: a dead owner touches no memory any more.
-    runtime.watch(owner, fut)
+    runtime.watch(owner, moved)
     if name != "tcp" and not runtime.router.is_local(owner):
         runtime.pool.submit(_ping, runtime, owner)  # a connection to the owner, so its death is seen
     # The local memory lives until the BACKEND is done with it, not until the caller's deadline:
     # a timed-out transfer may still be copying into ``local`` (the interface's contract).
-    fut.add_done_callback(_keep(local))
+    moved.add_done_callback(_keep(local))
     caller: CFuture[None] = CFuture()
     fut.add_done_callback(functools.partial(_relay, caller))
     verb = "write_from" if write else "read_into"
@@ -305,4 +313,4 @@ def fit(memory: Memory, size: int, what: str, arg: str) -> Memory:
     if region.nbytes == min(region.nbytes, size):
         return memory
     view = region.view[:size] if region.view is not None else None  # device memory has no view
-    return Memory(LocalRegion(region.address, size, view, region.kind, region.device), memory.root)
+    return Memory(LocalRegion(region.address, size, view, region.kind, region.device), memory.root, memory.tensor)

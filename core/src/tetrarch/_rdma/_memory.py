@@ -20,11 +20,13 @@ FIX = "pass a 1-D contiguous byte view, e.g. t.view(torch.uint8).flatten() (nump
 class Memory:
     """A checked region plus the object whose lifetime decides the memory's (``root``)."""
 
-    __slots__ = ("region", "root")
+    __slots__ = ("region", "root", "tensor")
 
-    def __init__(self, region: LocalRegion, root: object) -> None:
+    def __init__(self, region: LocalRegion, root: object, tensor: object = None) -> None:
         self.region = region
         self.root = root
+        #: For device memory: the 1-D tensor it came from (to stage it through host memory).
+        self.tensor = tensor
 
 
 def _kind_of(obj: Any) -> str:
@@ -80,7 +82,7 @@ def _torch(t: Any, what: str, writable: bool) -> Memory:
     if t.device.type == "cuda":  # ROCm tensors too (torch.version.hip tells them apart: _gpu.py)
         _check_shape(t.dim(), nbytes, t.is_contiguous(), what, tuple(t.shape))
         region = LocalRegion(t.data_ptr(), nbytes, None, MemoryKind.CUDA, t.device.index or 0)
-        return Memory(region, _root_of(t, "_base"))
+        return Memory(region, _root_of(t, "_base"), t)
     if t.device.type != "cpu":
         raise ArgumentError(f"{what} lives on {t.device}; RDMA moves CPU and CUDA/ROCm memory: copy it with .cpu()")
     _check_shape(t.dim(), nbytes, t.is_contiguous(), what, tuple(t.shape))
