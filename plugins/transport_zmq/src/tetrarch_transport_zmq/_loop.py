@@ -28,6 +28,8 @@ _log = logging.getLogger("tetrarch.transport")
 #: anyway (its OS closes the socket: the monitor reports DISCONNECTED).
 HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 30_000
+#: Messages (at most CHUNK bytes each) libzmq queues per peer before the I/O thread reads them.
+RCV_HWM = 32
 #: How long an orderly close waits for its last messages (and CLOSE) to leave.
 CLOSE_LINGER_MS = 1000
 
@@ -36,7 +38,12 @@ def configure_socket(sock: zmq.Socket[Any]) -> None:
     """Options every socket of the transport gets."""
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 0)  # our own queue (MAX_QUEUED per connection) is the bound
-    sock.setsockopt(zmq.RCVHWM, 0)
+    # What libzmq may hold for one peer before the I/O thread reads it: past this, it stops
+    # reading that peer's socket (back-pressure through the kernel to the sender). Unbounded,
+    # a large message whose 1 MiB pieces arrived faster than the I/O thread copied them sat
+    # in libzmq next to the buffers they were copied into (a 128 MiB argument raised a busy
+    # receiver's peak memory by 1.6x its size).
+    sock.setsockopt(zmq.RCVHWM, RCV_HWM)
     sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
     sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
