@@ -12,11 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tetrarch.testing import scaled
 
 SCENARIO = Path(__file__).parent / "scenarios" / "slurm_mesh.py"
+#: Seconds of the cut test: heartbeats five times a second, a silent host is unreachable after 3 s.
+HOST_S = 3.0
+HEARTBEAT_S = 0.2
+#: Nominal seconds past host_timeout a silent cut may take to fail a call (a watchdog tick, the reply).
+CUT_SLACK_S = 3.0
 pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(120))]
 
 
@@ -29,6 +35,28 @@ def _wait_job_ended(cluster: Any, jobid: str, seconds: float) -> str:
     while cluster.squeue(jobid) and time.monotonic() < deadline:
         time.sleep(0.2)  # polling Slurm's queue: it offers nothing to wait on
     return cluster.squeue(jobid)
+
+
+def _job_processes(jobid: str) -> list[psutil.Process]:
+    """Live processes of the Slurm job ``jobid`` (its steps' tasks and what they started)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("SLURM_JOB_ID") == jobid and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _assert_job_gone(cluster: Any, jobid: str) -> None:
+    """The job leaves the queue, ends in Slurm's record, and no process of it remains (bounded waits)."""
+    assert _wait_job_ended(cluster, jobid, 30) == "", cluster.job_state(jobid)
+    assert cluster.job_state(jobid) in ("COMPLETED", "CANCELLED", "FAILED", "NODE_FAIL", "GONE")
+    deadline = time.monotonic() + scaled(10)
+    while (left := _job_processes(jobid)) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the job's processes exit on their own once it ended: nothing to wait on
+    assert left == [], [(p.pid, p.cmdline()) for p in left]
 
 
 def _files_holding(root: Path, needle: bytes) -> list[str]:
@@ -67,6 +95,7 @@ def test_two_nodes_by_two_procs_output_supervision_and_teardown(run_scenario: Ca
     # a killed host agent: the pending call fails with SupervisionError within 2 s; node 1 keeps working
     kill = out[2]
     assert kill["kill"] == "SupervisionError", kill
+    print(f"\n[{cluster.layout}] killed host agent: SupervisionError after {kill['kill_s']:.3f} s")
     assert kill["kill_s"] < scaled(2.0), kill
     assert out[3]["survivors"] == 2
     # the job ended with the client; the secret is nowhere in Slurm's files or the job's output
@@ -171,3 +200,40 @@ def test_probe_says_why_and_how_when_the_controller_does_not_answer(cluster: Any
     assert took < scaled(2.0)
     monkeypatch.setenv("SLURM_CONF", str(cluster.dir / "slurm.conf"))
     assert probe().ok, probe().reason
+
+
+@pytest.mark.isolated
+@pytest.mark.slow
+def test_a_cut_node_fails_pending_calls_within_the_heartbeat_bound(run_scenario: Callable[..., Any], cluster: Any,
+                                                                  tmp_path: Path) -> None:
+    """``fake-hosts cut``: no connection closes; the silence past host_timeout fails the call."""
+    if cluster.layout != "netns":
+        pytest.skip("a network cut needs a node with its own network (--netns)")
+    res = run_scenario(SCENARIO, "cut", str(HOST_S), str(HEARTBEAT_S), timeout=120, env=cluster.env, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = _lines(res.stdout)
+    jobid, cut, survivors = out[0]["jobid"], out[2], out[3]
+    assert cut["kill"] == "SupervisionError", cut
+    print(f"\n[{cluster.layout}] silent cut: SupervisionError after {cut['kill_s']:.2f} s (host_timeout={HOST_S:g})")
+    assert "unreachable" in cut["why"], cut
+    # silence began at the last ping; one watchdog tick, the declaration and the reply are the slack
+    assert HOST_S - HEARTBEAT_S <= cut["kill_s"] < scaled(HOST_S + CUT_SLACK_S), cut
+    assert survivors["survivors"] == 2
+    _assert_job_gone(cluster, jobid)
+
+
+@pytest.mark.isolated
+@pytest.mark.slow
+def test_a_dead_node_fails_pending_calls_within_two_seconds(run_scenario: Callable[..., Any], cluster: Any,
+                                                            tmp_path: Path) -> None:
+    """The node's slurmd and its step's processes SIGKILLed at once: the other node keeps answering."""
+    res = run_scenario(SCENARIO, "node", timeout=120, env=cluster.env, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = _lines(res.stdout)
+    jobid, killed, dead, survivors = out[0]["jobid"], out[2], out[3], out[4]
+    assert killed["killed"] >= 3, killed  # slurmd, slurmstepd, the host agent (and its procs)
+    assert dead["kill"] == "SupervisionError", dead
+    print(f"\n[{cluster.layout}] dead node: SupervisionError after {dead['kill_s']:.3f} s")
+    assert dead["kill_s"] < scaled(2.0), dead
+    assert survivors["survivors"] == 2
+    _assert_job_gone(cluster, jobid)
