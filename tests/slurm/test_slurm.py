@@ -237,3 +237,36 @@ def test_a_dead_node_fails_pending_calls_within_two_seconds(run_scenario: Callab
     assert dead["kill_s"] < scaled(2.0), dead
     assert survivors["survivors"] == 2
     _assert_job_gone(cluster, jobid)
+
+
+def _job_ids(cluster: Any) -> list[int]:
+    """Every job the controller knows (ended ones stay listed for MinJobAge, 300 s here)."""
+    res = subprocess.run(["scontrol", "show", "job", "-o"], env={**os.environ, **cluster.env}, capture_output=True,
+                         text=True, timeout=10, check=False)
+    return [int(w.partition("=")[2]) for w in res.stdout.split() if w.startswith("JobId=")]
+
+
+@pytest.mark.isolated
+@pytest.mark.slow
+def test_inside_a_batch_allocation_the_mesh_is_a_step_of_it(cluster: Any, tmp_path: Path) -> None:
+    """A batch script of 2 nodes runs a SlurmJob client: it uses the allocation's nodes, submits no job."""
+    output = tmp_path / "batch.out"
+    script = f"#!/bin/sh\nexec {sys.executable} {SCENARIO} inside\n"
+    sbatch = ["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1", "--time=5", "--job-name=tetrarch-test-batch",
+              f"--output={output}", f"--chdir={tmp_path}"]
+    env = {**os.environ, **cluster.env}
+    jobid = subprocess.run(sbatch, input=script, env=env, capture_output=True, text=True, timeout=30,
+                           check=True).stdout.strip().split(";")[0]
+    try:
+        assert _wait_job_ended(cluster, jobid, 60) == "", cluster.job_state(jobid)
+    finally:
+        subprocess.run(["scancel", jobid], env=env, capture_output=True, timeout=10, check=False)
+    text = output.read_text() if output.exists() else ""
+    assert cluster.job_state(jobid) == "COMPLETED", text
+    out = _lines(text)
+    assert out[0]["jobid"] is None and out[0]["slurm_job_id"] == jobid, out[0]  # a step, not a job
+    values = out[1]["values"]
+    assert sorted((v["rank"]["hosts"], v["rank"]["procs"]) for _p, v in values) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert len({v["node"] for _p, v in values}) == 2, values
+    assert [j for j in _job_ids(cluster) if j > int(jobid)] == [], "the client submitted a job of its own"
+    _assert_job_gone(cluster, jobid)
