@@ -270,3 +270,16 @@ def test_inside_a_batch_allocation_the_mesh_is_a_step_of_it(cluster: Any, tmp_pa
     assert len({v["node"] for _p, v in values}) == 2, values
     assert [j for j in _job_ids(cluster) if j > int(jobid)] == [], "the client submitted a job of its own"
     _assert_job_gone(cluster, jobid)
+
+
+def test_slurm_job_is_public_in_tetrarch_job_and_names_the_install_when_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tetrarch.job
+    from tetrarch.job import SlurmJob as public
+    from tetrarch_alloc_slurm import SlurmJob
+
+    assert public is SlurmJob and "SlurmJob" in dir(tetrarch.job)
+    monkeypatch.delitem(vars(tetrarch.job), "SlurmJob")  # the cached value: resolve again
+    monkeypatch.setitem(sys.modules, "tetrarch_alloc_slurm", None)  # as if the plugin were not installed
+    with pytest.raises(ImportError, match=r'pip install "tetrarch\[slurm\]"'):
+        from tetrarch.job import SlurmJob
