@@ -18,6 +18,7 @@ import pytest
 from tetrarch.testing import scaled
 
 SCENARIO = Path(__file__).parent / "scenarios" / "slurm_mesh.py"
+FAKE_HOSTS = Path(__file__).resolve().parents[2] / "scripts" / "fake-hosts"
 #: Seconds of the cut test: heartbeats five times a second, a silent host is unreachable after 3 s.
 HOST_S = 3.0
 HEARTBEAT_S = 0.2
@@ -209,7 +210,12 @@ def test_a_cut_node_fails_pending_calls_within_the_heartbeat_bound(run_scenario:
     """``fake-hosts cut``: no connection closes; the silence past host_timeout fails the call."""
     if cluster.layout != "netns":
         pytest.skip("a network cut needs a node with its own network (--netns)")
-    res = run_scenario(SCENARIO, "cut", str(HOST_S), str(HEARTBEAT_S), timeout=120, env=cluster.env, cwd=tmp_path)
+    try:
+        res = run_scenario(SCENARIO, "cut", str(HOST_S), str(HEARTBEAT_S), timeout=120, env=cluster.env,
+                           cwd=tmp_path)
+    finally:  # the scenario heals its cut; if it was killed first, no later test may find a node cut off
+        for node in ("h1", "h2"):
+            subprocess.run([str(FAKE_HOSTS), "heal", node], capture_output=True, timeout=10, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     out = _lines(res.stdout)
     jobid, cut, survivors = out[0]["jobid"], out[2], out[3]
