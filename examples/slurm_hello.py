@@ -15,7 +15,7 @@ import socket
 import time
 
 from tetrarch import Actor, configure, current_rank, endpoint
-from tetrarch_alloc_slurm import SlurmJob
+from tetrarch.job import SlurmJob  # the Slurm plugin: pip install "tetrarch[slurm]"
 
 
 class Hello(Actor):

@@ -14,11 +14,16 @@ or a third-party plugin), declare a job and ask for its state::
 Without ``allocator=``, the allocator is chosen as every backend is: the
 ``TETRARCH_ALLOCATOR`` setting, then ``tetrarch_select_backend`` hooks, then priority
 (docs/plugins.md §4). See docs/jobs.md.
+
+``SlurmJob`` (as Monarch's ``monarch.job.SlurmJob``) comes from the Slurm plugin
+(``pip install "tetrarch[slurm]"``; docs/slurm.md); importing it without the plugin raises
+``ImportError`` naming that command.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._lazy import lazy_exports
 
@@ -38,11 +43,39 @@ __all__ = [
     "LocalJob",
     "MeshNotFoundError",
     "ProcessJob",
+    "SlurmJob",
 ]
 # (kept literal so linters see the re-exports; tests/test_public_api.py checks it)
 
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS, __all__)
+#: Names from a plugin distribution: name -> (module, the ``tetrarch[extra]`` that installs it).
+_PLUGIN_EXPORTS = {"SlurmJob": ("tetrarch_alloc_slurm", "slurm")}
+
+_core_getattr, __dir__ = lazy_exports(__name__, globals(), _EXPORTS, __all__)
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a lazy export; a plugin's (``SlurmJob``) from its distribution.
+
+    Raises:
+        ImportError: the plugin that provides ``name`` is not installed (the message says
+            which ``pip install "tetrarch[...]"`` adds it).
+        AttributeError: no such name.
+    """
+    if name not in _PLUGIN_EXPORTS:
+        return _core_getattr(name)
+    module, extra = _PLUGIN_EXPORTS[name]
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        raise ImportError(f"tetrarch.job.{name} needs the {extra} plugin ({module}), which is not installed: "
+                          f'pip install "tetrarch[{extra}]"', name=module) from exc
+    globals()[name] = value
+    return value
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tetrarch_alloc_slurm import SlurmJob
+
     from ._errors import MeshNotFoundError
     from ._runtime._job import AllocatorJob, JobState, JobTrait, LocalJob, ProcessJob
