@@ -58,6 +58,9 @@ LEAK_GRACE_S = 10.0
 SETTLE_S = 0.25
 
 _marker_key = pytest.StashKey[str]()
+_shm_key = pytest.StashKey[set[str]]()
+#: Where POSIX shared memory lives; the suite must leave it as it found it.
+SHM_DIR = "/dev/shm"
 
 
 # --------------------------------------------------------------------------- options
@@ -81,6 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # test session (its own leaks are then reported here, not by the outer session).
     os.environ[SESSION_ENV] = marker
     config.stash[_marker_key] = marker
+    config.stash[_shm_key] = _shm_names()
 
 
 def _marked_processes(marker: str) -> list[psutil.Process]:
@@ -162,6 +166,44 @@ def _describe(proc: psutil.Process) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _check_processes(session)
+    _check_shm(session)  # after: a process's segments go when it exits
+
+
+def _shm_names() -> set[str]:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
+
+
+def _check_shm(session: pytest.Session) -> None:
+    """Fail the session if ``/dev/shm`` holds entries it did not hold when the session began.
+
+    (libfabric's ``shm`` provider, for one, leaves a 16 MiB segment per process that exits
+    without closing its endpoint.)
+    """
+    before = session.config.stash.get(_shm_key, None)
+    if before is None:
+        return
+    left = sorted(_shm_names() - before)
+    if not left:
+        return
+    lines = [(f"{len(left)} entr{'y' if len(left) == 1 else 'ies'} appeared in {SHM_DIR} during this test session "
+             f"and are still there: {', '.join(left[:20])}{' ...' if len(left) > 20 else ''}")]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.section("leaked shared memory", sep="=", red=True, bold=True)
+        for line in lines:
+            reporter.line(line, red=True)
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _check_processes(session: pytest.Session) -> None:
     marker = session.config.stash.get(_marker_key, None)
     if marker is None:
         return
