@@ -23,6 +23,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
+from tetrarch import SupervisionError
 from tetrarch._config import EFA_PROVIDER
 from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion
 from tetrarch.rdma import RDMAError
@@ -229,7 +230,9 @@ class EfaRdmaBackend(RdmaBackend):
         chunks = deque((address + rel, min(ep.chunk, nbytes - rel), base + rel) for rel in range(0, nbytes, ep.chunk))
 
         def done(error: BaseException | None) -> None:
-            _ = keep  # the local memory lives until every chunk completed
+            _ = keep  # the local memory lives until every chunk completed (or the endpoint closed)
+            if fut.done():
+                return  # the frontend ended it (the owner died): nothing to explain
             if error is None:
                 _set(fut, None)
             else:
@@ -237,7 +240,17 @@ class EfaRdmaBackend(RdmaBackend):
                     ep.forget(ctx["name"])
                 self._explain(remote, ctx, error, fut)
 
-        ep.submit(Transfer(write, chunks, desc, peer, ctx["key"], deadline, done, release))
+        transfer = Transfer(write, chunks, desc, peer, ctx["key"], deadline, done, release)
+
+        def ended(f: Future[None]) -> None:
+            # The frontend fails this future when the owner dies: stop the transfer, so that it
+            # neither waits for its deadline in the endpoint nor holds a window slot.
+            error = None if f.cancelled() else f.exception()
+            if error is not None or f.cancelled():
+                ep.cancel(transfer, error or RDMAError("the efa transfer was cancelled"))
+
+        fut.add_done_callback(ended)
+        ep.submit(transfer)
 
     def _explain(self, remote: RemoteRegion, ctx: dict[str, Any], error: BaseException, fut: Future[None]) -> None:
         """Fail ``fut`` with the owner's word on the buffer (dropped, unknown) or else ``error``."""
@@ -249,8 +262,12 @@ class EfaRdmaBackend(RdmaBackend):
 
         def decide(f: Future[object]) -> None:
             owner_says = f.exception()
-            if isinstance(owner_says, RDMAError):
-                _set(fut, owner_says)
+            if isinstance(owner_says, (RDMAError, SupervisionError)):
+                _set(fut, owner_says)  # the buffer is gone, or its owner (the connection reset was its death)
+            elif owner_says is not None:
+                _set(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
+                                    f"failed: {error}; and its owner did not answer whether the buffer is live "
+                                    f"({owner_says!r}): retry once it answers, or select another backend"))
             else:
                 _set(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
                                     f"failed: {error}; the buffer is live at its owner, so the path is at fault: "
