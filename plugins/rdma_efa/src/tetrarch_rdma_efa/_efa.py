@@ -87,8 +87,11 @@ class EfaRdmaBackend(RdmaBackend):
         """
         with self._lock:
             found = self._endpoints.get(provider)
-            if found is not None:
+            if found is not None and not (found.dead_orphans and self._owns_nothing(found)):
                 return found
+            if found is not None:  # stalled by a dead owner inside the provider: start afresh
+                del self._endpoints[provider]
+                threading.Thread(target=found.close, name="tetrarch-efa-close", daemon=True).start()
             if provider in self._failed:
                 raise EndpointError(self._failed[provider])
             try:
@@ -99,6 +102,10 @@ class EfaRdmaBackend(RdmaBackend):
                 self._failed[provider] = str(exc)
                 raise
             return found
+
+    def _owns_nothing(self, ep: Endpoint) -> bool:
+        """Whether no buffer of this process is registered through ``ep`` (it may be replaced)."""
+        return all(found[0] is not ep for found in self._mrs.values())
 
     # ------------------------------------------------------------ owner side
     def register(self, region: LocalRegion, buffer_id: int) -> object:
@@ -247,7 +254,8 @@ class EfaRdmaBackend(RdmaBackend):
             # neither waits for its deadline in the endpoint nor holds a window slot.
             error = None if f.cancelled() else f.exception()
             if error is not None or f.cancelled():
-                ep.cancel(transfer, error or RDMAError("the efa transfer was cancelled"))
+                died = isinstance(error, SupervisionError)
+                ep.cancel(transfer, error or RDMAError("the efa transfer was cancelled"), owner_died=died)
 
         fut.add_done_callback(ended)
         ep.submit(transfer)

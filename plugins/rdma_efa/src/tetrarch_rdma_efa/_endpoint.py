@@ -69,6 +69,7 @@ class Transfer:
     error: BaseException | None = None
     reported: bool = False  # ``done`` was called (it is called once)
     freed: bool = False  # ``release`` was called (it is called once)
+    owner_died: bool = False  # ended because its owner's process died
     contexts: list[Any] = field(default_factory=list)
 
     def free(self) -> None:
@@ -203,12 +204,20 @@ class Endpoint:
         self._inbox.append(transfer)
         self._kick.set()
 
-    def cancel(self, transfer: Transfer, error: BaseException) -> None:
+    def cancel(self, transfer: Transfer, error: BaseException, owner_died: bool = False) -> None:
         """End ``transfer`` with ``error`` (its owner died, or its caller gave up): post no more
         of it, ask the provider to cancel what is in flight. Takes no lock; never raises."""
         if transfer.error is None:
             transfer.error = error
+        transfer.owner_died = transfer.owner_died or owner_died
         self._kick.set()
+
+    @property
+    def dead_orphans(self) -> bool:
+        """Whether operations to a dead owner are still in flight: some providers (``shm`` of
+        libfabric 1.17, which answers an endpoint's requests in order) then stall every later
+        transfer of this endpoint, and only a fresh endpoint helps (see the backend)."""
+        return any(t.owner_died for t, _c in [*self._orphans.values(), *self._active.values()])
 
     def pending(self) -> tuple[int, int]:
         """``(transfers queued or in flight, orphaned operations)`` (tests check reaping)."""
