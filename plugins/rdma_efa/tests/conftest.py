@@ -1,4 +1,4 @@
-"""Fixtures of the efa tests: end the host agents when the session ends."""
+"""Fixtures of the efa tests: the provider a class asks for, and ending the host agents at the end."""
 
 from __future__ import annotations
 
@@ -6,8 +6,28 @@ from collections.abc import Iterator
 
 import pytest
 
-from tetrarch import shutdown_context
+from tetrarch import configured, shutdown_context
 from tetrarch.testing import scaled
+from tetrarch_rdma_efa._discover import discover
+
+_found = discover()
+
+
+def need_provider(provider: str) -> None:
+    """Skip unless the installed libfabric offers ``provider`` with RMA (the reason says what it has)."""
+    if _found.error:
+        pytest.skip(f"efa backend: {_found.error}")
+    if provider not in _found.rma:
+        pytest.skip(f"libfabric {_found.version} offers no RMA provider {provider!r} here (has: {_found.rma})")
+
+
+@pytest.fixture(scope="class")
+def efa_provider(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The class's ``provider`` attribute, configured (``efa_provider``) for the class's procs."""
+    provider: str = request.cls.provider
+    need_provider(provider)
+    with configured(efa_provider=provider):
+        yield provider
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,36 +8,18 @@ descriptors hold only the efa context: no fallback can move the bytes, and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tetrarch import configured
 from tetrarch.testing import scaled
 from tetrarch.testing._rdma_actors import digest, pattern
 from tetrarch.testing.rdma import RdmaSuite
-from tetrarch_rdma_efa._discover import discover
-
-_found = discover()
 
 
-def _need(provider: str) -> None:
-    if _found.error:
-        pytest.skip(f"efa backend: {_found.error}")
-    if provider not in _found.rma:
-        pytest.skip(f"libfabric {_found.version} offers no RMA provider {provider!r} here (has: {_found.rma})")
-
-
+@pytest.mark.usefixtures("efa_provider")
 class _EfaSuite(RdmaSuite):
     provider = ""
-
-    @pytest.fixture(scope="class", autouse=True)
-    @classmethod
-    def _provider(cls) -> Iterator[None]:
-        _need(cls.provider)
-        with configured(efa_provider=cls.provider):
-            yield
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -57,6 +57,7 @@ ssize_t tf_write(struct tf_ep *t, const void *buf, size_t len, void *desc, uint6
                  uint64_t key, void *ctx);
 ssize_t tf_cq_read(struct tf_ep *t, void **ctxs, size_t count);
 int tf_cq_readerr(struct tf_ep *t, void **ctx, int *err, int *prov_errno, char *buf, size_t len);
+int tf_cancel(struct tf_ep *t, void *ctx);
 size_t tf_context_size(void);
 const char *fi_strerror(int errnum);
 uint32_t fi_version(void);

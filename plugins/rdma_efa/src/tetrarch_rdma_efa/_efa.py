@@ -16,13 +16,17 @@ completion fails, the owner is asked again, so a dropped buffer is reported as d
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import itertools
+import os
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
+from tetrarch import SupervisionError
 from tetrarch._config import EFA_PROVIDER
 from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion
 from tetrarch.rdma import RDMAError
@@ -76,6 +80,9 @@ class EfaRdmaBackend(RdmaBackend):
                 cannot open an RDM endpoint with RMA (the message names the fix).
         """
         super().start(host)
+        # Nothing in a proc's exit closes the RDMA runtime: without this, every shm endpoint left
+        # its 16 MiB segment in /dev/shm (fi_close removes it; a normal interpreter exit runs atexit).
+        atexit.register(self.close)
         self.endpoint(EFA_PROVIDER())
 
     def endpoint(self, provider: str) -> Endpoint:
@@ -86,8 +93,11 @@ class EfaRdmaBackend(RdmaBackend):
         """
         with self._lock:
             found = self._endpoints.get(provider)
-            if found is not None:
+            if found is not None and not (found.dead_orphans and self._owns_nothing(found)):
                 return found
+            if found is not None:  # stalled by a dead owner inside the provider: start afresh
+                del self._endpoints[provider]
+                threading.Thread(target=found.close, name="tetrarch-efa-close", daemon=True).start()
             if provider in self._failed:
                 raise EndpointError(self._failed[provider])
             try:
@@ -98,6 +108,10 @@ class EfaRdmaBackend(RdmaBackend):
                 self._failed[provider] = str(exc)
                 raise
             return found
+
+    def _owns_nothing(self, ep: Endpoint) -> bool:
+        """Whether no buffer of this process is registered through ``ep`` (it may be replaced)."""
+        return all(found[0] is not ep for found in self._mrs.values())
 
     # ------------------------------------------------------------ owner side
     def register(self, region: LocalRegion, buffer_id: int) -> object:
@@ -229,7 +243,9 @@ class EfaRdmaBackend(RdmaBackend):
         chunks = deque((address + rel, min(ep.chunk, nbytes - rel), base + rel) for rel in range(0, nbytes, ep.chunk))
 
         def done(error: BaseException | None) -> None:
-            _ = keep  # the local memory lives until every chunk completed
+            _ = keep  # the local memory lives until every chunk completed (or the endpoint closed)
+            if fut.done():
+                return  # the frontend ended it (the owner died): nothing to explain
             if error is None:
                 _set(fut, None)
             else:
@@ -237,7 +253,20 @@ class EfaRdmaBackend(RdmaBackend):
                     ep.forget(ctx["name"])
                 self._explain(remote, ctx, error, fut)
 
-        ep.submit(Transfer(write, chunks, desc, peer, ctx["key"], deadline, done, release))
+        transfer = Transfer(write, chunks, desc, peer, ctx["key"], deadline, done, release)
+
+        def ended(f: Future[None]) -> None:
+            # The frontend fails this future when the owner dies: stop the transfer, so that it
+            # neither waits for its deadline in the endpoint nor holds a window slot.
+            error = None if f.cancelled() else f.exception()
+            if error is not None or f.cancelled():
+                died = isinstance(error, SupervisionError)
+                ep.cancel(transfer, error or RDMAError("the efa transfer was cancelled"), owner_died=died)
+                if died and ep.provider == "shm":
+                    _unlink_dead_shm(ctx["name"])
+
+        fut.add_done_callback(ended)
+        ep.submit(transfer)
 
     def _explain(self, remote: RemoteRegion, ctx: dict[str, Any], error: BaseException, fut: Future[None]) -> None:
         """Fail ``fut`` with the owner's word on the buffer (dropped, unknown) or else ``error``."""
@@ -249,8 +278,12 @@ class EfaRdmaBackend(RdmaBackend):
 
         def decide(f: Future[object]) -> None:
             owner_says = f.exception()
-            if isinstance(owner_says, RDMAError):
-                _set(fut, owner_says)
+            if isinstance(owner_says, (RDMAError, SupervisionError)):
+                _set(fut, owner_says)  # the buffer is gone, or its owner (the connection reset was its death)
+            elif owner_says is not None:
+                _set(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
+                                    f"failed: {error}; and its owner did not answer whether the buffer is live "
+                                    f"({owner_says!r}): retry once it answers, or select another backend"))
             else:
                 _set(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
                                     f"failed: {error}; the buffer is live at its owner, so the path is at fault: "
@@ -267,6 +300,24 @@ class EfaRdmaBackend(RdmaBackend):
             ep.close_mr(mr)
         for ep in endpoints:
             ep.close()
+
+
+def _unlink_dead_shm(name: bytes) -> None:
+    """Remove a SIGKILLed shm owner's segment (``fi_shm://PID:...`` lives at ``/dev/shm/PID:...``),
+    which it could not remove itself; only when no process ``PID`` exists. Never raises."""
+    rest = name.rstrip(b"\0").decode(errors="replace").removeprefix("fi_shm://")
+    pid = rest.split(":", 1)[0]
+    if not pid.isdigit() or "/" in rest or not rest:
+        return
+    try:
+        os.kill(int(pid), 0)
+        return  # alive (or its pid reused): not ours to remove
+    except ProcessLookupError:
+        pass
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(f"/dev/shm/{rest}")
 
 
 def _nothing() -> None:

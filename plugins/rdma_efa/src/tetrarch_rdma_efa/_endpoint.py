@@ -12,8 +12,20 @@ without pause (yielding the GIL); when idle it sleeps in steps of at most
 
 ``-FI_EAGAIN`` from a post (the first ``fi_write`` on ``tcp;ofi_rxm`` while it connects, or
 a full transmit queue) leaves the chunk queued; the thread progresses the completion
-queue and posts it again. A completion-queue error entry fails its transfer with
-``fi_cq_strerror``'s text; the endpoint stays usable for the next transfer.
+queue and posts it again. Such a chunk holds back only later chunks *to the same peer*:
+the thread goes on posting other peers' transfers (a dead or stopped owner, whose
+connection never comes up, used to block every later transfer of the process until its
+deadline). A completion-queue error entry fails its transfer with ``fi_cq_strerror``'s
+text; the endpoint stays usable for the next transfer.
+
+A transfer ends at its deadline, or when :meth:`Endpoint.cancel` is called (the backend
+does when the frontend failed its future: the owner died): its unposted chunks are
+dropped, ``fi_cancel`` is asked for each posted one, and its ``done`` is called at once.
+Operations the provider cannot cancel (``tcp;ofi_rxm`` to a stopped owner) become
+*orphans*: they no longer count against the window, and their memory (the local view,
+the local MR, the op context) stays alive until their completion arrives (the owner
+resumes, or its death closes the connection) or the endpoint closes, because the
+provider may still write into it.
 """
 
 from __future__ import annotations
@@ -55,7 +67,16 @@ class Transfer:
     release: Callable[[], None]  # closes the local MR; called on the progress thread once nothing is in flight
     inflight: int = 0
     error: BaseException | None = None
+    reported: bool = False  # ``done`` was called (it is called once)
+    freed: bool = False  # ``release`` was called (it is called once)
+    owner_died: bool = False  # ended because its owner's process died
     contexts: list[Any] = field(default_factory=list)
+
+    def free(self) -> None:
+        """Call ``release`` once (on the progress thread, nothing of the transfer in flight)."""
+        if not self.freed:
+            self.freed = True
+            self.release()
 
 
 class Endpoint:
@@ -96,11 +117,15 @@ class Endpoint:
         self.name = bytes(ffi.buffer(buf, n))
         self._ctx_size = int(lib.tf_context_size())
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
+        self._kick = threading.Event()  # wakes the idle progress thread (set without the lock)
+        self._inbox: deque[Transfer] = deque()  # submitted, not yet queued (appended without the lock)
+        self._ended = threading.Condition(self._lock)  # notified when transfers end or orphans complete
         self._queue: deque[Transfer] = deque()  # transfers with chunks left to post
         self._active: dict[int, tuple[Transfer, Any]] = {}  # context address -> (transfer, context)
+        self._orphans: dict[int, tuple[Transfer, Any]] = {}  # ops of ended transfers still in flight
         self._peers: dict[bytes, int] = {}
         self._finished: list[Transfer] = []
+        self._released: list[Transfer] = []  # ended transfers whose last orphan completed
         self.completed = 0  # chunks completed without error (tests check the bytes went this way)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"tetrarch-efa-{provider}", daemon=True)
@@ -117,6 +142,9 @@ class Endpoint:
         Raises:
             EndpointError: the AV refused the name (a corrupt descriptor or another provider's name).
         """
+        found = self._peers.get(name)  # no lock on a hit: the progress thread may be busy
+        if found is not None:
+            return found
         with self._lock:
             found = self._peers.get(name)
             if found is not None:
@@ -164,12 +192,46 @@ class Endpoint:
             self.lib.tf_mr_close(mr)
 
     def submit(self, transfer: Transfer) -> None:
-        """Queue ``transfer``; the progress thread posts its chunks and calls its ``done``."""
+        """Queue ``transfer``; the progress thread posts its chunks and calls its ``done``.
+
+        Takes no lock: a progress thread busy with a stalled peer cannot hold a caller up.
+
+        Raises:
+            EndpointError: the endpoint is closed.
+        """
+        if self._closed:
+            raise EndpointError(f"the libfabric endpoint of provider {self.provider!r} is closed")
+        self._inbox.append(transfer)
+        self._kick.set()
+
+    def cancel(self, transfer: Transfer, error: BaseException, owner_died: bool = False) -> None:
+        """End ``transfer`` with ``error`` (its owner died, or its caller gave up): post no more
+        of it, ask the provider to cancel what is in flight. Takes no lock; never raises."""
+        if transfer.error is None:
+            transfer.error = error
+        transfer.owner_died = transfer.owner_died or owner_died
+        self._kick.set()
+
+    @property
+    def dead_orphans(self) -> bool:
+        """Whether operations to a dead owner are still in flight: some providers (``shm`` of
+        libfabric 1.17, which answers an endpoint's requests in order) then stall every later
+        transfer of this endpoint, and only a fresh endpoint helps (see the backend)."""
+        return any(t.owner_died for t, _c in [*self._orphans.values(), *self._active.values()])
+
+    def pending(self) -> tuple[int, int]:
+        """``(transfers queued or in flight, orphaned operations)`` (tests check reaping)."""
         with self._lock:
-            if self._closed:
-                raise EndpointError(f"the libfabric endpoint of provider {self.provider!r} is closed")
-            self._queue.append(transfer)
-            self._wake.notify()
+            return self._pending()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no transfer is queued or in flight (orphans aside); False if ``timeout`` passed first."""
+        with self._lock:
+            return self._ended.wait_for(lambda: self._pending()[0] == 0, timeout)
+
+    def _pending(self) -> tuple[int, int]:
+        live = {id(t) for t in (*self._inbox, *self._queue)} | {id(t) for t, _c in self._active.values()}
+        return len(live), len(self._orphans)
 
     def close(self) -> None:
         """Stop the thread and close the endpoint; transfers still queued fail. Never raises."""
@@ -177,15 +239,20 @@ class Endpoint:
             if self._closed:
                 return
             self._closed = True
-            self._wake.notify()
+            self._kick.set()
         self._thread.join(timeout=5)
         if self._thread.is_alive():
             return  # a stuck provider call: leave the endpoint to the process's exit
-        for transfer in {id(t): t for t in list(self._queue) + [t for t, _c in self._active.values()]}.values():
+        ended = [*self._inbox, *self._queue, *(t for t, _c in self._active.values())]
+        for transfer in {id(t): t for t in ended}.values():
             transfer.error = transfer.error or EndpointError("the process's RDMA runtime closed")
-            transfer.done(transfer.error)  # its memory stays registered until tf_close below
+            if not transfer.reported:
+                transfer.reported = True
+                transfer.done(transfer.error)  # its memory stays registered until tf_close below
+        self._inbox.clear()
         self._queue.clear()
         self._active.clear()
+        self._orphans.clear()
         self.lib.tf_close(self._t)
 
     # ------------------------------------------------------------ progress thread
@@ -196,27 +263,43 @@ class Endpoint:
             with self._lock:
                 if self._closed:
                     return
+                while self._inbox:
+                    self._queue.append(self._inbox.popleft())
+                self._reap()
                 busy = self._post() | self._poll(ctxs)
                 finished, self._finished = self._finished, []
-                if not busy and not finished and not self._active and not self._queue:
-                    self._wake.wait(min(IDLE_S, 0.00005 * (1 << min(idle, 5))))
-                    idle += 1
-                    continue
+                released, self._released = self._released, []
+                if finished or released:
+                    self._ended.notify_all()
+                rest = not busy and not finished and not released and not self._active and not self._queue
+            if rest:
+                self._kick.wait(min(IDLE_S, 0.00005 * (1 << min(idle, 5))))
+                self._kick.clear()
+                idle += 1
+                continue
             for transfer in finished:
                 _report(transfer)
+            for transfer in released:
+                transfer.free()
             idle = 0
             time.sleep(0)  # let callers' threads have the GIL between polls
 
     def _post(self) -> bool:
+        """Post queued chunks, in order per transfer; a peer that answers -FI_EAGAIN is skipped
+        (its later chunks wait) while other peers' transfers go on."""
         posted = False
         now = time.monotonic()
-        while self._queue and len(self._active) < self.window:
-            transfer = self._queue[0]
+        waiting: set[int] = set()  # peers whose post returned -FI_EAGAIN this round
+        i = 0
+        while i < len(self._queue) and len(self._active) < self.window:
+            transfer = self._queue[i]
             if transfer.error is not None or now > transfer.deadline:
-                transfer.error = transfer.error or TimeoutError("the efa transfer's deadline passed before all "
-                                                                "its chunks were posted")
-                self._queue.popleft()
+                transfer.error = transfer.error or _expired()
+                del self._queue[i]
                 self._finish_if_idle(transfer)
+                continue
+            if transfer.peer in waiting:
+                i += 1
                 continue
             local, length, remote = transfer.chunks[0]
             ctx = self.ffi.new("char[]", self._ctx_size)
@@ -224,20 +307,40 @@ class Endpoint:
             rc = op(self._t, self.ffi.cast("void *", local), length, transfer.desc, transfer.peer, remote,
                     transfer.key, ctx)
             if rc == -self.lib.FI_EAGAIN:
-                break  # progress the CQ, then post again
+                waiting.add(transfer.peer)  # progress the CQ, then post again
+                i += 1
+                continue
             if rc < 0:
                 call = "fi_write" if transfer.write else "fi_read"
                 transfer.error = EndpointError(f"{call} on provider {self.provider!r} failed: {self.strerror(rc)}")
-                self._queue.popleft()
+                del self._queue[i]
                 self._finish_if_idle(transfer)
                 continue
             transfer.chunks.popleft()
             if not transfer.chunks:
-                self._queue.popleft()
+                del self._queue[i]
             transfer.inflight += 1
             self._active[int(self.ffi.cast("uintptr_t", ctx))] = (transfer, ctx)
             posted = True
         return posted
+
+    def _reap(self) -> None:
+        """End in-flight transfers whose deadline passed or that were cancelled: fi_cancel their
+        operations and report them now; what the provider does not complete becomes an orphan."""
+        now = time.monotonic()
+        ended = [(key, t, c) for key, (t, c) in self._active.items() if t.error is not None or now > t.deadline]
+        for key, transfer, ctx in ended:
+            transfer.error = transfer.error or _expired()
+            transfer.chunks.clear()
+            self.lib.tf_cancel(self._t, ctx)  # -FI_ENOENT where the provider cannot: the op stays an orphan
+            del self._active[key]
+            self._orphans[key] = (transfer, ctx)
+        for transfer in {id(t): t for _k, t, _c in ended}.values():
+            if transfer in self._queue:
+                self._queue.remove(transfer)
+            if not transfer.reported:
+                transfer.reported = True
+                self._finished.append(transfer)  # reported by _run; released when its last orphan completes
 
     def _poll(self, ctxs: Any) -> bool:
         n = self.lib.tf_cq_read(self._t, ctxs, 64)
@@ -270,6 +373,11 @@ class Endpoint:
     def _completed(self, ctx: int, error: BaseException | None) -> None:
         found = self._active.pop(ctx, None)
         if found is None:
+            orphan = self._orphans.pop(ctx, None)
+            if orphan is not None:
+                orphan[0].inflight -= 1
+                if not orphan[0].inflight:
+                    self._released.append(orphan[0])  # its memory may go now
             return
         transfer = found[0]
         transfer.inflight -= 1
@@ -282,13 +390,21 @@ class Endpoint:
         self._finish_if_idle(transfer)
 
     def _finish_if_idle(self, transfer: Transfer) -> None:
-        if transfer.inflight or (transfer.chunks and transfer.error is None):
+        if transfer.inflight or (transfer.chunks and transfer.error is None) or transfer.reported:
             return
+        transfer.reported = True
         self._finished.append(transfer)  # released and reported by _run, outside the lock
 
 
+def _expired() -> TimeoutError:
+    return TimeoutError("the efa transfer's deadline passed before all its chunks completed")
+
+
 def _report(transfer: Transfer) -> None:
+    """Release the transfer's local MR unless operations of it are still in flight (orphans:
+    released when the last completes), then call its ``done``."""
     try:
-        transfer.release()
+        if not transfer.inflight:
+            transfer.free()
     finally:
         transfer.done(transfer.error)

@@ -231,4 +231,8 @@ int tf_cq_readerr(struct tf_ep *t, void **ctx, int *err, int *prov_errno, char *
     return 0;
 }
 
+/* Ask the provider to cancel the operation posted with `ctx`: 0 (a completion, FI_ECANCELED or
+ * ordinary, follows) or a negative code (e.g. -FI_ENOENT: the provider cannot cancel it). */
+int tf_cancel(struct tf_ep *t, void *ctx) { return (int)fi_cancel(&t->ep->fid, ctx); }
+
 size_t tf_context_size(void) { return sizeof(struct fi_context2); }
