@@ -43,9 +43,6 @@ class TestEfaBadHandles:
         yield procs.spawn("bad_handles", Holder)
         procs.stop().get(timeout=scaled(30))
 
-    @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-        "core's choose_backend says 'no rdma backend is available: <this process's backends>' without "
-        "naming the backends the owner registered the buffer with (tetrarch._rdma._buffer, not this plugin)"))
     def test_a_descriptor_of_a_backend_the_reader_lacks(self, owner: Any) -> None:
         from tetrarch._rdma._buffer import Descriptor
         from tetrarch.rdma import RDMABuffer

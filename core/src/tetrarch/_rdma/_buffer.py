@@ -62,6 +62,14 @@ def choose_backend(desc: Descriptor) -> str:
             shared.append(name)
         else:
             remote_reasons.append(f"{name}: {why}")
+    if not shared:
+        raise BackendUnavailable(
+            f"no RDMA backend of this process can reach the buffer owned by {desc.owner_name} at "
+            f"{desc.owner.address}: the owner registered it with {sorted(desc.contexts)}, and here "
+            + "; ".join(remote_reasons)
+            + " (install the owner's backend here, or have the owner register with one this process has: "
+              "`tetrarch plugins` lists them)"
+        )
     spec = get_registry().select(BackendKind.RDMA, among=shared)
     if spec.name not in shared:
         raise BackendUnavailable(

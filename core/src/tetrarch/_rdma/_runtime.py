@@ -370,4 +370,5 @@ def get_runtime() -> RdmaRuntime:
         if _runtime is None or _runtime.router is not root.runtime:
             _runtime = RdmaRuntime(root.runtime)
             root.proc_agent.on_actor_gone(_runtime.actor_gone)
+            root.on_close(_runtime.close)  # also before a proc's hard exit (os._exit skips atexit)
         return _runtime

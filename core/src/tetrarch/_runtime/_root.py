@@ -27,7 +27,7 @@ from .._config import (
     TRANSPORT,
     config_env,
 )
-from .._log import set_process_name
+from .._log import get_logger, set_process_name
 from .._plugins import BackendNotFound, BackendUnavailable, Registry, get_registry, known_backend, split_address
 from .._plugins._specs import BackendKind
 from .._transport._route import host_of, pin_host, source_ip_toward
@@ -40,6 +40,8 @@ from ._supervision import Supervisor, install_exit_path
 
 __all__ = ["Root", "adopt_client_sys_path", "child_env", "get_root", "install_root", "launched_root",
            "on_client_exit", "root_if_any"]
+
+_log = get_logger("supervision")
 
 _root: Root | None = None
 _lock = threading.Lock()
@@ -71,10 +73,21 @@ class Root:
         self.output = OutputPrinter(self.runtime)  # the output of procs this process started
         self.host_agent_address = os.environ.get(ENV_HOST_AGENT_ADDR.name) if role == "proc" else None
         self.closed = False
+        self._on_close: list[Callable[[], None]] = []
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when this root closes, before its router does (layers above release what
+        they hold: the RDMA runtime closes its backends, whose endpoints a hard exit would leak)."""
+        self._on_close.append(fn)
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            for fn in reversed(self._on_close):
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - closing must go on
+                    _log.exception("a close handler of this process failed")
             self.runtime.close()
 
 

@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import itertools
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -71,6 +72,7 @@ class EfaRdmaBackend(RdmaBackend):
         self._mrs: dict[int, tuple[Endpoint, Any, int, int]] = {}  # buffer id -> (endpoint, mr, key, nbytes)
         self._keys = itertools.count(1)
         self._confirmed: dict[tuple[str, int, str, int], int] = {}  # (owner, buffer, prov, key) -> size
+        self._dead_shm: set[bytes] = set()  # shm segment names of owners that died mid-transfer
 
     def start(self, host: RdmaHost) -> None:
         """Build or load the libfabric binding and open the configured provider's endpoint.
@@ -103,6 +105,8 @@ class EfaRdmaBackend(RdmaBackend):
             try:
                 if self._module is None:
                     self._module = load()
+                if provider == "shm":
+                    _sweep_dead_shm()
                 found = self._endpoints[provider] = Endpoint(self._module, provider)
             except RDMAError as exc:
                 self._failed[provider] = str(exc)
@@ -263,6 +267,7 @@ class EfaRdmaBackend(RdmaBackend):
                 died = isinstance(error, SupervisionError)
                 ep.cancel(transfer, error or RDMAError("the efa transfer was cancelled"), owner_died=died)
                 if died and ep.provider == "shm":
+                    self._dead_shm.add(ctx["name"])  # tried again at close: it may not be reaped yet
                     _unlink_dead_shm(ctx["name"])
 
         fut.add_done_callback(ended)
@@ -300,6 +305,10 @@ class EfaRdmaBackend(RdmaBackend):
             ep.close_mr(mr)
         for ep in endpoints:
             ep.close()
+        for name in list(self._dead_shm):  # owners that died during a transfer: reaped by now, mostly
+            _unlink_dead_shm(name)
+        if any(ep.provider == "shm" for ep in endpoints):
+            _sweep_dead_shm()
 
 
 def _unlink_dead_shm(name: bytes) -> None:
@@ -309,15 +318,44 @@ def _unlink_dead_shm(name: bytes) -> None:
     pid = rest.split(":", 1)[0]
     if not pid.isdigit() or "/" in rest or not rest:
         return
-    try:
-        os.kill(int(pid), 0)
+    if not _gone(int(pid)):
         return  # alive (or its pid reused): not ours to remove
-    except ProcessLookupError:
-        pass
-    except OSError:
-        return
     with contextlib.suppress(OSError):
         os.unlink(f"/dev/shm/{rest}")
+
+
+#: libfabric 1.17's shm provider names its segment ``/dev/shm/PID:EP:N``.
+_SHM_SEGMENT = re.compile(r"(\d+):\d+:\d+")
+
+
+def _sweep_dead_shm() -> None:
+    """Remove the shm provider's segments of processes that no longer run (a SIGKILLed process
+    cannot remove its own; each holds 16 MiB of /dev/shm until someone does). Never raises."""
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return
+    for name in names:
+        match = _SHM_SEGMENT.fullmatch(name)
+        if match and _gone(int(match.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(f"/dev/shm/{name}")
+
+
+def _gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs any more: none exists, or it is a zombie (exited, not reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # it vanished meanwhile
+    return state in (b"Z", b"X")
 
 
 def _nothing() -> None:
