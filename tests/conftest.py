@@ -170,6 +170,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _check_shm(session)  # after: a process's segments go when it exits
 
 
+def _fail_session(session: pytest.Session, title: str, lines: list[str]) -> None:
+    """Report ``lines`` in a red section ``title`` and make the session fail."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.section(title, sep="=", red=True, bold=True)
+        for line in lines:
+            reporter.line(line, red=True)
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def _shm_names() -> set[str]:
     try:
         return set(os.listdir(SHM_DIR))
@@ -191,16 +205,7 @@ def _check_shm(session: pytest.Session) -> None:
         return
     lines = [(f"{len(left)} entr{'y' if len(left) == 1 else 'ies'} appeared in {SHM_DIR} during this test session "
              f"and are still there: {', '.join(left[:20])}{' ...' if len(left) > 20 else ''}")]
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("")
-        reporter.section("leaked shared memory", sep="=", red=True, bold=True)
-        for line in lines:
-            reporter.line(line, red=True)
-    else:
-        print("\n".join(lines), file=sys.stderr)
-    if session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _fail_session(session, "leaked shared memory", lines)
 
 
 def _check_processes(session: pytest.Session) -> None:
@@ -233,16 +238,7 @@ def _check_processes(session: pytest.Session) -> None:
     ]
     if unkillable:
         lines.append("still alive after SIGKILL: " + ", ".join(str(p.pid) for p in unkillable))
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("")
-        reporter.section("leaked processes", sep="=", red=True, bold=True)
-        for line in lines:
-            reporter.line(line, red=True)
-    else:
-        print("\n".join(lines), file=sys.stderr)
-    if session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _fail_session(session, "leaked processes", lines)
 
 
 # ------------------------------------------------------------------ fresh interpreters
