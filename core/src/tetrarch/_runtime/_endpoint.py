@@ -42,7 +42,7 @@ class EndpointMesh(Protocol):
 
     def _runtime(self) -> Router: ...
 
-    def _check_usable(self, shape: Shape) -> None: ...
+    def _check_usable(self, shape: Shape, what: str = "") -> None: ...
 
     def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]]]: ...
 
@@ -94,7 +94,7 @@ class Endpoint(Generic[P, R]):
         (``(address, port id)``, one reply per actor tagged with its index), or nowhere.
         """
         mesh = self._mesh
-        mesh._check_usable(shape)
+        mesh._check_usable(shape, f"{mesh._name}.{self._name}")
         rt = mesh._runtime()
         payload = self._payload(args, kwargs)
         targets, by_addr = mesh._targets(shape)

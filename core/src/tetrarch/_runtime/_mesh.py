@@ -80,7 +80,7 @@ class ActorMesh(MeshTrait):
     def _runtime() -> Router:
         return get_root().runtime
 
-    def _check_usable(self, shape: Shape) -> None:
+    def _check_usable(self, shape: Shape, what: str = "") -> None:
         """Raises SupervisionError if the mesh was stopped or ``shape`` holds a failed rank."""
         state = self._state
         if state.stopped:
@@ -99,9 +99,21 @@ class ActorMesh(MeshTrait):
                         self._claims.calls_ended([], [(key, addr)], True)
                     root = failure.root_event
                     first = f"; root event: {root.actor}: {root.cause}" if root is not failure else ""
+                    # As the call would have failed had it been sent before the failure was known:
+                    # "Endpoint call m.f failed: ...", with a failed __init__'s remote traceback.
                     raise SupervisionError(
-                        f"actor mesh {self._name!r} is unhealthy: rank {r} failed ({failure.actor}: "
-                        f"{failure.cause}{first}); call a slice without it, or spawn a new mesh")
+                        (f"Endpoint call {what} failed: " if what else "")
+                        + f"actor mesh {self._name!r} is unhealthy: rank {r} failed ({failure.actor}: "
+                        f"{failure.cause}{first}); call a slice without it, or spawn a new mesh"
+                        + self._init_traceback(failure.actor, failure.cause))
+
+    def _init_traceback(self, actor: str, cause: str) -> str:
+        """The remote traceback of a failed ``__init__``, when its reply is here already; else ''."""
+        init = self._initialized
+        if init is None or not cause.startswith("__init__ raised") or not init.done():
+            return ""
+        text = getattr(init._error, "remote_traceback", "")
+        return f"\nRemote traceback of {actor}.__init__:\n{text.rstrip()}" if text else ""
 
     def _healthy_ranks(self) -> list[int] | None:
         """Underlying ranks of this (sliced) mesh that have not failed; None if none failed."""
