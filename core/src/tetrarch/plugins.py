@@ -84,6 +84,7 @@ _LAZY = {
     "RemoteRegion": "tetrarch._rdma._backend",
     "PeerIdentity": "tetrarch._rdma._backend",
     "MemoryKind": "tetrarch._rdma._backend",
+    "settle": "tetrarch._rdma._backend",
     "ExitInfo": "tetrarch._runtime._spawn",
     "WatchedProcess": "tetrarch._runtime._spawn",
 }
@@ -132,6 +133,7 @@ __all__ = [
     "parse_qualified",
     "probe_in_child",
     "python_library_found",
+    "settle",
     "spawn_watched",
 ]
 
@@ -140,7 +142,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion
+    from ._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion, settle
     from ._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
     from ._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
     from ._transport._base import (

@@ -95,11 +95,27 @@ from __future__ import annotations
 import enum
 import socket
 from abc import ABC, abstractmethod
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-__all__ = ["LocalRegion", "MemoryKind", "PeerIdentity", "RdmaBackend", "RdmaHost", "RemoteRegion", "boot_id"]
+__all__ = ["LocalRegion", "MemoryKind", "PeerIdentity", "RdmaBackend", "RdmaHost", "RemoteRegion", "boot_id",
+           "settle"]
+
+
+def settle(fut: Future[Any], error: BaseException | None = None) -> None:
+    """Complete a transfer's future with ``error`` (or success), unless it is done already.
+
+    A transfer's future can be ended from several places (its completion, its deadline, its
+    owner's death); whichever comes first wins and the others change nothing. Never raises.
+    """
+    try:
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+    except InvalidStateError:
+        pass
 
 
 class MemoryKind(enum.Enum):

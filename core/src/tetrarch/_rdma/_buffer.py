@@ -6,14 +6,13 @@ import functools
 import math
 import time
 from concurrent.futures import Future as CFuture
-from concurrent.futures import InvalidStateError
 from typing import Any, NamedTuple
 
 from .._errors import ArgumentError, RDMAError
 from .._plugins import BackendKind, BackendUnavailable, Status, get_registry
 from .._runtime._context import context
 from .._runtime._future import Future
-from ._backend import LocalRegion, MemoryKind, PeerIdentity, RemoteRegion
+from ._backend import LocalRegion, MemoryKind, PeerIdentity, RemoteRegion, settle
 from ._memory import Memory, as_memory
 from ._runtime import get_runtime
 from ._staging import finish, stage
@@ -128,14 +127,7 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
 
 def _relay(caller: CFuture[None], fut: CFuture[None]) -> None:
     """Complete the caller's future like the backend's, unless its deadline failed it first."""
-    error = RDMAError("the RDMA backend cancelled the transfer") if fut.cancelled() else fut.exception()
-    try:
-        if error is not None:
-            caller.set_exception(error)
-        else:
-            caller.set_result(None)
-    except InvalidStateError:
-        pass  # timed out already
+    settle(caller, RDMAError("the RDMA backend cancelled the transfer") if fut.cancelled() else fut.exception())
 
 
 def _keep(local: Memory) -> Any:

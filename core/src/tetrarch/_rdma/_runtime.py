@@ -25,7 +25,7 @@ from .._runtime import _serial, _wire
 from .._runtime._context import context
 from .._runtime._root import get_root
 from .._runtime._router import PeerUnreachable, Router
-from ._backend import LocalRegion, PeerIdentity, RdmaBackend
+from ._backend import LocalRegion, PeerIdentity, RdmaBackend, settle
 from ._deadline import Deadlines
 from ._memory import Memory, view_at
 
@@ -262,7 +262,7 @@ class RdmaRuntime:
         try:
             router.send(owner, [_wire.sys_header(SERVICE, op, router.address, port), *_serial.dumps(payload)])
         except PeerUnreachable as exc:
-            _fail(fut, SupervisionError(f"the owner of the RDMA buffer at {owner} is unreachable: {exc}"))
+            settle(fut, SupervisionError(f"the owner of the RDMA buffer at {owner} is unreachable: {exc}"))
         return fut
 
     def _dispatch(self, hdr: _wire.SysHeader, frames: list, _conn: object) -> None:
@@ -300,7 +300,7 @@ class RdmaRuntime:
             return
 
         def fail(exc: BaseException) -> None:
-            _fail(fut, exc)
+            settle(fut, exc)
 
         with self._lock:
             self._pending.setdefault(owner, set()).add(fail)
@@ -336,13 +336,6 @@ class RdmaRuntime:
                 _log.exception("closing RDMA backend %s failed", type(backend).__name__)
         self.deadlines.close()
         self.pool.shutdown(wait=False)
-
-
-def _fail(fut: CFuture[Any], exc: BaseException) -> None:
-    try:
-        fut.set_exception(exc)
-    except Exception:  # noqa: BLE001 - already done (InvalidStateError)
-        pass
 
 
 def _lifetime(root: object, release: Callable[[], object]

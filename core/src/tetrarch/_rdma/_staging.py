@@ -21,10 +21,9 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future as CFuture
-from concurrent.futures import InvalidStateError
 from typing import Any
 
-from ._backend import LocalRegion, MemoryKind
+from ._backend import LocalRegion, MemoryKind, settle
 from ._memory import Memory, view_at
 
 __all__ = ["POOL_BYTES", "Staged", "finish", "stage"]
@@ -101,10 +100,4 @@ def finish(staged: Staged, moved: CFuture[None], *, fut: CFuture[None]) -> None:
         except Exception as exc:  # noqa: BLE001 - the caller's future carries it
             error = exc
     _give(staged.pinned)  # the backend is done with it, and so is the device copy
-    try:
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(None)
-    except InvalidStateError:
-        pass  # failed already
+    settle(fut, error)

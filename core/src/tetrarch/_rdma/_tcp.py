@@ -25,23 +25,13 @@ from .._config import RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW
 from .._errors import RDMAError, SupervisionError
 from .._runtime import _serial, _wire
 from .._runtime._router import PeerUnreachable
-from ._backend import LocalRegion, RdmaBackend, RdmaHost, RemoteRegion
+from ._backend import LocalRegion, RdmaBackend, RdmaHost, RemoteRegion, settle
 from ._runtime import SERVICE, RdmaRuntime
 
 __all__ = ["TcpRdmaBackend"]
 
 _READ = struct.Struct("!QQQQ")  # buffer id, offset, nbytes, chunk size
 _WRITE = struct.Struct("!QQQ")  # buffer id, offset in the buffer, offset in the transfer
-
-
-def _set(fut: Future[Any], error: BaseException | None = None) -> None:
-    try:
-        if error is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(error)
-    except Exception:  # noqa: BLE001 - already failed (timeout, owner died)
-        pass
 
 
 class TcpRdmaBackend(RdmaBackend):
@@ -74,7 +64,7 @@ class TcpRdmaBackend(RdmaBackend):
             self.runtime.router.send(owner, frames)
             return True
         except PeerUnreachable as exc:
-            _set(fut, SupervisionError(f"the owner of the RDMA buffer ({owner}) is unreachable: {exc}"))
+            settle(fut, SupervisionError(f"the owner of the RDMA buffer ({owner}) is unreachable: {exc}"))
             return False
 
     def read(self, remote: RemoteRegion, offset: int, dst: LocalRegion, deadline: float) -> Future[None]:
@@ -94,13 +84,13 @@ class TcpRdmaBackend(RdmaBackend):
 
         def on_chunk(hdr: _wire.PortHeader, frames: list) -> None:
             if hdr.status != _wire.OK:
-                _set(fut, _error(frames))
+                settle(fut, _error(frames))
                 return
             data = frames[0]
             n = data.nbytes if isinstance(data, memoryview) else len(data)
             start = hdr.tag
             if not 0 <= start <= total - n:
-                _set(fut, RDMAError(f"the owner sent {n} bytes at offset {start} of a {total}-byte read"))
+                settle(fut, RDMAError(f"the owner sent {n} bytes at offset {start} of a {total}-byte read"))
                 return
             if placed.pop(start, None) is not data:  # not received in place: copy it there
                 view[start:start + n] = data
@@ -108,7 +98,7 @@ class TcpRdmaBackend(RdmaBackend):
                 got[0] += n
                 done = got[0] == total
             if done:
-                _set(fut)
+                settle(fut)
 
         fut, port = self._open(on_chunk, sink)
         router = self.runtime.router
@@ -127,7 +117,7 @@ class TcpRdmaBackend(RdmaBackend):
 
         def on_ack(hdr: _wire.PortHeader, frames: list) -> None:
             if hdr.status != _wire.OK:
-                _set(fut, _error(frames))
+                settle(fut, _error(frames))
                 window.release()
                 return
             with lock:
@@ -135,7 +125,7 @@ class TcpRdmaBackend(RdmaBackend):
                 done = acked[0] == total
             window.release()
             if done:
-                _set(fut)
+                settle(fut)
 
         fut, port = self._open(on_ack)
         fut.add_done_callback(lambda _f: window.release(max(1, RDMA_TCP_WINDOW())))  # unblock the pump

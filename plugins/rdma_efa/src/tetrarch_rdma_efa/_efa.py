@@ -29,7 +29,7 @@ from typing import Any
 
 from tetrarch import SupervisionError
 from tetrarch._config import EFA_PROVIDER
-from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion
+from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, settle
 from tetrarch.rdma import RDMAError
 
 from ._build import load
@@ -50,13 +50,6 @@ def _context(remote: RemoteRegion) -> dict[str, Any]:
             and type(ctx.get("key")) is int and type(ctx.get("addr")) is int):
         raise RDMAError(f"malformed efa context in the descriptor of RDMA buffer {remote.buffer_id}: {ctx!r:.200}")
     return ctx
-
-
-def _set(fut: Future[Any], error: BaseException | None) -> None:
-    try:
-        fut.set_result(None) if error is None else fut.set_exception(error)
-    except Exception:  # noqa: BLE001 - already done
-        pass
 
 
 class EfaRdmaBackend(RdmaBackend):
@@ -206,12 +199,12 @@ class EfaRdmaBackend(RdmaBackend):
                                   f"{remote.buffer_id} ({f.result()} bytes at its owner): outside the registered "
                                   f"region")
             if error is not None:
-                _set(fut, error)
+                settle(fut, error)
                 return
             try:
                 self._post(ep, write, peer, ctx, remote, offset, address, local.nbytes, keep, deadline, fut)
             except Exception as exc:  # noqa: BLE001 - reported through the future
-                _set(fut, exc)
+                settle(fut, exc)
 
         confirm.add_done_callback(go)
         return fut
@@ -251,7 +244,7 @@ class EfaRdmaBackend(RdmaBackend):
             if fut.done():
                 return  # the frontend ended it (the owner died): nothing to explain
             if error is None:
-                _set(fut, None)
+                settle(fut, None)
             else:
                 if not isinstance(error, TimeoutError):
                     ep.forget(ctx["name"])
@@ -277,20 +270,20 @@ class EfaRdmaBackend(RdmaBackend):
         """Fail ``fut`` with the owner's word on the buffer (dropped, unknown) or else ``error``."""
         self._confirmed.pop((remote.owner.address, remote.buffer_id, ctx["prov"], ctx["key"]), None)
         if isinstance(error, TimeoutError):
-            _set(fut, error)
+            settle(fut, error)
             return
         check = self.host.call(remote.owner.address, (_CHECK, remote.buffer_id, ctx["prov"], ctx["key"]), 5.0)
 
         def decide(f: Future[object]) -> None:
             owner_says = f.exception()
             if isinstance(owner_says, (RDMAError, SupervisionError)):
-                _set(fut, owner_says)  # the buffer is gone, or its owner (the connection reset was its death)
+                settle(fut, owner_says)  # the buffer is gone, or its owner (the connection reset was its death)
             elif owner_says is not None:
-                _set(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
+                settle(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
                                     f"failed: {error}; and its owner did not answer whether the buffer is live "
                                     f"({owner_says!r}): retry once it answers, or select another backend"))
             else:
-                _set(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
+                settle(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
                                     f"failed: {error}; the buffer is live at its owner, so the path is at fault: "
                                     f"retry, or select another backend (RDMABuffer(..., backend='tcp'))"))
 
