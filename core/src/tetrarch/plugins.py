@@ -87,6 +87,7 @@ _LAZY = {
     "settle": "tetrarch._rdma._backend",
     "ExitInfo": "tetrarch._runtime._spawn",
     "WatchedProcess": "tetrarch._runtime._spawn",
+    "process_gone": "tetrarch._runtime._launch",
 }
 
 __all__ = [
@@ -132,6 +133,7 @@ __all__ = [
     "not_implemented_factory",
     "parse_qualified",
     "probe_in_child",
+    "process_gone",
     "python_library_found",
     "settle",
     "spawn_watched",
@@ -144,6 +146,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 if TYPE_CHECKING:  # pragma: no cover
     from ._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion, settle
     from ._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
+    from ._runtime._launch import process_gone
     from ._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
     from ._transport._base import (
         Connection,

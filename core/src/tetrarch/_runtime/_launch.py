@@ -41,8 +41,19 @@ from .._log import get_logger
 from . import _serial, _wire
 from ._router import PeerUnreachable, Router
 
-__all__ = ["ExitWaiter", "LaunchTracker", "ProcRecord", "ReadyWaiter", "StateMonitor", "announce_ready",
-           "proc_state", "report_exit", "report_frozen", "start_heartbeat"]
+__all__ = [
+    "ExitWaiter",
+    "LaunchTracker",
+    "ProcRecord",
+    "ReadyWaiter",
+    "StateMonitor",
+    "announce_ready",
+    "proc_state",
+    "process_gone",
+    "report_exit",
+    "report_frozen",
+    "start_heartbeat",
+]
 
 _log = get_logger("launch")
 
@@ -572,3 +583,17 @@ class StateMonitor:
             return None
         w.reported = True
         return state, stopped
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs any more: none exists, or it ended and awaits reaping (a zombie).
+
+    Conservative: a process this one may not signal, or whose state cannot be read, counts as running.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return proc_state(pid) in ("Z", "X")

@@ -29,7 +29,7 @@ from typing import Any
 
 from tetrarch import SupervisionError
 from tetrarch._config import EFA_PROVIDER
-from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, settle
+from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, process_gone, settle
 from tetrarch.rdma import RDMAError
 
 from ._build import load
@@ -311,7 +311,7 @@ def _unlink_dead_shm(name: bytes) -> None:
     pid = rest.split(":", 1)[0]
     if not pid.isdigit() or "/" in rest or not rest:
         return
-    if not _gone(int(pid)):
+    if not process_gone(int(pid)):
         return  # alive (or its pid reused): not ours to remove
     with contextlib.suppress(OSError):
         os.unlink(f"/dev/shm/{rest}")
@@ -330,25 +330,9 @@ def _sweep_dead_shm() -> None:
         return
     for name in names:
         match = _SHM_SEGMENT.fullmatch(name)
-        if match and _gone(int(match.group(1))):
+        if match and process_gone(int(match.group(1))):
             with contextlib.suppress(OSError):
                 os.unlink(f"/dev/shm/{name}")
-
-
-def _gone(pid: int) -> bool:
-    """Whether no process ``pid`` runs any more: none exists, or it is a zombie (exited, not reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # it vanished meanwhile
-    return state in (b"Z", b"X")
 
 
 def _nothing() -> None:
