@@ -71,7 +71,7 @@ _LAZY = {
     "QualifiedAddress": "tetrarch._transport._qualified",
     "parse_qualified": "tetrarch._transport._qualified",
     "fresh_ipc_name": "tetrarch._transport._qualified",
-    "advertised_host": "tetrarch._transport._qualified",
+    "advertised_host": "tetrarch._transport._route",
     "Allocator": "tetrarch._runtime._alloc",
     "Allocation": "tetrarch._runtime._alloc",
     "AllocRequest": "tetrarch._runtime._alloc",
@@ -157,4 +157,5 @@ if TYPE_CHECKING:  # pragma: no cover
         TransportError,
     )
     from ._transport._loop import CallQueue, IoLoop
-    from ._transport._qualified import QualifiedAddress, advertised_host, fresh_ipc_name, parse_qualified
+    from ._transport._qualified import QualifiedAddress, fresh_ipc_name, parse_qualified
+    from ._transport._route import advertised_host

@@ -4,7 +4,7 @@ A plugin transport serves *qualified* addresses, ``BACKEND+tcp://host:port`` and
 ``BACKEND+ipc://path``, so an address names the transport that listens there and the
 registry selects it by scheme (``zmq+tcp://...`` picks ``zmq``). :func:`parse_qualified`
 checks one and names the expected form when it is malformed; :func:`fresh_ipc_name`
-and :func:`advertised_host` give what ``default_address`` and ``listen`` need.
+gives what ``default_address`` needs (``_route.advertised_host`` what ``listen`` advertises).
 
 The call queue of an I/O thread (``CallQueue``) and the loop built on it (``IoLoop``)
 are in :mod:`tetrarch._transport._loop`.
@@ -17,7 +17,7 @@ import secrets
 import sys
 from dataclasses import dataclass
 
-__all__ = ["QualifiedAddress", "advertised_host", "fresh_ipc_name", "parse_qualified"]
+__all__ = ["QualifiedAddress", "fresh_ipc_name", "parse_qualified"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +78,3 @@ def fresh_ipc_name(backend: str) -> str:
     base = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tetrarch-{os.getuid()}")
     os.makedirs(base, mode=0o700, exist_ok=True)
     return os.path.join(base, f"{name}.sock")
-
-
-def advertised_host(bound_host: str) -> str:
-    """The host peers should dial for a socket bound to ``bound_host`` (a routable IP for a wildcard)."""
-    if bound_host in ("0.0.0.0", "::", "*"):
-        from ._socket import _routable_ip
-
-        return _routable_ip()
-    return bound_host

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import socket
 
-__all__ = ["host_of", "pin_host", "source_ip_toward"]
+__all__ = ["advertised_host", "host_of", "pin_host", "routable_ip", "source_ip_toward"]
 
 _HOST = re.compile(r"^(?P<scheme>[a-z0-9+]*://)(?P<host>\[[^\]]*\]|[^:/]+):(?P<port>\d+)$")
 
@@ -43,3 +43,23 @@ def pin_host(address: str, host: str | None) -> str:
     if not host or match is None or match["host"] not in ("0.0.0.0", "*"):
         return address
     return f"{match['scheme']}{host}:{match['port']}"
+
+
+def routable_ip() -> str:
+    """A non-loopback IPv4 address of this host (never 127.x, see Monarch #4394); 127.0.0.1 if it has none."""
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+    except OSError:
+        infos = []
+    for info in infos:
+        ip = str(info[4][0])  # an IPv4 sockaddr: (host, port)
+        if not ip.startswith("127."):
+            return ip
+    return "127.0.0.1"
+
+
+def advertised_host(bound_host: str) -> str:
+    """The host peers should dial for a socket bound to ``bound_host`` (a routable IP for a wildcard)."""
+    if bound_host in ("0.0.0.0", "::", "*"):
+        return routable_ip()
+    return bound_host

@@ -39,6 +39,7 @@ from ._framing import receive_buffers as _receive_buffers
 from ._framing import resolve_sinks as _resolve_sinks
 from ._framing import sink_lead as _sink_lead
 from ._loop import IoLoop
+from ._route import advertised_host
 
 __all__ = ["IpcTransport", "SocketTransport", "TcpTransport", "parse_address"]
 
@@ -416,8 +417,7 @@ class SocketTransport(Transport):
         sock.setblocking(False)
         if scheme == "tcp":
             host, port = sock.getsockname()[:2]
-            if host in ("0.0.0.0", "::"):
-                host = _routable_ip()
+            host = advertised_host(host)
             real = f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
         else:
             real = address
@@ -453,19 +453,6 @@ class SocketTransport(Transport):
             if self._io is not None:
                 self._io.shut()
                 self._io = None
-
-
-def _routable_ip() -> str:
-    """A non-loopback IPv4 address of this host (never 127.x, see Monarch #4394)."""
-    try:
-        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-    except OSError:
-        infos = []
-    for info in infos:
-        ip = str(info[4][0])  # an IPv4 sockaddr: (host, port)
-        if not ip.startswith("127."):
-            return ip
-    return "127.0.0.1"
 
 
 class TcpTransport(SocketTransport):
