@@ -207,13 +207,8 @@ class LaunchTracker:
 
         def declare() -> None:
             if rec.returncode is None:
-                self.runtime.mark_dead(address, f"{rec.what} (pid {rec.pid} on {rec.hostname or '?'}) is "
-                                                f"unreachable: its connection dropped and no exit was reported "
-                                                f"(its host agent may have died)")
-                with self._lock:  # no exit report can come: whoever waits for one stops waiting
-                    rec.lost = True
-                    for w in self._waiters.get(rec.ident, ()):
-                        w._update(rec)
+                self._declare_lost(rec, f"{rec.what} (pid {rec.pid} on {rec.hostname or '?'}) is unreachable: its "
+                                        f"connection dropped and no exit was reported (its host agent may have died)")
 
         timer = threading.Timer(self.REPORT_GRACE_S, declare)
         timer.daemon = True
@@ -368,12 +363,16 @@ class LaunchTracker:
             reason = (f"{rec.what} ({rec.where()}) is unreachable: no heartbeat for {silent:.1f} s "
                       f"(TETRARCH_HOST_TIMEOUT={limit:g}): its host's network was cut, or the host or the agent "
                       f"froze")
+        _log.warning("%s", reason)
+        self._declare_lost(rec, reason)
+
+    def _declare_lost(self, rec: ProcRecord, reason: str) -> None:
+        """``rec`` is gone without an exit report: fail what waits on it, and whoever waits for its exit stops."""
+        self.runtime.mark_dead(rec.address, reason)
         with self._lock:
             rec.lost = True
             for w in self._waiters.get(rec.ident, ()):
                 w._update(rec)
-        _log.warning("%s", reason)
-        self.runtime.mark_dead(rec.address, reason)
 
     # -- the service (I/O thread) --------------------------------------------
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
