@@ -161,7 +161,8 @@ class Registry:
         environment variables. Never raises for a plugin's fault: broken plugins and
         raising probes become rows.
         """
-        kinds = list(BackendKind) if kind is None else [BackendKind(kind)]
+        # by kind value, as the rows of each kind are sorted: their concatenation is (kind, name, distribution) order
+        kinds = sorted(BackendKind, key=lambda k: k.value) if kind is None else [BackendKind(kind)]
         generation = probe_generation()
         with self._lock:
             if self._rows_generation != generation:
@@ -172,8 +173,7 @@ class Registry:
                 rows = self._compute_rows(frozenset(missing))
                 for k in missing:
                     self._rows[k] = [r for r in rows if r.kind is k]
-            return sorted((r for k in kinds for r in self._rows[k]),
-                          key=lambda r: (r.kind.value, r.name, r.distribution))
+            return [r for k in kinds for r in self._rows[k]]  # selection asks per transfer: no re-sort
 
     def status(self, kind: BackendKind, name: str) -> BackendStatus:
         """The row of one backend (the first one of a conflict).
