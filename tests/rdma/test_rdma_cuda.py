@@ -39,12 +39,10 @@ def test_core_backends_refuse_to_own_device_memory_with_the_fix() -> None:
 
 @pytest.fixture(scope="module")
 def holder() -> Any:
-    from tetrarch import this_host
-    from tetrarch.testing._rdma_actors import Holder
+    from tetrarch.testing.rdma import holders
 
-    pm = this_host().spawn_procs(per_host={"procs": 1})
-    yield pm.spawn("cuda_holders", Holder)
-    pm.stop().get(timeout=60)
+    with holders("cuda_holders") as mesh:
+        yield mesh
 
 
 @pytest.mark.parametrize("backend", ["tcp", "shm"])

@@ -11,7 +11,7 @@ import pytest
 import tetrarch
 from tetrarch import configured, this_host
 from tetrarch.testing import scaled
-from tetrarch.testing._rdma_actors import Holder, digest, pattern
+from tetrarch.testing.rdma import Holder, digest, holders, pattern
 
 pytestmark = pytest.mark.timeout(scaled(120))
 
@@ -39,9 +39,8 @@ class TestEfaBadHandles:
     @pytest.fixture(scope="class")
     @classmethod
     def owner(cls) -> Iterator[Any]:
-        procs = this_host().spawn_procs(per_host={"gpus": 1})
-        yield procs.spawn("bad_handles", Holder)
-        procs.stop().get(timeout=scaled(30))
+        with holders("bad_handles") as mesh:
+            yield mesh
 
     def test_a_descriptor_of_a_backend_the_reader_lacks(self, owner: Any) -> None:
         from tetrarch._rdma._buffer import Descriptor

@@ -20,7 +20,7 @@ import pytest
 import tetrarch
 from tetrarch import SupervisionError, this_host
 from tetrarch.testing import scaled
-from tetrarch.testing._rdma_actors import Holder, digest, pattern
+from tetrarch.testing.rdma import Holder, digest, holders, pattern
 
 MiB = 1 << 20
 pytestmark = pytest.mark.timeout(scaled(120))
@@ -39,9 +39,8 @@ class _Failures:
     @pytest.fixture(scope="class")
     @classmethod
     def healthy(cls) -> Iterator[Any]:
-        procs = this_host().spawn_procs(per_host={"gpus": 1})
-        yield procs.spawn("healthy", Holder)
-        procs.stop().get(timeout=scaled(30))
+        with holders("healthy") as mesh:
+            yield mesh
 
     def _victim(self) -> tuple[Any, Any, int]:
         procs = this_host().spawn_procs(per_host={"gpus": 1})

@@ -31,6 +31,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -40,9 +41,20 @@ from tetrarch import SupervisionError, this_host
 from tetrarch.testing import scaled
 from tetrarch.testing._rdma_actors import Holder, digest, pattern
 
-__all__ = ["RdmaSuite"]
+__all__ = ["Holder", "RdmaSuite", "digest", "holders", "pattern"]
 
 MiB = 1 << 20
+
+
+@contextmanager
+def holders(name: str, procs: int = 1) -> Iterator[Any]:
+    """A mesh of :class:`Holder` actors (buffer owners), one per each of ``procs`` fresh procs of
+    this host; the procs are stopped when the block ends."""
+    mesh = this_host().spawn_procs(per_host={"gpus": procs})
+    try:
+        yield mesh.spawn(name, Holder)
+    finally:
+        mesh.stop().get(timeout=scaled(30))
 
 
 class RdmaSuite:
@@ -63,9 +75,8 @@ class RdmaSuite:
     @pytest.fixture(scope="class")
     @classmethod
     def holders(cls) -> Iterator[Any]:
-        procs = this_host().spawn_procs(per_host={"gpus": 2})
-        yield procs.spawn("rdma_holders", Holder)
-        procs.stop().get(timeout=scaled(30))
+        with holders("rdma_holders", 2) as mesh:
+            yield mesh
 
     @pytest.fixture(scope="class")
     @classmethod
