@@ -48,22 +48,32 @@ def test_fresh_ipc_names_differ() -> None:
     assert fresh_ipc_name("zmq") != fresh_ipc_name("zmq")
 
 
-@pytest.mark.timeout(scaled(30))
-def test_call_queue_runs_calls_in_order_on_the_polling_thread() -> None:
-    queue = CallQueue()
-    ran: list[tuple[int, int]] = []
-    done = threading.Event()
+def _polling_thread(queue: CallQueue, stop: threading.Event) -> threading.Thread:
+    """A started thread that owns ``queue`` and runs its calls whenever its descriptor wakes it, until ``stop``.
+
+    It waits on the descriptor alone, with no timeout of its own doing the work: a lost wake-up
+    leaves calls unrun (the 1 s poll timeout only rechecks ``stop``; it runs nothing).
+    """
 
     def loop() -> None:
         queue.bind()
         poller = select.poll()
         poller.register(queue.fileno(), select.POLLIN)
-        while not done.is_set():
-            if poller.poll(scaled(10) * 1000):
+        while not stop.is_set():
+            if poller.poll(1000):
                 queue.run_pending()
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
+    return thread
+
+
+@pytest.mark.timeout(scaled(30))
+def test_call_queue_runs_calls_in_order_on_the_polling_thread() -> None:
+    queue = CallQueue()
+    ran: list[tuple[int, int]] = []
+    done = threading.Event()
+    thread = _polling_thread(queue, done)
     senders = [
         threading.Thread(target=lambda t=t: [queue.call(lambda i=i: ran.append((t, i))) for i in range(1000)])
         for t in range(3)
@@ -91,17 +101,7 @@ def test_call_queue_never_loses_a_wake_up_under_ping_pong() -> None:
     """
     queue = CallQueue()
     stop = threading.Event()
-
-    def loop() -> None:
-        queue.bind()
-        poller = select.poll()
-        poller.register(queue.fileno(), select.POLLIN)
-        while not stop.is_set():
-            if poller.poll(1000):
-                queue.run_pending()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
+    thread = _polling_thread(queue, stop)
     lost: list[int] = []
 
     def sender(n: int) -> None:
