@@ -61,11 +61,11 @@ class EfaRdmaBackend(RdmaBackend):
         self._lock = threading.Lock()
         self._module: Any = None
         self._endpoints: dict[str, Endpoint] = {}
+        self._retired: list[Endpoint] = []  # endpoints replaced after a dead owner stalled them
         self._failed: dict[str, str] = {}
         self._mrs: dict[int, tuple[Endpoint, Any, int, int]] = {}  # buffer id -> (endpoint, mr, key, nbytes)
         self._keys = itertools.count(1)
         self._confirmed: dict[tuple[str, int, str, int], int] = {}  # (owner, buffer, prov, key) -> size
-        self._dead_shm: set[bytes] = set()  # shm segment names of owners that died mid-transfer
 
     def start(self, host: RdmaHost) -> None:
         """Build or load the libfabric binding and open the configured provider's endpoint.
@@ -92,6 +92,7 @@ class EfaRdmaBackend(RdmaBackend):
                 return found
             if found is not None:  # stalled by a dead owner inside the provider: start afresh
                 del self._endpoints[provider]
+                self._retired.append(found)  # closed now in the background, and again (idempotent) at close()
                 threading.Thread(target=found.close, name="tetrarch-efa-close", daemon=True).start()
             if provider in self._failed:
                 raise EndpointError(self._failed[provider])
@@ -260,8 +261,7 @@ class EfaRdmaBackend(RdmaBackend):
                 died = isinstance(error, SupervisionError)
                 ep.cancel(transfer, error or RDMAError("the efa transfer was cancelled"), owner_died=died)
                 if died and ep.provider == "shm":
-                    self._dead_shm.add(ctx["name"])  # tried again at close: it may not be reaped yet
-                    _unlink_dead_shm(ctx["name"])
+                    _unlink_dead_shm(ctx["name"])  # if it is not reaped yet, close() sweeps it
 
         fut.add_done_callback(ended)
         ep.submit(transfer)
@@ -294,14 +294,16 @@ class EfaRdmaBackend(RdmaBackend):
         with self._lock:
             mrs, self._mrs = list(self._mrs.values()), {}
             endpoints, self._endpoints = list(self._endpoints.values()), {}
+            endpoints += self._retired
+            self._retired = []
         for ep, mr, _key, _n in mrs:
             ep.close_mr(mr)
         for ep in endpoints:
             ep.close()
-        for name in list(self._dead_shm):  # owners that died during a transfer: reaped by now, mostly
-            _unlink_dead_shm(name)
         if any(ep.provider == "shm" for ep in endpoints):
-            _sweep_dead_shm()
+            # Dead processes' segments, and ours: every endpoint of this process is closed now,
+            # or abandoned in a stuck provider call, whose segment fi_close will never remove.
+            _sweep_dead_shm(including=os.getpid())
 
 
 def _unlink_dead_shm(name: bytes) -> None:
@@ -321,16 +323,17 @@ def _unlink_dead_shm(name: bytes) -> None:
 _SHM_SEGMENT = re.compile(r"(\d+):\d+:\d+")
 
 
-def _sweep_dead_shm() -> None:
+def _sweep_dead_shm(including: int | None = None) -> None:
     """Remove the shm provider's segments of processes that no longer run (a SIGKILLed process
-    cannot remove its own; each holds 16 MiB of /dev/shm until someone does). Never raises."""
+    cannot remove its own; each holds 16 MiB of /dev/shm until someone does), and those of the
+    process ``including`` (this one, once its endpoints are closed). Never raises."""
     try:
         names = os.listdir("/dev/shm")
     except OSError:
         return
     for name in names:
         match = _SHM_SEGMENT.fullmatch(name)
-        if match and process_gone(int(match.group(1))):
+        if match and (int(match.group(1)) == including or process_gone(int(match.group(1)))):
             with contextlib.suppress(OSError):
                 os.unlink(f"/dev/shm/{name}")
 
