@@ -32,6 +32,14 @@ class Talker(Actor):
         sys.stdout.write(f"tail {r} without newline")  # the last line, unterminated: flushed at exit
 
     @endpoint
+    def both(self) -> None:
+        """One short, flushed line on each stream: a single write below ``PIPE_BUF``, so
+        lines of procs writing to one shared pipe cannot interleave."""
+        r = current_rank()["gpus"]
+        print(f"out {r}", flush=True)
+        print(f"err {r}", file=sys.stderr, flush=True)
+
+    @endpoint
     def same(self) -> None:
         r = current_rank()["gpus"]
         print("loss 0.31")

@@ -92,11 +92,14 @@ def test_logging_option_switches_forwarding_off_and_on(run_scenario):
 
 @pytest.mark.isolated
 def test_the_forward_output_setting_off_gives_unprefixed_output(run_scenario):
-    res = _run(run_scenario, "talk", TETRARCH_FORWARD_OUTPUT="0")
+    # Unforwarded, the procs write to the client's own stdout and stderr pipes: writes of
+    # several processes over PIPE_BUF may interleave there (as with any multi-process
+    # program), so this mode writes one short line per stream and rank.
+    res = _run(run_scenario, "plain", TETRARCH_FORWARD_OUTPUT="0")
     assert "[trainers" not in res.stdout + res.stderr
     for r in range(3):
-        assert f"out {r} {LINES - 1}" in res.stdout.splitlines()
-        assert f"err {r}" in res.stderr.splitlines()
+        assert f"out {r}" in res.stdout.splitlines(), res.stdout
+        assert f"err {r}" in res.stderr.splitlines(), res.stderr
 
 
 @pytest.mark.isolated

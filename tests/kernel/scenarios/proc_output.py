@@ -4,6 +4,7 @@ MODE ``talk``: 3 procs of the mesh ``trainers`` print, log, warn and write a lon
 an unterminated one; the client stops them at once, then prints ``CLIENT DONE``.
 ``crash``: rank 1 of 2 segfaults after a print. ``toggle``: ``logging_option`` switches
 forwarding off and on. ``aggregate``: 4 procs print the same line within a window.
+``plain``: 3 procs write one short line to each stream.
 ``titles``: prints ``TITLE <cmdline>`` for a proc and its host agent. ``flood N``: 2 procs
 print N lines each, and are stopped at once.
 """
@@ -21,11 +22,13 @@ from tetrarch import this_host
 
 
 def main(mode: str, *args: str) -> None:
-    gpus = {"talk": 3, "crash": 2, "toggle": 1, "aggregate": 4, "titles": 2, "flood": 2}[mode]
+    gpus = {"talk": 3, "plain": 3, "crash": 2, "toggle": 1, "aggregate": 4, "titles": 2, "flood": 2}[mode]
     pm = this_host().spawn_procs(per_host={"gpus": gpus}, name="trainers")
     talkers = pm.spawn("talker", Talker)
     if mode == "talk":
         talkers.talk.broadcast()  # no waiting: the stop below runs it first, then ends the procs
+    elif mode == "plain":
+        talkers.both.call().get()
     elif mode == "flood":
         talkers.flood.broadcast(int(args[0]))
     elif mode == "crash":
