@@ -26,10 +26,14 @@ MiB = 1 << 20
 pytestmark = pytest.mark.timeout(scaled(120))
 
 
-def _endpoint(provider: str) -> Any:
+def _backend() -> Any:
     from tetrarch._rdma._runtime import get_runtime
 
-    return get_runtime().backend("efa").endpoint(provider)
+    return get_runtime().backend("efa")
+
+
+def _endpoint(provider: str) -> Any:
+    return _backend().endpoint(provider)
 
 
 @pytest.mark.usefixtures("efa_provider")
@@ -101,3 +105,32 @@ class TestEfaShmFailures(_Failures):
 
 class TestEfaTcpRxmFailures(_Failures):
     provider = "tcp;ofi_rxm"
+
+
+@pytest.mark.usefixtures("efa_provider")
+class TestStuckShmEndpoint:
+    provider = "shm"
+
+    def test_a_stuck_endpoint_fails_its_calls_at_once_and_is_replaced(self) -> None:
+        """libfabric 1.17's shm spins for good on a lock a killed process held (see ``_endpoint``):
+        the process must not hang on that endpoint (not at exit either), and gets a fresh one.
+        Holding the endpoint's lock here stands for its progress thread stuck inside the provider."""
+        from tetrarch_rdma_efa._endpoint import WEDGED_S, EndpointError
+
+        backend = _backend()
+        stuck = backend.endpoint("shm")
+        with stuck._lock:
+            stuck._busy_since = time.monotonic() - WEDGED_S - 1
+            assert stuck.wedged
+            start = time.monotonic()
+            with pytest.raises(EndpointError, match=r"stuck inside a provider call.*fresh endpoint"):
+                stuck.register(0, 4096, 0, 1)
+            fresh = backend.endpoint("shm")
+            stuck.close()  # abandoned, not waited for
+            assert time.monotonic() - start < scaled(2), "a call on a stuck endpoint waited for it"
+        assert fresh is not stuck and not fresh.wedged
+        with holders("after-stuck") as mesh:  # transfers go through the fresh endpoint
+            buf = mesh.make.call_one("s", MiB, 7, "efa").get(timeout=scaled(60))
+            dst = bytearray(MiB)
+            buf.read_into(dst, timeout=scaled(10)).get(timeout=scaled(10))
+            assert digest(dst) == digest(pattern(MiB, 7))

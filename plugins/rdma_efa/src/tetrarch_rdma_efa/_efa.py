@@ -33,7 +33,7 @@ from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, Rem
 from tetrarch.rdma import RDMAError
 
 from ._build import load
-from ._endpoint import Endpoint, EndpointError, Transfer
+from ._endpoint import Endpoint, EndpointError, Transfer, shm_pid
 
 __all__ = ["EfaRdmaBackend"]
 
@@ -88,9 +88,9 @@ class EfaRdmaBackend(RdmaBackend):
         """
         with self._lock:
             found = self._endpoints.get(provider)
-            if found is not None and not (found.dead_orphans and self._owns_nothing(found)):
+            if found is not None and not (found.dead_orphans and self._owns_nothing(found)) and not found.wedged:
                 return found
-            if found is not None:  # stalled by a dead owner inside the provider: start afresh
+            if found is not None:  # stalled or stuck by a dead process inside the provider: start afresh
                 del self._endpoints[provider]
                 self._retired.append(found)  # closed now in the background, and again (idempotent) at close()
                 threading.Thread(target=found.close, name="tetrarch-efa-close", daemon=True).start()
@@ -309,14 +309,12 @@ class EfaRdmaBackend(RdmaBackend):
 def _unlink_dead_shm(name: bytes) -> None:
     """Remove a SIGKILLed shm owner's segment (``fi_shm://PID:...`` lives at ``/dev/shm/PID:...``),
     which it could not remove itself; only when no process ``PID`` exists. Never raises."""
-    rest = name.rstrip(b"\0").decode(errors="replace").removeprefix("fi_shm://")
-    pid = rest.split(":", 1)[0]
-    if not pid.isdigit() or "/" in rest or not rest:
-        return
-    if not process_gone(int(pid)):
-        return  # alive (or its pid reused): not ours to remove
+    pid = shm_pid(name)
+    if pid is None or not process_gone(pid):
+        return  # not a shm name, or alive (or its pid reused): not ours to remove
+    segment = name.rstrip(b"\0").decode(errors="replace").removeprefix("fi_shm://")
     with contextlib.suppress(OSError):
-        os.unlink(f"/dev/shm/{rest}")
+        os.unlink(f"/dev/shm/{segment}")
 
 
 #: libfabric 1.17's shm provider names its segment ``/dev/shm/PID:EP:N``.

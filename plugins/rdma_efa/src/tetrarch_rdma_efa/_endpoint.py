@@ -26,27 +26,46 @@ Operations the provider cannot cancel (``tcp;ofi_rxm`` to a stopped owner) becom
 the local MR, the op context) stays alive until their completion arrives (the owner
 resumes, or its death closes the connection) or the endpoint closes, because the
 provider may still write into it.
+
+A *stuck* endpoint: every provider call is non-blocking, yet libfabric 1.17's ``shm``
+provider guards each process's shared-memory region with a spin lock in that region, and
+a process SIGKILLed while holding one (its own, while progressing; a peer's, while
+posting) leaves it held for good: the next call that takes it spins forever. Two things
+keep that from hanging the process: before posting to a ``shm`` peer the thread checks
+that the peer's process (its pid is in its endpoint name) still runs, and fails the
+transfer if not; and every lock the control path takes is taken with a bound, so once
+the progress thread has been inside one round for :data:`WEDGED_S` the endpoint reports
+itself :attr:`Endpoint.wedged`, its calls fail at once with an error that says so,
+:meth:`Endpoint.close` abandons it to the process's exit, and the backend opens a fresh
+one for later transfers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from tetrarch.plugins import process_gone
 from tetrarch.rdma import RDMAError
 
-__all__ = ["CHUNK", "IDLE_S", "Endpoint", "EndpointError", "Transfer"]
+__all__ = ["CHUNK", "IDLE_S", "WEDGED_S", "Endpoint", "EndpointError", "Transfer", "shm_pid"]
 
 #: The largest single fi_read/fi_write posted (a transfer is split into chunks of this size).
 CHUNK = 64 << 20
 #: How long the idle progress thread sleeps between polls.
 IDLE_S = 0.001
 _WINDOW = 64  # chunks in flight per endpoint at most
+#: Seconds one progress round may last before the endpoint counts as stuck (a round makes
+#: only non-blocking calls and takes microseconds; a loaded machine adds milliseconds).
+WEDGED_S = 5.0
+#: Seconds a control-path call (register, close, ...) waits for the progress thread's lock.
+_LOCK_WAIT = 5.0
 
 
 class EndpointError(RDMAError):
@@ -128,12 +147,37 @@ class Endpoint:
         self._released: list[Transfer] = []  # ended transfers whose last orphan completed
         self.completed = 0  # chunks completed without error (tests check the bytes went this way)
         self._closed = False
+        self._busy_since = 0.0  # monotonic start of the progress thread's current round (0: between rounds)
+        self._peer_pids: dict[int, int] = {}  # fi_addr -> pid of a shm peer (checked before each post)
         self._thread = threading.Thread(target=self._run, name=f"tetrarch-efa-{provider}", daemon=True)
         self._thread.start()
 
     def strerror(self, rc: int) -> str:
         """libfabric's text for the (negative or positive) error code ``rc``."""
         return f"{self.ffi.string(self.lib.fi_strerror(abs(int(rc)))).decode(errors='replace')} ({rc})"
+
+    @property
+    def wedged(self) -> bool:
+        """Whether the progress thread has been stuck in one provider call for over :data:`WEDGED_S`."""
+        since = self._busy_since
+        return bool(since) and time.monotonic() - since > WEDGED_S
+
+    @contextlib.contextmanager
+    def _control(self) -> Iterator[None]:
+        """The endpoint's lock for a control-path call, taken within a bound.
+
+        Raises:
+            EndpointError: the progress thread is stuck inside the provider (see the module).
+        """
+        if not self._lock.acquire(timeout=0 if self.wedged else _LOCK_WAIT):
+            raise EndpointError(
+                f"the libfabric endpoint of provider {self.provider!r} is stuck inside a provider call "
+                f"(libfabric 1.17's shm provider spins for good on a lock that a killed process held); this "
+                f"process opens a fresh endpoint for new transfers: register the buffers of this one again")
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     # ------------------------------------------------------------ control path (any thread)
     def peer(self, name: bytes) -> int:
@@ -145,7 +189,7 @@ class Endpoint:
         found = self._peers.get(name)  # no lock on a hit: the progress thread may be busy
         if found is not None:
             return found
-        with self._lock:
+        with self._control():
             found = self._peers.get(name)
             if found is not None:
                 return found
@@ -156,14 +200,18 @@ class Endpoint:
                                     f"{self.provider!r}: {self.strerror(rc)}; the buffer's descriptor is corrupt or "
                                     f"comes from another provider")
             self._peers[name] = int(addr[0])
+            pid = shm_pid(name) if self.provider == "shm" else None
+            if pid is not None:
+                self._peer_pids[int(addr[0])] = pid
             return int(addr[0])
 
     def forget(self, name: bytes) -> None:
         """Drop the peer ``name`` from the AV after a failed completion, so the next transfer
         connects afresh (``tcp;ofi_rxm`` closes a connection on which a bad key was used)."""
-        with self._lock:
+        with contextlib.suppress(EndpointError), self._control():
             addr = self._peers.pop(name, None)
             if addr is not None:
+                self._peer_pids.pop(addr, None)
                 self.lib.tf_av_remove(self._t, addr)
 
     def register(self, address: int, nbytes: int, access: int, requested_key: int) -> tuple[Any, int, Any]:
@@ -178,7 +226,7 @@ class Endpoint:
         """
         ffi, lib = self.ffi, self.lib
         mr, key, desc = ffi.new("struct fid_mr **"), ffi.new("uint64_t *"), ffi.new("void **")
-        with self._lock:
+        with self._control():
             rc = lib.tf_mr_reg(self._t, ffi.cast("void *", address), nbytes, access, requested_key,
                                lib.FI_HMEM_SYSTEM, 0, mr, key, desc)
         if rc:
@@ -188,7 +236,7 @@ class Endpoint:
 
     def close_mr(self, mr: Any) -> None:
         """Close a registration; peers' accesses with its key fail from now on."""
-        with self._lock:
+        with contextlib.suppress(EndpointError), self._control():
             self.lib.tf_mr_close(mr)
 
     def submit(self, transfer: Transfer) -> None:
@@ -221,12 +269,12 @@ class Endpoint:
 
     def pending(self) -> tuple[int, int]:
         """``(transfers queued or in flight, orphaned operations)`` (tests check reaping)."""
-        with self._lock:
+        with self._control():
             return self._pending()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no transfer is queued or in flight (orphans aside); False if ``timeout`` passed first."""
-        with self._lock:
+        with self._control():
             return self._ended.wait_for(lambda: self._pending()[0] == 0, timeout)
 
     def _pending(self) -> tuple[int, int]:
@@ -234,12 +282,20 @@ class Endpoint:
         return len(live), len(self._orphans)
 
     def close(self) -> None:
-        """Stop the thread and close the endpoint; transfers still queued fail. Never raises."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._kick.set()
+        """Stop the thread and close the endpoint; transfers still queued fail. Never raises.
+
+        A stuck endpoint (see the module) is only marked closed: its thread cannot be stopped,
+        and its transfers end at their deadlines.
+        """
+        try:
+            with self._control():
+                if self._closed:
+                    return
+                self._closed = True
+                self._kick.set()
+        except EndpointError:
+            self._closed = True  # the thread ends if its call ever returns
+            return
         self._thread.join(timeout=5)
         if self._thread.is_alive():
             return  # a stuck provider call: leave the endpoint to the process's exit
@@ -263,6 +319,7 @@ class Endpoint:
             with self._lock:
                 if self._closed:
                     return
+                self._busy_since = time.monotonic()
                 while self._inbox:
                     self._queue.append(self._inbox.popleft())
                 self._reap()
@@ -272,6 +329,7 @@ class Endpoint:
                 if finished or released:
                     self._ended.notify_all()
                 rest = not busy and not finished and not released and not self._active and not self._queue
+                self._busy_since = 0.0
             if rest:
                 self._kick.wait(min(IDLE_S, 0.00005 * (1 << min(idle, 5))))
                 self._kick.clear()
@@ -290,6 +348,7 @@ class Endpoint:
         posted = False
         now = time.monotonic()
         waiting: set[int] = set()  # peers whose post returned -FI_EAGAIN this round
+        gone: dict[int, bool] = {}  # shm peers' pids checked this round
         i = 0
         while i < len(self._queue) and len(self._active) < self.window:
             transfer = self._queue[i]
@@ -300,6 +359,13 @@ class Endpoint:
                 continue
             if transfer.peer in waiting:
                 i += 1
+                continue
+            pid = self._peer_pids.get(transfer.peer)
+            if pid is not None and gone.setdefault(pid, process_gone(pid)):
+                # Posting could spin for good on a lock the dead process held (see the module).
+                transfer.error = EndpointError(f"the owner's process (pid {pid}) has ended")
+                del self._queue[i]
+                self._finish_if_idle(transfer)
                 continue
             local, length, remote = transfer.chunks[0]
             ctx = self.ffi.new("char[]", self._ctx_size)
@@ -394,6 +460,13 @@ class Endpoint:
             return
         transfer.reported = True
         self._finished.append(transfer)  # released and reported by _run, outside the lock
+
+
+def shm_pid(name: bytes) -> int | None:
+    """The process id in a ``shm`` provider's endpoint name (``fi_shm://PID:...``), or None."""
+    rest = name.rstrip(b"\0").decode(errors="replace").removeprefix("fi_shm://")
+    pid = rest.split(":", 1)[0]
+    return int(pid) if pid.isdigit() and rest and "/" not in rest else None
 
 
 def _expired() -> TimeoutError:
