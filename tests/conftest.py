@@ -32,6 +32,7 @@ test writes ``scaled(N)``, including ``pytest.mark.timeout(scaled(N))``.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import subprocess
@@ -54,6 +55,8 @@ from tetrarch.testing import scaled
 SESSION_ENV = "TETRARCH_TEST_SESSION"
 #: Seconds stragglers get to exit on their own before they are killed (nominal: scaled).
 LEAK_GRACE_S = 10.0
+#: Seconds the test process may take to exit after the last hook (atexit handlers, threads).
+EXIT_LIMIT_S = 120.0
 #: Pause between an empty scan and the scan that confirms it.
 SETTLE_S = 0.25
 
@@ -168,6 +171,14 @@ def _describe(proc: psutil.Process) -> str:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _check_processes(session)
     _check_shm(session)  # after: a process's segments go when it exits
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Bound the interpreter's exit: a stuck atexit handler (an RDMA endpoint's close, a
+    transport's) must not hold CI until its job limit. Past the bound, every thread's stack
+    goes to stderr and the process exits with status 1."""
+    faulthandler.dump_traceback_later(scaled(EXIT_LIMIT_S), exit=True, file=sys.__stderr__)
 
 
 def _fail_session(session: pytest.Session, title: str, lines: list[str]) -> None:
