@@ -58,7 +58,9 @@ class ProcAgent:
         point = Point(rank, Extent(labels, sizes))
         display = f"{name}{point}" if labels else name
         if self.stopping:
-            rt.reply(raddr, rport, rank, _wire.DEAD, f"cannot spawn {display}: its proc is stopping")
+            why = f"cannot spawn {display}: its proc is stopping"
+            rt.early.refuse(key, why)
+            rt.reply(raddr, rport, rank, _wire.DEAD, why)
             return
         try:
             cls, args, kwargs = _serial.loads(payload[1:])
@@ -69,6 +71,7 @@ class ProcAgent:
                         "PYTHONPATH; the client's sys.path is appended to the proc's)")
             why = f"spawning {display} failed: {type(exc).__name__}: {exc}{hint}"
             rt.stopped_actors[key] = why
+            rt.early.refuse(key, why)
             rt.reply_later(raddr, rport, rank, _wire.DEAD, why)
             if owner_address:
                 report_failure(rt, owner_address, _wire.FailureRecord(key, name, rank, display, socket.gethostname(),

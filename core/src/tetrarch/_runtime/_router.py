@@ -39,6 +39,7 @@ from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role
 from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
 from .._transport._route import pin_host
 from . import _outcome, _serial, _wire
+from ._early import EarlyCalls
 from ._tombstones import Tombstones
 
 __all__ = ["Mailbox", "PeerUnreachable", "PortHandler", "PortSink", "Router", "ServiceHandler", "current_router",
@@ -124,6 +125,7 @@ class Router:
         self._port_ids = itertools.count(1)
         self.mailboxes: dict[str, Mailbox] = {}  # actor key -> its mailbox
         self.stopped_actors = Tombstones()  # key -> why it is gone (bounded)
+        self.early = EarlyCalls(self.mailboxes, self._refuse_call, name)  # calls ahead of their actor's spawn
         self._services: dict[str, ServiceHandler] = {}
         self._peer_lost: list[Callable[[str, BaseException | None], None]] = []
         self._dialing = threading.local()
@@ -492,8 +494,9 @@ class Router:
             if mailbox is not None:
                 mailbox.deliver(hdr, frames[1:])
             else:
-                why = self.stopped_actors.get(hdr.actor) or f"no actor {hdr.actor!r} in proc {self.name}"
-                self.reply_later(hdr.reply_addr, hdr.reply_port, hdr.rank, _wire.DEAD, why)
+                why = self.stopped_actors.get(hdr.actor)
+                if why is not None or not self.early.hold(hdr, frames[1:]):
+                    self._refuse_call(hdr, why or self.early.refusal(hdr.actor))
         elif type(hdr) is _wire.SysHeader:
             service = self._services.get(hdr.service)
             if service is None:
@@ -501,6 +504,9 @@ class Router:
                                  f"no service {hdr.service!r} in {self.name}")
             else:
                 service(hdr, frames[1:], conn)
+
+    def _refuse_call(self, hdr: _wire.CallHeader, why: str) -> None:
+        self.reply_later(hdr.reply_addr, hdr.reply_port, hdr.rank, _wire.DEAD, why)
 
     def listen_routable(self, host: str | None = None) -> None:
         """Also listen where other hosts can reach us, and advertise that address from now on.
@@ -562,6 +568,7 @@ class Router:
     def close(self) -> None:
         if self._closed:
             return
+        self.early.close()
         with self._olock:
             self._closed = True
             self._ocond.notify()

@@ -117,7 +117,9 @@ class ActorRunner:
                                   tuple(instance.rank.extent.sizes))
         self._mailbox.append((self._init, (args, kwargs, on_init)))
         self._scheduled = True
-        runtime.mailboxes[key] = self  # before __init__ runs: it may spawn meshes this actor owns
+        # Before __init__ runs (it may spawn meshes this actor owns); calls that reached this
+        # proc ahead of the spawn queue up behind __init__ first (see _early).
+        runtime.early.publish(key, self)
         self._thread = threading.Thread(target=self._run, name=f"tetrarch-actor-{key}", daemon=True)
         self._thread.start()
 
