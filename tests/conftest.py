@@ -32,6 +32,7 @@ test writes ``scaled(N)``, including ``pytest.mark.timeout(scaled(N))``.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -41,6 +42,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -88,6 +90,23 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[SESSION_ENV] = marker
     config.stash[_marker_key] = marker
     config.stash[_shm_key] = _shm_names()
+    _trace_sudden_exits()
+
+
+def _trace_sudden_exits() -> None:
+    """Say where an ``os._exit`` of the test process comes from (a client's fault hook,
+    faulthandler's exit): pytest's capture swallows what is printed during a test, and
+    the run would otherwise just stop with status 1 and no summary."""
+    real_exit, me, fd = os._exit, os.getpid(), os.dup(2)  # fd 2 is the terminal here, not a capture
+
+    def exit_loudly(code: int) -> Any:
+        if os.getpid() == me:  # not a forked child's ordinary exit
+            with contextlib.suppress(OSError):
+                os.write(fd, (f"\n!! the test process (pid {me}) calls os._exit({code}) from:\n"
+                              + "".join(traceback.format_stack()[:-1])).encode())
+        real_exit(code)
+
+    os._exit = exit_loudly
 
 
 def _marked_processes(marker: str) -> list[psutil.Process]:

@@ -20,6 +20,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_outcome``    error records out, exceptions back
     ``_context``    context(), current_rank(), Instance (what actor code sees)
     ``_tombstones`` why the actors of a process are gone, in bounded memory
+    ``_early``      calls that reach a proc ahead of their actor's spawn, held until it arrives
     ``_secret``     the allocation's secret passed to a child outside its environment (pipe or 0600 file)
     ``_spawn``      child processes that die with their parent and report their exit
     ``_alloc``      the allocator plugin interface
@@ -77,7 +78,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
         "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
-        "_secret", "_spawn", "_alloc", "_local_alloc", "_cma"))),
+        "_early", "_secret", "_spawn", "_alloc", "_local_alloc", "_cma"))),
     ("transport", ("tetrarch._transport",)),
     ("plugins", ("tetrarch._plugins",)),
     ("router", ("tetrarch._runtime._router",)),
