@@ -32,3 +32,19 @@ def test_a_propagating_value_set_from_code_reaches_new_procs() -> None:
         assert value != 3.0 and text != "3.0"
     finally:
         procs.stop().get(timeout=30)
+
+
+def test_a_value_set_when_the_host_agent_started_does_not_leak_into_later_procs() -> None:
+    """The host agent of ``this_host()`` starts with the values in force at its first spawn;
+    procs spawned on it later get the client's values then, not the agent's."""
+    with configured(cleanup_timeout=4.25):
+        first = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        later = this_host().spawn_procs(per_host={"gpus": 1})
+        try:
+            got = later.spawn("probe_later", SettingProbe).read.call_one("cleanup_timeout").get(timeout=30)
+            assert got[1] == "default" and got[0] != 4.25, got
+        finally:
+            later.stop().get(timeout=30)
+    finally:
+        first.stop().get(timeout=30)

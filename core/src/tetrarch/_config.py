@@ -36,6 +36,7 @@ __all__ = [
     "EFA_PROVIDER",
     "ENV_ALLOC_ID",
     "ENV_ALLOC_TRANSPORT",
+    "ENV_AT_DEFAULT",
     "ENV_CLIENT_ADDR",
     "ENV_HOST_AGENT_ADDR",
     "ENV_HOST_INDEX",
@@ -71,6 +72,7 @@ __all__ = [
     "LaunchVar",
     "Setting",
     "Source",
+    "at_default",
     "config_env",
     "configure",
     "configured",
@@ -431,6 +433,11 @@ ENV_SPANS_HOSTS = LaunchVar(
     "TETRARCH_SPANS_HOSTS", "`1` for the host agents and procs of an allocation that spans hosts: they listen on a "
     "routable address instead of loopback"
 )
+ENV_AT_DEFAULT = LaunchVar(
+    "TETRARCH_AT_DEFAULT", "the propagating settings' variables (space-separated) a client has at their defaults "
+    "when it spawns procs: the host agent drops them from the environment it gives them, so a value it started "
+    "with (inside a `configured` block) does not leak into procs spawned later"
+)
 
 #: Every launch variable by name, in documentation order.
 LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
@@ -438,7 +445,7 @@ LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
     for v in (
         ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
         ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_PROC_COORDS,
-        ENV_SPANS_HOSTS, ENV_ALLOC_TRANSPORT,
+        ENV_SPANS_HOSTS, ENV_ALLOC_TRANSPORT, ENV_AT_DEFAULT,
     )
 })
 
@@ -528,18 +535,31 @@ def source(key: str) -> Source:
     return setting.source()
 
 
-def config_env() -> dict[str, str]:
-    """The variables to give procs spawned now: each propagating setting not at its default, rendered.
+def config_env(*, complete: bool = False) -> dict[str, str]:
+    """The variables to give procs spawned now: each propagating setting not at its default, rendered;
+    ``complete``: also ``TETRARCH_AT_DEFAULT``, naming those at their defaults.
 
     Raises:
         ValueError: such a setting's environment variable holds no valid value.
     """
     env = {}
+    defaults = []
     for setting in SETTINGS.values():
         if setting.propagate:
             value, where = setting.lookup()
             if where != "default":
                 env[setting.env] = setting.render(value)
+            else:
+                defaults.append(setting.env)
+    if complete:
+        env[ENV_AT_DEFAULT.name] = " ".join(defaults)
+    return env
+
+
+def at_default(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without the variables its ``TETRARCH_AT_DEFAULT`` names (and without that marker)."""
+    for name in env.pop(ENV_AT_DEFAULT.name, "").split():
+        env.pop(name, None)
     return env
 
 

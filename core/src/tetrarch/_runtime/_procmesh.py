@@ -162,7 +162,7 @@ class HostMesh(MeshTrait):
         host_ranks = self._shape.ranks()
         per = local.nelements
         world = len(host_ranks) * per
-        config = config_env()
+        config = config_env(complete=True)  # the host agent's own values must not leak into these procs
         records: list[ProcRecord] = []
         requests: list[tuple[_Host, list[_wire.ProcSpec]]] = []
         for h, host_rank in enumerate(host_ranks):

@@ -25,6 +25,7 @@ from .._config import (
     ENV_SYS_PATH,
     LISTEN_ADDRESS,
     TRANSPORT,
+    at_default,
     config_env,
 )
 from .._log import get_logger, set_process_name
@@ -103,7 +104,7 @@ def child_env(root: Root, extra: dict[str, str]) -> dict[str, str]:
     env[TRANSPORT.env] = root.transport_name  # what code running in the child sees as the setting
     env.setdefault(ENV_SYS_PATH.name, os.pathsep.join(p for p in sys.path if p))
     env.update(extra)
-    return env
+    return at_default(env)
 
 
 def launched_root(role: str, secret: bytes, name: str, launcher: str, what: str,
