@@ -62,9 +62,12 @@ def _spec(
     schemes: tuple[str, ...] = (),
     capabilities: frozenset[str] | set[str] = frozenset(),
     factory: str = "types:SimpleNamespace",
+    on_request: bool = False,
 ) -> BackendSpec:
-    """A backend spec whose probe answers ``ok`` and whose factory is importable."""
-    result = ProbeResult.yes("fake ok") if ok else ProbeResult.no(f"fake {name} cannot run", f"fix {name}")
+    """A backend spec whose probe answers ``ok`` (``on_request``: available only when chosen) and whose
+    factory is importable."""
+    result = (ProbeResult.yes("fake ok", on_request=on_request) if ok
+              else ProbeResult.no(f"fake {name} cannot run", f"fix {name}"))
     return BackendSpec(
         kind, name, factory, probe=lambda: result, priority=priority, schemes=schemes,
         capabilities=frozenset(capabilities),

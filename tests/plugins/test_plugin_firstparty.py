@@ -104,7 +104,14 @@ def test_efa_plugin(rows) -> None:
     library = ctypes.util.find_library("fabric")
     if library is None:
         assert row.reason.startswith("libfabric shared library not found")
-    elif row.status is Status.UNAVAILABLE:  # no EFA device: software providers only on request
+    elif row.on_request:  # no EFA device, software providers: available, but only when chosen
+        assert row.status is Status.AVAILABLE and row.shown == "available on request"
+        assert "has no 'efa' provider (it needs an EFA device)" in row.reason
+        assert "it uses the software provider 'tcp;ofi_rxm'" in row.reason or "'shm'" in row.reason, row.reason
+        spec = Registry().select(R, among=["efa", "tcp", "shm"])
+        assert spec.name != "efa", "an on-request backend was picked automatically"
+        assert Registry().select(R, "efa").name == "efa"
+    elif row.status is Status.UNAVAILABLE:  # no EFA device and no software provider with RMA
         assert "has no 'efa' provider: it needs an EFA device" in row.reason
         assert "TETRARCH_EFA_PROVIDER=shm" in row.hint
 

@@ -246,3 +246,26 @@ def test_rdma_fallback_can_be_refused(rdma: Registry, monkeypatch: pytest.Monkey
     with pytest.raises(BackendUnavailable, match="hw"):
         rdma.select(R)
     assert rdma.select(R, "copy").name == "copy"  # an explicit choice is not a fallback
+
+
+def test_an_on_request_backend_is_never_picked_automatically(fakes, make_registry,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend that works here but must not carry traffic unasked (efa over a software
+    provider): listed ``available on request``, selected by name or setting only."""
+    monkeypatch.setattr(_fallback, "_fallback_warned", False)
+    registry = make_registry(
+        fakes.source("fake-hw", fakes.spec(R, "hw", priority=100, on_request=True)),
+        fakes.source("tetrarch", fakes.spec(R, "copy", priority=0), name="core-fake", version="0.1.0"),
+    )
+    (row,) = [r for r in registry.statuses(R) if r.name == "hw"]
+    assert row.on_request and row.shown == "available on request"
+    with pytest.warns(RuntimeWarning, match="falls back to 'copy'; skipped: hw .*available on request"):
+        assert registry.select(R).name == "copy"
+    assert registry.select(R, "hw").name == "hw"
+    monkeypatch.setenv("TETRARCH_RDMA_BACKEND", "hw")
+    assert registry.select(R).name == "hw"
+    monkeypatch.delenv("TETRARCH_RDMA_BACKEND")
+    only = make_registry(fakes.source("fake-hw", fakes.spec(A, "lonely", on_request=True)))
+    with pytest.raises(BackendUnavailable, match="no allocator backend is available"):
+        only.select(A)
+    assert "passed over" in only.explain(A).render()

@@ -45,7 +45,7 @@ def plugin_rows(registry: Registry) -> list[dict[str, str]]:
             "version": s.version,
             "kind": s.kind.value,
             "backend": s.name,
-            "status": s.status.value,
+            "status": s.shown,
             "reason": s.reason,
             "hint": s.hint,
             "traceback": tracebacks.get(s.distribution, "") if s.status is Status.BROKEN else "",

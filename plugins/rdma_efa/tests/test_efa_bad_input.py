@@ -68,3 +68,23 @@ class TestEfaBadHandles:
         dst = bytearray(1 << 20)
         kept.read_into(dst, timeout=scaled(10)).get(timeout=scaled(10))
         assert digest(dst) == digest(pattern(1 << 20, 3))
+
+
+def test_without_an_efa_device_the_backend_works_on_request_over_a_software_provider() -> None:
+    """``tetrarch plugins`` says "available on request" and names the provider: chosen by name,
+    the backend moves bytes over it, with TETRARCH_EFA_PROVIDER unset."""
+    from tetrarch._rdma._runtime import get_runtime
+    from tetrarch_rdma_efa._plugin import chosen_provider, probe
+
+    with configured(efa_provider=None):
+        if chosen_provider() == "efa":
+            pytest.skip("libfabric offers 'efa' here (or no software provider with RMA): nothing falls back")
+        found = probe()
+        provider = chosen_provider()
+        assert found.ok and found.on_request and f"it uses the software provider {provider!r}" in found.reason
+        with holders("on-request") as mesh:
+            buf = mesh.make.call_one("r", 1 << 20, 5, "efa").get(timeout=scaled(60))
+            dst = bytearray(1 << 20)
+            buf.read_into(dst, timeout=scaled(20)).get(timeout=scaled(20))
+            assert digest(dst) == digest(pattern(1 << 20, 5))
+        assert provider in get_runtime().backend("efa")._endpoints

@@ -78,7 +78,7 @@ def scheme_listing(rows: Sequence[BackendStatus]) -> str:
     parts = []
     for r in rows:
         schemes = ", ".join(f"{s}://" for s in r.spec.schemes) if r.spec is not None else ""
-        parts.append(f"{r.name} ({r.status.value}" + (f"; {schemes})" if schemes else ")"))
+        parts.append(f"{r.name} ({r.shown}" + (f"; {schemes})" if schemes else ")"))
     return ", ".join(parts) or "none"
 
 
@@ -121,7 +121,7 @@ class Explanation:
             note = "" if r.status is Status.AVAILABLE or is_absent(r) else r.reason
             if is_absent(r):
                 note = r.hint or r.reason
-            cells = [r.name, r.status.value, prio, schemes, note]
+            cells = [r.name, r.shown, prio, schemes, note]
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, (10, 16, 12, 18, 0), strict=True)).rstrip())
         lines += ["", "decision (the first rule that decides wins):"]
         decided = False

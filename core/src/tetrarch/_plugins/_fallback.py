@@ -39,7 +39,7 @@ def check_rdma_fallback(chosen: BackendSpec, rows: list[BackendStatus], request:
     if row.distribution != _CORE:
         return
     fixable = (Status.UNAVAILABLE, Status.BROKEN, Status.CONFLICT)
-    skipped = [r for r in rows if r.distribution != _CORE and r.status in fixable]
+    skipped = [r for r in rows if r.distribution != _CORE and (r.status in fixable or r.on_request)]
     if not skipped:
         return
     detail = "; ".join(describe(r) for r in skipped)

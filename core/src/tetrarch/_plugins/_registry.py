@@ -276,7 +276,9 @@ class Registry:
         while a hardware backend is installed warns once per process (or raises when
         ``request["allow_fallback"]`` is False or ``TETRARCH_RDMA_FALLBACK=0``).
         ``among`` limits an automatic choice to those names (an RDMA transfer: the
-        backends both sides have); an explicit choice is not limited by it.
+        backends both sides have); an explicit choice is not limited by it. A backend
+        available *on request* only is passed over unless ``among`` names it (a buffer's
+        owner registered with it by name).
 
         Raises:
             BackendNotFound: the chosen name is not installed (the message lists the
@@ -405,7 +407,10 @@ class Registry:
             if not rows:
                 raise BackendNotFound(f"no installed transport serves {scheme}:// addresses; " + self._installed(kind))
         candidates = [r.spec for r in rows if r.status is Status.AVAILABLE and r.spec is not None
-                      and (among is None or r.name in among)]
+                      and (among is None or r.name in among) and (not r.on_request or among is not None)]
+        if trace is not None and among is None and any(r.on_request for r in rows):
+            trace.note("hook", "available on request only, so passed over (select it by name or setting): "
+                       + ", ".join(r.name for r in rows if r.on_request))
         chosen = None
         if candidates:
             chosen = self._pm.hook.tetrarch_select_backend(kind=kind, candidates=candidates, request=request)

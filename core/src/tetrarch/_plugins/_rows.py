@@ -57,7 +57,8 @@ def spec_row(spec: BackendSpec, distribution: str, version: str) -> BackendStatu
         reason = not_implemented_reason(spec.kind, spec.name, probe.reason, found=probe.ok)
         return BackendStatus(spec.kind, spec.name, Status.NOT_IMPLEMENTED, distribution, version, reason, "", spec)
     status = Status.AVAILABLE if probe.ok else Status.UNAVAILABLE
-    return BackendStatus(spec.kind, spec.name, status, distribution, version, probe.reason, probe.remedy, spec)
+    return BackendStatus(spec.kind, spec.name, status, distribution, version, probe.reason, probe.remedy, spec,
+                         probe.ok and probe.on_request)
 
 
 def _alternatives(rows: Sequence[BackendStatus], kind: BackendKind, name: str) -> str:
@@ -88,7 +89,7 @@ def describe(row: BackendStatus) -> str:
     text += f" {row.version}): " if row.version else "): "
     if row.status is Status.NOT_IMPLEMENTED:
         return text + row.reason
-    return text + row.status.value + (f", {row.reason}" if row.reason else "")
+    return text + row.shown + (f", {row.reason}" if row.reason else "")
 
 
 def is_absent(row: BackendStatus) -> bool:

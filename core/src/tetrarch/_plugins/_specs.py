@@ -36,10 +36,14 @@ class ProbeResult:
     ok: bool
     reason: str = ""
     remedy: str = ""
+    #: Works here, but only an explicit choice selects it (a name, the kind's setting):
+    #: automatic selection passes it over (``tetrarch plugins`` shows ``available on request``).
+    on_request: bool = False
 
     @classmethod
-    def yes(cls, reason: str = "") -> ProbeResult:
-        return cls(True, reason)
+    def yes(cls, reason: str = "", *, on_request: bool = False) -> ProbeResult:
+        """The backend can run here; ``on_request``: but it is never picked automatically."""
+        return cls(True, reason, "", on_request)
 
     @classmethod
     def no(cls, reason: str, remedy: str = "") -> ProbeResult:
@@ -86,3 +90,9 @@ class BackendStatus:
     reason: str = ""
     hint: str = ""
     spec: BackendSpec | None = None
+    on_request: bool = False  #: available, but selected only by name or setting (see ProbeResult)
+
+    @property
+    def shown(self) -> str:
+        """The status as ``tetrarch plugins`` prints it (``available on request`` for such a row)."""
+        return f"{self.status.value} on request" if self.on_request else self.status.value

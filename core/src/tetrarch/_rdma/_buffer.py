@@ -203,7 +203,8 @@ class RDMABuffer:
             names = [registry.select(BackendKind.RDMA, backend).name]
         else:
             registry.select(BackendKind.RDMA)  # an unusable explicit choice or a refused fallback fails now
-            names = [r.name for r in registry.statuses(BackendKind.RDMA) if r.status is Status.AVAILABLE]
+            names = [r.name for r in registry.statuses(BackendKind.RDMA)
+                     if r.status is Status.AVAILABLE and not r.on_request]
         runtime = get_runtime()
         buffer_id, contexts = runtime.register(memory, names)
         owner = context().actor_instance.actor_id

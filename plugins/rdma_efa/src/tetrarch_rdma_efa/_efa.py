@@ -28,12 +28,12 @@ from concurrent.futures import Future
 from typing import Any
 
 from tetrarch import SupervisionError
-from tetrarch._config import EFA_PROVIDER
 from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, process_gone, settle
 from tetrarch.rdma import RDMAError
 
 from ._build import load
 from ._endpoint import Endpoint, EndpointError, Transfer, shm_pid
+from ._plugin import chosen_provider
 
 __all__ = ["EfaRdmaBackend"]
 
@@ -78,7 +78,7 @@ class EfaRdmaBackend(RdmaBackend):
         # Nothing in a proc's exit closes the RDMA runtime: without this, every shm endpoint left
         # its 16 MiB segment in /dev/shm (fi_close removes it; a normal interpreter exit runs atexit).
         atexit.register(self.close)
-        self.endpoint(EFA_PROVIDER())
+        self.endpoint(chosen_provider())
 
     def endpoint(self, provider: str) -> Endpoint:
         """This process's endpoint of ``provider``, opened on first use.
@@ -123,7 +123,7 @@ class EfaRdmaBackend(RdmaBackend):
             raise ValueError(f"the efa backend registers CPU memory only, not {region.kind.value}")
         if not region.address:
             raise ValueError("the efa backend needs the memory's address; pass writable memory (a bytearray)")
-        ep = self.endpoint(EFA_PROVIDER())
+        ep = self.endpoint(chosen_provider())
         lib = ep.lib
         access = lib.FI_REMOTE_READ | (0 if region.view.readonly else lib.FI_REMOTE_WRITE)
         mr, key, _desc = ep.register(region.address, region.nbytes, access, next(self._keys))

@@ -1,21 +1,51 @@
 """Entry point module (featherweight: the cffi binding is never built or loaded here).
 
-Provider policy: the backend uses ``TETRARCH_EFA_PROVIDER`` (default ``efa``). The probe
-says *available* only when the installed libfabric offers that provider with one-sided
-RMA on RDM endpoints, and names it. Where the ``efa`` provider is absent (no EFA device)
-the backend is *unavailable* even if software providers (``shm``, ``tcp;ofi_rxm``) are
-present: priority would otherwise make real traffic take a software provider silently,
-when core's ``shm``/``tcp`` backends serve that case better. The reason lists the
-providers found and the remedy says how to select one on purpose.
+Provider policy: the backend uses ``TETRARCH_EFA_PROVIDER`` when it is set, and says
+*available* when the installed libfabric offers that provider with one-sided RMA on RDM
+endpoints. Unset, it uses ``efa`` where libfabric has it (an EFA device). Where it has
+not, but offers a software provider with RMA, the backend is *available on request*: it
+works (over :func:`software_provider`), but automatic selection passes it over, because
+core's ``shm``/``tcp`` backends serve that case better and real traffic must not take a
+software provider silently; ``RDMABuffer(..., backend="efa")`` or
+``TETRARCH_RDMA_BACKEND=efa`` selects it. The reason names the provider it would use.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 
 INSTALL = "apt-get install libfabric1 libfabric-dev"
+
+
+#: Software providers with one-sided RMA, in the order the backend prefers them when the
+#: provider is not set and there is no ``efa``: ``tcp;ofi_rxm`` reaches other hosts too.
+SOFTWARE = ("tcp;ofi_rxm", "shm", "tcp", "sockets")
+
+
+def software_provider(rma: Sequence[str]) -> str | None:
+    """The software provider the backend falls back to among the RMA providers ``rma``."""
+    return next((p for p in SOFTWARE if p in rma), None)
+
+
+@functools.lru_cache(maxsize=1)
+def _fallback() -> str | None:
+    from ._discover import discover
+
+    return software_provider(discover().rma)
+
+
+def chosen_provider() -> str:
+    """The provider the backend uses: the setting, else ``efa``, else (no ``efa`` here) the
+    software fallback (the backend then runs only when selected by name or setting)."""
+    from tetrarch._config import EFA_PROVIDER
+
+    provider, source = EFA_PROVIDER.lookup()
+    if source != "default" or provider != "efa":
+        return provider
+    return _fallback() or provider
 
 
 def probe() -> ProbeResult:
@@ -37,6 +67,13 @@ def probe() -> ProbeResult:
         kind = "EFA hardware" if provider == "efa" else "a software provider, not EFA hardware"
         how = "the default" if source == "default" else f"set by {EFA_PROVIDER.env}"
         return ProbeResult.yes(f"{where}, provider {provider!r} ({kind}; {how}); RMA providers here: {offered}")
+    soft = software_provider(found.rma)
+    if provider == "efa" and source == "default" and soft is not None:
+        return ProbeResult.yes(
+            f"{where} has no 'efa' provider (it needs an EFA device); on request (RDMABuffer(..., backend='efa') "
+            f"or TETRARCH_RDMA_BACKEND=efa) it uses the software provider {soft!r}; RMA providers here: {offered}",
+            on_request=True,
+        )
     if provider == "efa":
         return ProbeResult.no(
             f"{where} has no 'efa' provider: it needs an EFA device (an AWS instance with EFA enabled); "
