@@ -19,7 +19,7 @@ def test_doctor_rdma_reports_every_backend_and_the_selection() -> None:
     assert done.returncode == 0, done.stderr
     text = done.stdout
     for row in get_registry().statuses(BackendKind.RDMA):
-        assert f"  {row.name:<6} {row.status.value}: {row.reason or '-'}" in text
+        assert f"  {row.name:<6} {row.shown}: {row.reason or '-'}" in text
     assert "RDMA devices (sysfs):" in text
     winner = get_registry().explain(BackendKind.RDMA).winner
     assert winner is not None and f"selected: {winner.name}" in text

@@ -46,7 +46,7 @@ def rdma_report(registry: Registry) -> str:
     """The text of ``tetrarch doctor rdma`` (runs every RDMA probe; never raises for a backend's failure)."""
     out = ["RDMA backends (probe findings):"]
     for row in registry.statuses(BackendKind.RDMA):
-        out.append(f"  {row.name:<6} {row.status.value}: {row.reason or '-'}")
+        out.append(f"  {row.name:<6} {row.shown}: {row.reason or '-'}")
         if row.hint:
             out.append(f"         fix: {row.hint}")
     out += ["", "RDMA devices (sysfs):", f"  {_sysfs_devices()}", "",
