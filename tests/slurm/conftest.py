@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,13 +81,19 @@ class _Clusters:
             del self.started[layout]
 
 
+_CLUSTERS = _Clusters()
+
+
 @pytest.fixture(scope="session")
-def slurm_clusters() -> Iterator[_Clusters]:
-    clusters = _Clusters()
-    try:
-        yield clusters
-    finally:
-        clusters.stop_all()
+def slurm_clusters() -> _Clusters:
+    """The session's clusters; stopped in ``pytest_sessionfinish``, not in a fixture's teardown,
+    which would run inside the last test's time limit (``local-slurm stop`` waits for daemons)."""
+    return _CLUSTERS
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _CLUSTERS.stop_all()
 
 
 @pytest.fixture(params=sorted(LAYOUTS))

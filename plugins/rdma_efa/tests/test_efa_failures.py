@@ -1,136 +1,47 @@
-"""A dead or stopped owner must not stall the efa endpoint: later transfers to healthy owners
-finish promptly, and the ended transfer's operations are reaped (issue 13, "Bad input").
+"""Owners killed or stopped in the middle of efa transfers (``failure_cases.py``), each class
+in a fresh pytest process.
 
-Regression: a transfer whose owner was SIGKILLed or SIGSTOPped stayed at the head of the
-endpoint's queue (its chunks answered ``-FI_EAGAIN`` on ``tcp;ofi_rxm``, whose connection
-never came up) until its own deadline, and every later transfer of the process queued
-behind it: the suite's last test timed out after the kill and timeout tests.
+Killing a process inside libfabric 1.17's ``shm`` provider can wreck the provider's state in
+the processes that talked to it (a spin lock left held, see ``_endpoint``). Twice in the full
+suite the test process itself then ended at once with status 1 and nothing on record, during
+the shm kill case, and never in 30 runs of the case alone. In a process of its own such an
+ending fails this one test with everything the process printed (``-s``: no capture), and the
+rest of the suite goes on. The user-facing rules the cases pin down are the same.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import time
-from collections.abc import Iterator
-from typing import Any
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-import tetrarch
-from tetrarch import SupervisionError, this_host
 from tetrarch.testing import scaled
-from tetrarch.testing.rdma import Holder, digest, holders, pattern
 
-MiB = 1 << 20
-pytestmark = pytest.mark.timeout(scaled(120))
-
-
-def _backend() -> Any:
-    from tetrarch._rdma._runtime import get_runtime
-
-    return get_runtime().backend("efa")
+HERE = Path(__file__).resolve().parent
+CASES = HERE / "failure_cases.py"
 
 
-def _endpoint(provider: str) -> Any:
-    return _backend().endpoint(provider)
+@pytest.mark.timeout(scaled(300))
+@pytest.mark.parametrize("case", ["TestEfaShmFailures", "TestEfaTcpRxmFailures", "TestStuckShmEndpoint"])
+def test_failure_cases_in_a_fresh_process(case: str) -> None:
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", f"{CASES}::{case}", "-s", "-p", "no:cacheprovider"],
+            capture_output=True, text=True, timeout=scaled(280), env=env, cwd=HERE.parents[2], check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{case} did not finish within {exc.timeout} s:\n{_tail(exc.stdout)}\n{_tail(exc.stderr)}")
+    assert done.returncode == 0, (f"{case} exited {done.returncode}\n--- stdout ---\n{_tail(done.stdout)}\n"
+                                  f"--- stderr ---\n{_tail(done.stderr)}")
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if " passed" not in last:
+        pytest.skip(f"{case}: {_tail(done.stdout, 1500)}")  # the provider is missing here (the cases say which)
 
 
-@pytest.mark.usefixtures("efa_provider")
-class _Failures:
-    provider = ""
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def healthy(cls) -> Iterator[Any]:
-        with holders("healthy") as mesh:
-            yield mesh
-
-    def _victim(self) -> tuple[Any, Any, int]:
-        procs = this_host().spawn_procs(per_host={"gpus": 1})
-        victim = procs.spawn("victim", Holder)
-        buf = victim.make.call_one("victim", 64 * MiB, 3, "efa").get(timeout=scaled(60))
-        return procs, buf, victim.pid.call_one().get(timeout=scaled(30))
-
-    def _read_healthy(self, healthy: Any, seed: int) -> None:
-        buf = healthy.make.call_one(f"h{seed}", MiB, seed, "efa").get(timeout=scaled(60))
-        dst = bytearray(MiB)
-        start = time.monotonic()
-        buf.read_into(dst, timeout=scaled(10)).get(timeout=scaled(10))
-        assert digest(dst) == digest(pattern(MiB, seed))
-        assert time.monotonic() - start < scaled(5), "a healthy transfer waited behind a dead owner's"
-
-    def test_a_killed_owner_blocks_no_later_transfer(self, healthy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(tetrarch, "unhandled_fault_hook", lambda failure: None)
-        self._read_healthy(healthy, 1)  # connected and warm
-        procs, buf, pid = self._victim()
-        try:
-            futs = [buf.read_into(bytearray(64 * MiB), timeout=scaled(60)) for _ in range(4)]
-            os.kill(pid, signal.SIGKILL)
-            for fut in futs:  # the owner's death is known promptly (not at the transfers' deadline)
-                error = fut.exception(timeout=scaled(10))
-                assert error is None or isinstance(error, SupervisionError), error
-            # shm of libfabric 1.17 answers an endpoint's requests in order: the dead owner's stalls
-            # every later one inside the provider, so the backend replaces that endpoint
-            self._read_healthy(healthy, 2)
-            # the dead owner's transfers leave the endpoint's queue (orphans may stay: see _endpoint)
-            assert _endpoint(self.provider).wait_idle(scaled(10)), _endpoint(self.provider).pending()
-            self._read_healthy(healthy, 3)
-        finally:
-            procs.stop().get(timeout=scaled(30))
-
-    def test_a_stopped_owner_blocks_no_later_transfer(self, healthy: Any) -> None:
-        procs, buf, pid = self._victim()
-        try:
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                slow = [buf.read_into(bytearray(64 * MiB), timeout=scaled(2)) for _ in range(3)]
-                self._read_healthy(healthy, 4)
-                for fut in slow:
-                    error = fut.exception(timeout=scaled(10))
-                    assert error is None or isinstance(error, TimeoutError), error
-                # timed out: reported and out of the window, not queued until some later event
-                assert _endpoint(self.provider).wait_idle(scaled(10)), _endpoint(self.provider).pending()
-                self._read_healthy(healthy, 5)
-            finally:
-                os.kill(pid, signal.SIGCONT)
-        finally:
-            procs.stop().get(timeout=scaled(30))
-        self._read_healthy(healthy, 6)
-
-
-class TestEfaShmFailures(_Failures):
-    provider = "shm"
-
-
-class TestEfaTcpRxmFailures(_Failures):
-    provider = "tcp;ofi_rxm"
-
-
-@pytest.mark.usefixtures("efa_provider")
-class TestStuckShmEndpoint:
-    provider = "shm"
-
-    def test_a_stuck_endpoint_fails_its_calls_at_once_and_is_replaced(self) -> None:
-        """libfabric 1.17's shm spins for good on a lock a killed process held (see ``_endpoint``):
-        the process must not hang on that endpoint (not at exit either), and gets a fresh one.
-        Holding the endpoint's lock here stands for its progress thread stuck inside the provider."""
-        from tetrarch_rdma_efa._endpoint import WEDGED_S, EndpointError
-
-        backend = _backend()
-        stuck = backend.endpoint("shm")
-        with stuck._lock:
-            stuck._busy_since = time.monotonic() - WEDGED_S - 1
-            assert stuck.wedged
-            start = time.monotonic()
-            with pytest.raises(EndpointError, match=r"stuck inside a provider call.*fresh endpoint"):
-                stuck.register(0, 4096, 0, 1)
-            fresh = backend.endpoint("shm")
-            stuck.close()  # abandoned, not waited for
-            assert time.monotonic() - start < scaled(2), "a call on a stuck endpoint waited for it"
-        assert fresh is not stuck and not fresh.wedged
-        with holders("after-stuck") as mesh:  # transfers go through the fresh endpoint
-            buf = mesh.make.call_one("s", MiB, 7, "efa").get(timeout=scaled(60))
-            dst = bytearray(MiB)
-            buf.read_into(dst, timeout=scaled(10)).get(timeout=scaled(10))
-            assert digest(dst) == digest(pattern(MiB, 7))
+def _tail(text: object, limit: int = 6000) -> str:
+    text = text.decode(errors="replace") if isinstance(text, bytes) else str(text or "")
+    return text if len(text) <= limit else "...\n" + text[-limit:]
