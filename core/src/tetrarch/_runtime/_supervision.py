@@ -21,6 +21,7 @@ Here "owner" always means the supervising actor (or client) of a mesh; the proce
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import queue
 import signal
@@ -187,6 +188,10 @@ def _init_traceback(failure: MeshFailure) -> str:
 
 unhandled_fault_hook: Callable[[MeshFailure], None] = default_fault_hook
 
+#: Seconds the default fault hook waits for user code to receive a failure (a call it just made
+#: raises it) before it ends the program.
+_RECEIPT_GRACE_S = 1.0
+
 
 def _current_hook() -> Callable[[MeshFailure], None]:
     """The hook in force: ``tetrarch.unhandled_fault_hook`` as the user left it."""
@@ -303,6 +308,7 @@ class Supervisor:
         self._inflight: dict[tuple[str, str], int] = {}
         self._held: dict[tuple[str, str], list[MeshFailure]] = {}
         self._received: set[tuple[str, str]] = set()
+        self._receipts = threading.Condition(self._lock)  # notified when user code receives a failure
         runtime.add_service(_wire.SVC_SUPERVISE, self.service)
 
     # -- registration -----------------------------------------------------------
@@ -401,6 +407,7 @@ class Supervisor:
                     self._inflight.pop(t, None)
             if received and dead:
                 self._received.update(dead)
+                self._receipts.notify_all()
             if self._held:
                 for t in (*targets, *dead):
                     if t not in self._inflight:
@@ -424,16 +431,25 @@ class Supervisor:
                 threading.Thread(target=self._hook_loop, name="tetrarch-fault-hook", daemon=True).start()
         self._hooks.put(failure)
 
+    def _has_received(self, target: tuple[str, str]) -> bool:
+        return target in self._received
+
     def _hook_loop(self) -> None:
         assert self._hooks is not None
         while True:
             failure = self._hooks.get()
             if self.quiet:
                 continue
+            hook = _current_hook()
             with self._lock:
                 addr = self._owned[failure.mesh_key].ranks[failure.rank][0] if failure.mesh_key in self._owned else ""
-                failure.received = (failure.mesh_key, addr) in self._received
-            hook = _current_hook()
+                target = (failure.mesh_key, addr)
+                # A call user code makes right after the failure arrived (spawn, then call at once)
+                # raises it there: the default hook gives that call a moment before ending the program.
+                failure.received = target in self._received or (
+                    hook is default_fault_hook
+                    and self._receipts.wait_for(functools.partial(self._has_received, target),
+                                                _RECEIPT_GRACE_S))
             try:
                 hook(failure)
             except BaseException as exc:  # noqa: BLE001 - a raising hook ends the client
