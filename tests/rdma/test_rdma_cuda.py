@@ -77,3 +77,44 @@ def test_a_cuda_slice_reads_at_its_own_offset(holder: Any) -> None:
     assert big[:1000].count_nonzero().item() == 0 and big[2000:].count_nonzero().item() == 0
     assert big[1000:2000].cpu().numpy().tobytes() == bytes(pattern(1000, 5))
     buf.drop().get(timeout=30)
+
+
+def _efa_shm() -> Any:
+    """The client's efa backend over libfabric's shm (skips where libfabric or shm is missing)."""
+    pytest.importorskip("tetrarch_rdma_efa")
+    from tetrarch_rdma_efa._discover import discover
+
+    found = discover()
+    if "shm" not in found.rma:
+        pytest.skip(f"efa: libfabric offers no 'shm' provider here ({found.error or found.rma})")
+    from tetrarch._rdma._runtime import get_runtime
+
+    return get_runtime().backend("efa"), found
+
+
+@pytest.mark.parametrize("nbytes", [4097, (64 << 20) + 7])
+def test_cuda_tensors_through_efa_use_hmem_where_the_provider_offers_it(nbytes: int) -> None:
+    """efa over shm (owner and reader): with FI_HMEM the tensor is registered as device memory (no
+    staging); without it the transfer stages through pinned host memory. Either way the bytes are right."""
+    from tetrarch import configured
+    from tetrarch._rdma._backend import MemoryKind
+    from tetrarch.rdma import RDMABuffer
+    from tetrarch.testing._rdma_actors import digest, pattern
+    from tetrarch.testing.rdma import holders
+
+    with configured(efa_provider="shm"), holders("cuda_efa") as holder:
+        backend, found = _efa_shm()
+        buf = holder.make.call_one("b", nbytes, 6, "efa").get(timeout=60)
+        dst = torch.zeros(nbytes, dtype=torch.uint8, device="cuda")
+        buf.read_into(dst, timeout=60).get(timeout=90)
+        assert dst.cpu().numpy().tobytes() == bytes(pattern(nbytes, 6))
+        direct = MemoryKind.CUDA in backend.memory_kinds
+        assert direct == ("shm" in found.hmem), (backend.memory_kinds, found)
+        src = torch.arange(nbytes, device="cuda").remainder(251).to(torch.uint8)
+        buf.write_from(src, timeout=60).get(timeout=90)
+        assert holder.digest.call_one("b").get(timeout=60) == digest(src.cpu().numpy())
+        if direct:  # a proc reads a GPU tensor registered through FI_HMEM_CUDA
+            mine = RDMABuffer(src, backend="efa")
+            assert holder.read_from.call_one(mine).get(timeout=60) == digest(src.cpu().numpy())
+            mine.drop().get(timeout=30)
+        buf.drop().get(timeout=30)

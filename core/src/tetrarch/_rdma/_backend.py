@@ -273,6 +273,14 @@ class RdmaBackend(ABC):
         """
         return None
 
+    def moves(self, kind: MemoryKind, remote: RemoteRegion) -> bool:
+        """Initiator side: whether a transfer with ``remote`` takes local memory of ``kind`` as it
+        is; if not, the frontend stages device memory through pinned host memory. Must not block
+        or raise. Default: ``kind in memory_kinds`` (override where it depends on the peer, e.g.
+        a provider that reaches device memory on one path but not another).
+        """
+        return kind in self.memory_kinds
+
     @abstractmethod
     def read(self, remote: RemoteRegion, offset: int, dst: LocalRegion, deadline: float) -> Future[None]:
         """Initiator side: copy ``remote[offset : offset + dst.nbytes]`` into ``dst``.

@@ -91,14 +91,14 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
         name = backend_name or choose_backend(desc)
         backend = runtime.backend(name)
         staged = None
-        if region.kind not in backend.memory_kinds:
+        remote = RemoteRegion(desc.owner, desc.buffer_id, desc.size, desc.contexts[name])
+        if not backend.moves(region.kind, remote):
             if region.kind is not MemoryKind.CUDA or MemoryKind.CPU not in backend.memory_kinds:
                 raise ArgumentError(f"RDMA backend {name!r} cannot move {region.kind.value} memory (it takes "
                                     f"{sorted(k.value for k in backend.memory_kinds)}): pass a host tensor (t.cpu())")
             staged = stage(local, write)  # through pinned host memory (docs/rdma.md, "GPU memory")
             local = staged.memory
             region = local.region
-        remote = RemoteRegion(desc.owner, desc.buffer_id, desc.size, desc.contexts[name])
         deadline = time.monotonic() + timeout
         op = backend.write if write else backend.read
         fut = moved = op(remote, 0, region, deadline)

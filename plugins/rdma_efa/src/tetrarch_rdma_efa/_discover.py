@@ -29,6 +29,7 @@ _FI_READ = 1 << 8
 _FI_WRITE = 1 << 9
 _NEEDED = _FI_RMA | _FI_READ | _FI_WRITE
 _FI_EP_RDM = 3
+_FI_HMEM = 1 << 47
 
 
 class _FabricAttr(ctypes.Structure):
@@ -58,8 +59,10 @@ class Providers:
     """The libfabric found here: its file and version, and its providers.
 
     ``rma`` holds the providers with an RDM endpoint that does one-sided read and write
-    (those the efa backend can use); ``other`` the rest. ``error`` is set (and the rest
-    empty) when the library is missing or ``fi_getinfo`` failed.
+    (those the efa backend can use); ``other`` the rest; ``hmem`` those of ``rma`` that also
+    move device memory (``FI_HMEM``: libfabric built with CUDA/ROCm support, and the GPU
+    runtime found). ``error`` is set (and the rest empty) when the library is missing or
+    ``fi_getinfo`` failed.
     """
 
     library: str = ""
@@ -67,6 +70,7 @@ class Providers:
     rma: tuple[str, ...] = ()
     other: tuple[str, ...] = ()
     error: str = ""
+    hmem: tuple[str, ...] = ()
 
 
 def discover_here() -> Providers:
@@ -89,6 +93,7 @@ def discover_here() -> Providers:
         return Providers(library=name, version=text, error=f"fi_getinfo found no provider: {why} ({rc})")
     rma: dict[str, None] = {}
     other: dict[str, None] = {}
+    hmem: dict[str, None] = {}
     try:
         node = info
         while node:
@@ -96,12 +101,14 @@ def discover_here() -> Providers:
             prov = (entry.fabric_attr.contents.prov_name or b"?").decode(errors="replace")
             if entry.caps & _NEEDED == _NEEDED and entry.ep_attr and entry.ep_attr.contents.type == _FI_EP_RDM:
                 rma[prov] = None
+                if entry.caps & _FI_HMEM:
+                    hmem[prov] = None
             else:
                 other[prov] = None
             node = entry.next
     finally:
         lib.fi_freeinfo(info)
-    return Providers(name, text, tuple(rma), tuple(p for p in other if p not in rma))
+    return Providers(name, text, tuple(rma), tuple(p for p in other if p not in rma), hmem=tuple(hmem))
 
 
 def discover() -> Providers:
@@ -111,7 +118,7 @@ def discover() -> Providers:
         return Providers(error=f"listing libfabric's providers failed: {found['child_error']}")
     return Providers(library=str(found.get("library", "")), version=str(found.get("version", "")),
                      rma=tuple(found.get("rma", ())), other=tuple(found.get("other", ())),
-                     error=str(found.get("error", "")))
+                     error=str(found.get("error", "")), hmem=tuple(found.get("hmem", ())))
 
 
 if __name__ == "__main__":

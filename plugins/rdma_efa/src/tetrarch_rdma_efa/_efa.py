@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import os
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -28,6 +29,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from tetrarch import SupervisionError
+from tetrarch._rdma._gpu import GpuRuntime, gpu_runtime
 from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, process_gone, settle
 from tetrarch.rdma import RDMAError
 
@@ -55,7 +57,8 @@ def _context(remote: RemoteRegion) -> dict[str, Any]:
 class EfaRdmaBackend(RdmaBackend):
     """RDMA through a libfabric provider (``efa`` on EFA hardware; ``shm``/``tcp;ofi_rxm`` for tests)."""
 
-    memory_kinds = frozenset({MemoryKind.CPU})  # HMEM (FI_HMEM_CUDA/ROCR): see Endpoint.register
+    #: CPU memory; :meth:`start` adds CUDA (CUDA and ROCm tensors) when the provider offers FI_HMEM.
+    memory_kinds = frozenset({MemoryKind.CPU})
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -78,7 +81,8 @@ class EfaRdmaBackend(RdmaBackend):
         # Nothing in a proc's exit closes the RDMA runtime: without this, every shm endpoint left
         # its 16 MiB segment in /dev/shm (fi_close removes it; a normal interpreter exit runs atexit).
         atexit.register(self.close)
-        self.endpoint(chosen_provider())
+        if self.endpoint(chosen_provider()).hmem:
+            self.memory_kinds = frozenset({MemoryKind.CPU, MemoryKind.CUDA})
 
     def endpoint(self, provider: str) -> Endpoint:
         """This process's endpoint of ``provider``, opened on first use.
@@ -101,7 +105,7 @@ class EfaRdmaBackend(RdmaBackend):
                     self._module = load()
                 if provider == "shm":
                     _sweep_dead_shm()
-                found = self._endpoints[provider] = Endpoint(self._module, provider)
+                found = self._endpoints[provider] = Endpoint(self._module, provider, hmem=_gpu_here())
             except RDMAError as exc:
                 self._failed[provider] = str(exc)
                 raise
@@ -115,18 +119,23 @@ class EfaRdmaBackend(RdmaBackend):
     def register(self, region: LocalRegion, buffer_id: int) -> object:
         """Register ``region`` with the configured provider; the context peers use to reach it.
 
+        Device memory (a CUDA or ROCm tensor) is registered with libfabric's HMEM interface
+        where the provider offers ``FI_HMEM`` (:attr:`memory_kinds` then includes CUDA).
+
         Raises:
-            ValueError: not CPU memory, or read-only memory whose address is unknown (bytes).
+            ValueError: device memory on a provider without FI_HMEM, or read-only memory whose
+                address is unknown (bytes).
             RDMAError: the provider's endpoint cannot open, or fi_mr_regattr failed.
         """
-        if region.kind is not MemoryKind.CPU or region.view is None:
-            raise ValueError(f"the efa backend registers CPU memory only, not {region.kind.value}")
         if not region.address:
             raise ValueError("the efa backend needs the memory's address; pass writable memory (a bytearray)")
         ep = self.endpoint(chosen_provider())
         lib = ep.lib
-        access = lib.FI_REMOTE_READ | (0 if region.view.readonly else lib.FI_REMOTE_WRITE)
-        mr, key, _desc = ep.register(region.address, region.nbytes, access, next(self._keys))
+        iface = _iface(ep, region)
+        readonly = region.view is not None and region.view.readonly
+        access = lib.FI_REMOTE_READ | (0 if readonly else lib.FI_REMOTE_WRITE)
+        mr, key, _desc = ep.register(region.address, region.nbytes, access, next(self._keys), iface,
+                                     max(region.device, 0))
         with self._lock:
             self._mrs[buffer_id] = (ep, mr, key, region.nbytes)
         addr = region.address if ep.mr_mode & lib.FI_MR_VIRT_ADDR else 0
@@ -170,6 +179,17 @@ class EfaRdmaBackend(RdmaBackend):
             return str(exc)
         return self._failed.get(prov)
 
+    def moves(self, kind: MemoryKind, remote: RemoteRegion) -> bool:
+        """Host memory always; device memory where the endpoint of the buffer's provider has FI_HMEM."""
+        if kind is MemoryKind.CPU:
+            return True
+        if kind is not MemoryKind.CUDA or MemoryKind.CUDA not in self.memory_kinds:
+            return False
+        try:
+            return self.endpoint(_context(remote)["prov"]).hmem
+        except RDMAError:
+            return False  # the transfer itself reports why
+
     def read(self, remote: RemoteRegion, offset: int, dst: LocalRegion, deadline: float) -> Future[None]:
         """fi_read ``remote[offset:offset + dst.nbytes]`` into ``dst``."""
         return self._transfer(False, remote, offset, dst, deadline)
@@ -180,14 +200,13 @@ class EfaRdmaBackend(RdmaBackend):
 
     def _transfer(self, write: bool, remote: RemoteRegion, offset: int, local: LocalRegion,
                   deadline: float) -> Future[None]:
-        if local.kind is not MemoryKind.CPU or local.view is None:
-            raise ValueError(f"the efa backend moves CPU memory only, not {local.kind.value}")
         ctx = _context(remote)
         ep = self.endpoint(ctx["prov"])
+        iface = _iface(ep, local)
         peer = ep.peer(ctx["name"])
-        keep: object = local.view
+        keep: object = local.view if local.view is not None else local
         address = local.address
-        if not address:  # read-only bytes as a write's source: stage them in memory with an address
+        if not address and local.view is not None:  # read-only bytes as a write source: give them an address
             staged = bytearray(local.view)
             keep, address = staged, ep.ffi.cast("uintptr_t", ep.ffi.from_buffer(staged)).__int__()
         fut: Future[None] = Future()
@@ -203,7 +222,8 @@ class EfaRdmaBackend(RdmaBackend):
                 settle(fut, error)
                 return
             try:
-                self._post(ep, write, peer, ctx, remote, offset, address, local.nbytes, keep, deadline, fut)
+                self._post(ep, write, peer, ctx, remote, offset, (address, iface, max(local.device, 0)),
+                           local.nbytes, keep, deadline, fut)
             except Exception as exc:  # noqa: BLE001 - reported through the future
                 settle(fut, exc)
 
@@ -228,11 +248,13 @@ class EfaRdmaBackend(RdmaBackend):
         return reply
 
     def _post(self, ep: Endpoint, write: bool, peer: int, ctx: dict[str, Any], remote: RemoteRegion, offset: int,
-              address: int, nbytes: int, keep: object, deadline: float, fut: Future[None]) -> None:
+              local: tuple[int, int, int], nbytes: int, keep: object, deadline: float, fut: Future[None]) -> None:
         lib, ffi = ep.lib, ep.ffi
+        address, iface, device = local  # address, fi_hmem_iface, GPU ordinal
         desc, release = ffi.NULL, _nothing
-        if ep.mr_mode & lib.FI_MR_LOCAL:
-            mr, _key, desc = ep.register(address, nbytes, lib.FI_WRITE if not write else lib.FI_READ, next(self._keys))
+        if ep.mr_mode & lib.FI_MR_LOCAL or (iface != lib.FI_HMEM_SYSTEM and ep.mr_mode & lib.FI_MR_HMEM):
+            mr, _key, desc = ep.register(address, nbytes, lib.FI_WRITE if not write else lib.FI_READ,
+                                         next(self._keys), iface, device)
 
             def release() -> None:
                 ep.close_mr(mr)
@@ -304,6 +326,35 @@ class EfaRdmaBackend(RdmaBackend):
             # Dead processes' segments, and ours: every endpoint of this process is closed now,
             # or abandoned in a stuck provider call, whose segment fi_close will never remove.
             _sweep_dead_shm(including=os.getpid())
+
+
+def _gpu_here() -> bool:
+    """Whether this process's torch has a GPU: only then is an endpoint asked for FI_HMEM (an HMEM
+    endpoint may take other protocols, and host-only processes keep the plain one). Never raises."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA install means no GPU here
+        return False
+
+
+def _iface(ep: Endpoint, region: LocalRegion) -> int:
+    """libfabric's ``fi_hmem_iface`` for ``region``: SYSTEM for host memory, CUDA or ROCR for a GPU's.
+
+    Raises:
+        ValueError: device memory where ``ep``'s provider lacks FI_HMEM, or memory of another kind.
+    """
+    lib = ep.lib
+    if region.kind is MemoryKind.CPU:
+        if region.view is None:
+            raise ValueError("the efa backend got CPU memory without a view")
+        return int(lib.FI_HMEM_SYSTEM)
+    if region.kind is not MemoryKind.CUDA:
+        raise ValueError(f"the efa backend moves CPU and CUDA/ROCm memory, not {region.kind.value}")
+    if not ep.hmem:
+        raise ValueError(f"libfabric provider {ep.provider!r} does not offer FI_HMEM here, so the efa backend "
+                         f"cannot reach device memory through it; the transfer must stage through host memory")
+    return int(lib.FI_HMEM_ROCR if gpu_runtime() is GpuRuntime.ROCM else lib.FI_HMEM_CUDA)
 
 
 def _unlink_dead_shm(name: bytes) -> None:

@@ -105,12 +105,12 @@ class Endpoint:
         EndpointError: the provider is absent or refused an RDM endpoint with RMA.
     """
 
-    def __init__(self, module: ModuleType, provider: str) -> None:
+    def __init__(self, module: ModuleType, provider: str, hmem: bool = False) -> None:
         self.ffi, self.lib = module.ffi, module.lib
         ffi, lib = self.ffi, self.lib
         self.provider = provider
         out, stage = ffi.new("struct tf_ep **"), ffi.new("const char **")
-        rc = lib.tf_open(provider.encode(), out, stage)
+        rc = lib.tf_open(provider.encode(), int(hmem), out, stage)
         if rc:
             call = ffi.string(stage[0]).decode()
             hint = ("the efa provider needs an EFA device (an AWS instance with EFA enabled); elsewhere set "
@@ -121,6 +121,7 @@ class Endpoint:
                                 f"{call} failed: {self.strerror(rc)}; {hint}")
         self._t = out[0]
         self.mr_mode = int(lib.tf_mr_mode(self._t))
+        #: Whether this endpoint moves device memory (asked for with ``hmem``, and the provider offers FI_HMEM).
         self.hmem = bool(lib.tf_has_hmem(self._t))
         self.fabric = ffi.string(lib.tf_fabric_name(self._t)).decode(errors="replace")
         key_size = int(lib.tf_mr_key_size(self._t))
@@ -214,23 +215,29 @@ class Endpoint:
                 self._peer_pids.pop(addr, None)
                 self.lib.tf_av_remove(self._t, addr)
 
-    def register(self, address: int, nbytes: int, access: int, requested_key: int) -> tuple[Any, int, Any]:
-        """Register host memory; ``(mr, key, desc)``.
+    def register(self, address: int, nbytes: int, access: int, requested_key: int, iface: int = 0,
+                 device: int = 0) -> tuple[Any, int, Any]:
+        """Register memory; ``(mr, key, desc)``.
 
-        The seam for device memory: ``tf_mr_reg`` takes an ``fi_hmem_iface`` and device
-        ordinal (``FI_HMEM_CUDA``/``FI_HMEM_ROCR``); it is passed ``FI_HMEM_SYSTEM`` until the
-        backend accepts device memory where the provider reports ``FI_HMEM`` (:attr:`hmem`).
+        ``iface`` is libfabric's ``fi_hmem_iface``: ``FI_HMEM_SYSTEM`` (0) for host memory,
+        ``FI_HMEM_CUDA``/``FI_HMEM_ROCR`` with the GPU's ordinal ``device`` for device memory,
+        which needs a provider that offers ``FI_HMEM`` (:attr:`hmem`).
 
         Raises:
-            EndpointError: fi_mr_regattr failed (e.g. too much pinned memory: ``ulimit -l``).
+            EndpointError: fi_mr_regattr failed (e.g. too much pinned memory: ``ulimit -l``),
+                or device memory on an endpoint without ``FI_HMEM``.
         """
         ffi, lib = self.ffi, self.lib
+        if iface != lib.FI_HMEM_SYSTEM and not self.hmem:
+            raise EndpointError(f"libfabric provider {self.provider!r} does not offer FI_HMEM here: it cannot "
+                                f"register device memory (stage it through host memory)")
         mr, key, desc = ffi.new("struct fid_mr **"), ffi.new("uint64_t *"), ffi.new("void **")
         with self._control():
-            rc = lib.tf_mr_reg(self._t, ffi.cast("void *", address), nbytes, access, requested_key,
-                               lib.FI_HMEM_SYSTEM, 0, mr, key, desc)
+            rc = lib.tf_mr_reg(self._t, ffi.cast("void *", address), nbytes, access, requested_key, iface, device,
+                               mr, key, desc)
         if rc:
-            raise EndpointError(f"fi_mr_regattr of {nbytes} bytes on provider {self.provider!r} failed: "
+            where = "host memory" if iface == lib.FI_HMEM_SYSTEM else f"device memory (GPU {device})"
+            raise EndpointError(f"fi_mr_regattr of {nbytes} bytes of {where} on provider {self.provider!r} failed: "
                                 f"{self.strerror(rc)}; check the locked-memory limit (ulimit -l)")
         return mr[0], int(key[0]), desc[0]
 

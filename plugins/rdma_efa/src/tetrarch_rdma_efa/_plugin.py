@@ -62,6 +62,7 @@ def probe() -> ProbeResult:
     if found.error:
         return ProbeResult.no(found.error, INSTALL)
     offered = ", ".join(found.rma) or "none"
+    offered += f"; with device memory (FI_HMEM, used where torch has a GPU): {', '.join(found.hmem) or 'none'}"
     where = f"libfabric {found.version} ({found.library})"
     if provider in found.rma:
         kind = "EFA hardware" if provider == "efa" else "a software provider, not EFA hardware"

@@ -29,15 +29,16 @@ struct tf_ep {
 /* The mr_mode bits tetrarch handles (hints: the provider may ask for any of these). */
 static const int TF_MR_MODE = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 
-static struct fi_info *tf_hints(const char *prov)
+/* `hmem`: also ask for device memory (FI_HMEM), registered with its iface (FI_MR_HMEM). */
+static struct fi_info *tf_hints(const char *prov, int hmem)
 {
     struct fi_info *hints = fi_allocinfo();
     if (!hints)
         return NULL;
-    hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | (hmem ? FI_HMEM : 0);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->ep_attr->type = FI_EP_RDM;
-    hints->domain_attr->mr_mode = TF_MR_MODE;
+    hints->domain_attr->mr_mode = TF_MR_MODE | (hmem ? FI_MR_HMEM : 0);
     /* a write completes when its bytes are in the target's memory, not when they left ours */
     hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
     if (prov) {
@@ -63,10 +64,12 @@ void tf_close(struct tf_ep *t)
     free(t);
 }
 
-/* Open an RDM endpoint of provider `prov`. On failure *stage names the call that failed. */
-int tf_open(const char *prov, struct tf_ep **out, const char **stage)
+/* Open an RDM endpoint of provider `prov`. On failure *stage names the call that failed.
+ * `hmem`: first ask for an endpoint that also moves device memory (FI_HMEM); a provider
+ * (or a libfabric built) without it answers FI_ENODATA, and the host-memory one is asked for. */
+int tf_open(const char *prov, int hmem, struct tf_ep **out, const char **stage)
 {
-    struct fi_info *hints = tf_hints(prov);
+    struct fi_info *hints = tf_hints(prov, hmem);
     struct tf_ep *t = calloc(1, sizeof(*t));
     struct fi_cq_attr cq_attr;
     struct fi_av_attr av_attr;
@@ -82,6 +85,15 @@ int tf_open(const char *prov, struct tf_ep **out, const char **stage)
     *stage = "fi_getinfo";
     rc = fi_getinfo(TF_API, NULL, NULL, 0, hints, &t->info);
     fi_freeinfo(hints);
+    if (rc == -FI_ENODATA && hmem) {
+        hints = tf_hints(prov, 0);
+        if (!hints) {
+            rc = -FI_ENOMEM;
+            goto fail;
+        }
+        rc = fi_getinfo(TF_API, NULL, NULL, 0, hints, &t->info);
+        fi_freeinfo(hints);
+    }
     if (rc) goto fail;
     *stage = "fi_fabric";
     rc = fi_fabric(t->info->fabric_attr, &t->fabric, NULL);
