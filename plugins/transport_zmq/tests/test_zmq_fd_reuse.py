@@ -128,7 +128,7 @@ def test_a_new_peer_on_a_dead_peers_descriptor_keeps_its_connection(
         _go(new)
         _until(lambda: (_target(fd) or "").startswith("socket:"), "the new peer to be accepted")
         sock = listener._sock  # type: ignore[attr-defined]
-        with listening._loop().lock:  # its I/O thread is inside the handler, off the socket
+        with listening._loop().lock_of(sock):  # its I/O thread is inside the handler, off the socket
             _until(lambda: bool(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN), "the new peer's OPEN to arrive")
         rec.release.set()
 

@@ -53,6 +53,21 @@ MAX_PARTS = 64
 #: Messages a connection queues for the I/O thread before ``send`` blocks (backpressure).
 MAX_QUEUED = 1 << 14
 
+_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)  # plain ints: pyzmq's send_multipart ORs enum flags per part
+_LAST = int(zmq.NOBLOCK)
+
+
+def send_parts(sock: Any, parts: list[Any]) -> None:
+    """``sock.send_multipart(parts, NOBLOCK, copy=False)`` without its per-part enum arithmetic
+    (the same zmq calls: a message whose first part was taken is taken whole).
+
+    Raises:
+        zmq.ZMQError: as ``send_multipart`` (``zmq.Again`` when zmq pushes back).
+    """
+    for part in parts[:-1]:
+        sock.send(part, _MORE, copy=False)
+    sock.send(parts[-1], _LAST, copy=False)
+
 
 class ZmqConnection(Connection):
     """A connection; ``route`` is the ROUTER identity (listening side) or None (its own DEALER)."""
@@ -96,16 +111,21 @@ class ZmqConnection(Connection):
     def send_many(self, messages: Sequence[Sequence[Buffer]]) -> None:
         if self._closed:
             raise ConnectionClosed(f"connection to {self._peer} is closed")
-        for frames in messages:
-            self._send_one(frames)
+        msgs: list[list[Any]] = []
+        for frames in messages:  # one hold of the loop's lock for the whole batch
+            msgs.extend(self._zmq_messages(frames))
+        self._enqueue(msgs)
 
     def _send_one(self, frames: Sequence[Buffer]) -> None:
+        self._enqueue(self._zmq_messages(frames))
+
+    def _zmq_messages(self, frames: Sequence[Buffer]) -> list[list[Any]]:
+        """The zmq messages that carry one kernel message: one, or a large one's header and pieces."""
         if len(frames) <= MAX_PARTS:
             total = sum(map(nbytes, frames))
             if total <= CHUNK:
-                self._enqueue([[*self._head, DATA, *frames]])
-                return
-        self._enqueue(self._large_parts(frames))
+                return [[*self._head, DATA, *frames]]
+        return self._large_parts(frames)
 
     def _large_parts(self, frames: Sequence[Buffer]) -> list[list[Any]]:
         """``[BIG, header]``, then the frames' bytes as ``[PART, views...]`` of at most CHUNK bytes."""
@@ -134,12 +154,12 @@ class ZmqConnection(Connection):
         if len(self._out) >= MAX_QUEUED and not self._loop.queue.in_loop():
             self._wait_room()
         loop, out, sock = self._loop, self._out, self.sock
-        with loop.lock:
+        with loop.lock_of(sock):
             sent = 0
             if not out and not self._closed and not sock.closed:  # nothing queued ahead: send from this thread
                 try:
                     for msg in msgs:
-                        sock.send_multipart(msg, flags=zmq.NOBLOCK, copy=False)
+                        send_parts(sock, msg)
                         sent += 1
                 except zmq.ZMQError:
                     pass  # pushed back, or a lost peer: queued below, the I/O thread's flush decides
@@ -166,12 +186,12 @@ class ZmqConnection(Connection):
         out = self._out
         sock = self.sock
         full = len(out) >= MAX_QUEUED
-        with self._loop.lock:
+        with self._loop.lock_of(sock):
             if sock.closed:
                 return
             while out:
                 try:
-                    sock.send_multipart(out[0], flags=zmq.NOBLOCK, copy=False)
+                    send_parts(sock, out[0])
                 except zmq.Again:  # high-water mark (or not connected yet): retried by the loop
                     self._loop.retry.add(self)
                     break

@@ -61,10 +61,7 @@ class ZmqLoop:
         self.queue = CallQueue()
         self.poller = zmq.Poller()
         self.poller.register(self.queue.fileno(), zmq.POLLIN)
-        #: Held around every call on a data socket (send, recv, close), by whichever thread
-        #: makes it; never while calling out (handlers). zmq sockets are not thread safe,
-        #: but one used by one thread at a time, behind a lock, is.
-        self.lock = threading.RLock()
+        self._locks: dict[Any, threading.RLock] = {}  # see lock_of
         self.readers: dict[int, Callable[[], bool | None]] = {}  # by the socket's ZMQ_FD
         self.fds: dict[Any, int] = {}
         self.ready: dict[int, Callable[[], bool | None]] = {}  # readers to run without waiting
@@ -74,6 +71,24 @@ class ZmqLoop:
         self._stopped = False
         self.thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
         self.thread.start()
+
+    def lock_of(self, sock: Any) -> threading.RLock:
+        """The lock held around every call on data socket ``sock`` (send, recv, close), by whichever
+        thread makes it; never while calling out (handlers). zmq sockets are not thread safe, but
+        one used by one thread at a time, behind a lock, is. One lock per socket: a connection's
+        senders never wait for the I/O thread reading another socket (one lock for all made the
+        callers, the flusher and the I/O thread trade it, and the GIL, once per message)."""
+        lock = self._locks.get(sock)
+        if lock is None:
+            lock = self._locks.setdefault(sock, threading.RLock())
+        return lock
+
+    def close_socket(self, sock: Any, linger: int = 0) -> None:
+        """Close ``sock`` under its lock and forget the lock (I/O thread)."""
+        with self.lock_of(sock):
+            if not sock.closed:
+                sock.close(linger)
+        self._locks.pop(sock, None)
 
     # -- registration (I/O thread) -------------------------------------------
     def watch(self, sock: Any, reader: Callable[[], bool | None]) -> None:
@@ -109,9 +124,22 @@ class ZmqLoop:
         if fd is not None:
             self.ready[fd] = self.readers[fd]
 
+    def recv_some(self, sock: Any, limit: int) -> list[list[zmq.Frame]]:
+        """Up to ``limit`` messages waiting on ``sock``, read under one hold of :attr:`lock` (I/O
+        thread): taking the lock per message made the readers and the senders of a busy
+        connection trade it (and the GIL) once per message."""
+        out: list[list[zmq.Frame]] = []
+        with self.lock_of(sock):
+            try:
+                while len(out) < limit:
+                    out.append(sock.recv_multipart(zmq.NOBLOCK, copy=False))
+            except zmq.Again:
+                pass
+        return out
+
     def recv(self, sock: Any) -> list[zmq.Frame] | None:
         """One message from ``sock``, or None if none is waiting (I/O thread)."""
-        with self.lock:
+        with self.lock_of(sock):
             try:
                 return sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -129,7 +157,7 @@ class ZmqLoop:
         # closing its DEALER is the hang-up).
         if tell_peer or conn.route is not None:
             head = [conn.route] if conn.route is not None else []
-            with self.lock:
+            with self.lock_of(sock):
                 try:
                     if not sock.closed:
                         for msg in pending if tell_peer else ():  # sent before close(): still goes out, in order
@@ -152,14 +180,12 @@ class ZmqLoop:
         self.unwatch(conn.sock)
         if conn.monitor is not None:
             self.unwatch(conn.monitor)
-            with self.lock:
+            with self.lock_of(conn.sock):
                 if not conn.sock.closed:
                     conn.sock.disable_monitor()
             conn.monitor.close(0)
             conn.monitor = None
-        with self.lock:
-            if not conn.sock.closed:
-                conn.sock.close(linger)
+        self.close_socket(conn.sock, linger)
 
     # -- the loop ---------------------------------------------------------------
     def _run(self) -> None:
@@ -201,10 +227,8 @@ class ZmqLoop:
             self.thread.join(10)
 
     def _shutdown(self) -> None:
-        with self.lock:
-            for sock in list(self.fds):
-                if not sock.closed:
-                    sock.close(0)
+        for sock in list(self.fds):
+            self.close_socket(sock)
         self.fds.clear()
         self.readers.clear()
         self.ctx.destroy(linger=0)

@@ -51,6 +51,7 @@ from ._loop import ZmqLoop, configure_socket
 __all__ = ["ZmqTransport"]
 
 _BATCH = 256  # messages read from one socket before the others get a turn
+_PER_LOCK = 32  # messages read per hold of the loop's lock (senders wait for it meanwhile)
 
 
 class _ZmqListener(Listener):
@@ -88,11 +89,14 @@ class _ZmqListener(Listener):
             if read >= _BATCH and not gone:
                 more = True  # the others get a turn
                 break
-            frames = self._loop.recv(self._sock)
-            if frames is None:
+            batch = self._loop.recv_some(self._sock, _PER_LOCK)
+            for frames in batch:
+                if self._gone:
+                    break  # shut down by one of these messages' handlers: the rest are not read
+                read += 1
+                self._message(frames, gone)
+            if len(batch) < _PER_LOCK:
                 break
-            read += 1
-            self._message(frames, gone)
         for fd in gone:
             conn = self._by_fd.get(fd)
             if conn is not None:
@@ -145,7 +149,7 @@ class _ZmqListener(Listener):
             self._loop.drop(conn, exc, tell_peer=True)
 
     def _send_now(self, msg: list[bytes]) -> None:
-        with self._loop.lock:
+        with self._loop.lock_of(self._sock):
             try:
                 self._sock.send_multipart(msg, flags=zmq.NOBLOCK)
             except zmq.ZMQError:
@@ -184,10 +188,10 @@ class _ZmqListener(Listener):
         self._loop.listeners.discard(self)
         self._loop.unwatch(self._sock)
         self._loop.unwatch(self._monitor)
-        with self._loop.lock:
+        with self._loop.lock_of(self._sock):
             self._sock.disable_monitor()
             self._monitor.close(0)
-            self._sock.close(0)
+        self._loop.close_socket(self._sock)
         if self._path:
             try:
                 os.unlink(self._path)
