@@ -275,9 +275,10 @@ class RdmaBackend(ABC):
 
     def moves(self, kind: MemoryKind, remote: RemoteRegion) -> bool:
         """Initiator side: whether a transfer with ``remote`` takes local memory of ``kind`` as it
-        is; if not, the frontend stages device memory through pinned host memory. Must not block
-        or raise. Default: ``kind in memory_kinds`` (override where it depends on the peer, e.g.
-        a provider that reaches device memory on one path but not another).
+        is; if not, the frontend stages device memory through pinned host memory. Must not raise
+        (it may open what the transfer needs, as :meth:`read` would). Default: ``kind in
+        memory_kinds`` (override where it depends on the peer, e.g. a provider that reaches
+        device memory on one path but not another).
         """
         return kind in self.memory_kinds
 

@@ -125,7 +125,7 @@ class ZmqLoop:
             self.ready[fd] = self.readers[fd]
 
     def recv_some(self, sock: Any, limit: int) -> list[list[zmq.Frame]]:
-        """Up to ``limit`` messages waiting on ``sock``, read under one hold of :attr:`lock` (I/O
+        """Up to ``limit`` messages waiting on ``sock``, read under one hold of its lock (I/O
         thread): taking the lock per message made the readers and the senders of a busy
         connection trade it (and the GIL) once per message."""
         out: list[list[zmq.Frame]] = []
@@ -139,11 +139,8 @@ class ZmqLoop:
 
     def recv(self, sock: Any) -> list[zmq.Frame] | None:
         """One message from ``sock``, or None if none is waiting (I/O thread)."""
-        with self.lock_of(sock):
-            try:
-                return sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return None
+        found = self.recv_some(sock, 1)
+        return found[0] if found else None
 
     # -- closing a connection (I/O thread) ------------------------------------
     def drop(self, conn: ZmqConnection, error: BaseException | None, *, tell_peer: bool = False) -> None:

@@ -51,7 +51,7 @@ from ._loop import ZmqLoop, configure_socket
 __all__ = ["ZmqTransport"]
 
 _BATCH = 256  # messages read from one socket before the others get a turn
-_PER_LOCK = 32  # messages read per hold of the loop's lock (senders wait for it meanwhile)
+_PER_LOCK = 32  # messages read per hold of the socket's lock (its senders wait for it meanwhile)
 
 
 class _ZmqListener(Listener):
