@@ -4,6 +4,8 @@
 * Results and exceptions are cached: every ``get``/``await`` sees the same outcome.
 * ``await fut`` works from any asyncio loop (the completion is handed to that loop).
 * Replies are decoded lazily, in the thread that asks for them, not on the I/O thread.
+* A thread blocked in ``get`` reads for the transport's I/O loop while nobody else does
+  (:meth:`tetrarch.plugins.IoLoop.try_lead`), so its reply wakes it directly.
 """
 
 from __future__ import annotations
@@ -11,25 +13,51 @@ from __future__ import annotations
 import _thread
 import asyncio
 import math
+import time
 import warnings
 from collections.abc import Callable, Generator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .._errors import ArgumentError, ArgumentTypeError, FutureTimeoutError
 
-__all__ = ["Future"]
+
+class _Loop(Protocol):
+    """What a waiting thread needs of a transport's I/O loop (``tetrarch.plugins.IoLoop``)."""
+
+    led: bool
+
+    @property
+    def stopped(self) -> bool: ...
+
+    def try_lead(self) -> bool: ...
+    def lead_once(self, deadline: float | None) -> bool: ...
+    def leave(self) -> None: ...
+    def follow(self) -> bool: ...
+    def followed(self) -> None: ...
+    def in_loop(self) -> bool: ...
+    def kick(self) -> None: ...
+
+__all__ = ["Future", "use_loop"]
 
 R = TypeVar("R")
 
 _PENDING, _DONE = 0, 1
 _TOKEN = object()
 _CB_LOCK = _thread.allocate_lock()
+_loop: _Loop | None = None  # the I/O loop a waiting thread may read for
+
+
+def use_loop(loop: _Loop | None) -> None:
+    """Let threads that wait for a future read for ``loop`` (the newest router's transport)."""
+    global _loop
+    if loop is not None:
+        _loop = loop
 
 
 class Future(Generic[R]):
     """The eventual result of an operation on a mesh. Not constructible by users."""
 
-    __slots__ = ("_latch", "_state", "_value", "_error", "_decode", "_callbacks", "_asked", "__weakref__")
+    __slots__ = ("_latch", "_state", "_value", "_error", "_decode", "_callbacks", "_asked", "_waiter", "__weakref__")
 
     def __init__(self, _token: object = None) -> None:
         if _token is not _TOKEN:
@@ -44,6 +72,7 @@ class Future(Generic[R]):
         #: Some code asked for the outcome (``get``, ``await``) and will receive it: the
         #: supervisor counts a failure this future reports as seen by the user.
         self._asked = False
+        self._waiter: _Loop | None = None  # the loop a thread in get() sleeps on (counted as its follower)
 
     # -- completion (runtime side) ----------------------------------------
     @classmethod
@@ -73,7 +102,13 @@ class Future(Generic[R]):
             self._value, self._error, self._decode = value, error, decode
             self._state = _DONE
             callbacks, self._callbacks = self._callbacks, None
+            waiter, self._waiter = self._waiter, None
         self._latch.release()
+        if waiter is not None:
+            waiter.followed()
+        loop = _loop
+        if loop is not None and loop.led and not loop.in_loop():
+            loop.kick()  # completed off the loop: wake the thread reading for it (it may wait for this)
         for cb in callbacks or ():
             try:
                 cb(self)
@@ -116,17 +151,56 @@ class Future(Generic[R]):
                     UserWarning,
                     stacklevel=2,
                 )
-            if not self._latch.acquire(timeout=-1 if timeout is None else timeout):
+            if not self._wait(timeout):
                 with _CB_LOCK:  # atomic with completion: either we saw it done, or nobody will receive it
                     if self._state is not _DONE:
                         self._asked = False
                         raise FutureTimeoutError(f"result not ready after {timeout} s (the future is still pending)")
-            else:
-                self._latch.release()
         self._asked = True
         return self._resolve()
 
     result = get
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Block until done or ``timeout`` passed; whether done. Reads for the I/O loop if nobody does."""
+        loop = _loop
+        if loop is not None and not loop.stopped:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if loop.try_lead() or not loop.follow():
+                if self._lead(loop, deadline):
+                    return True
+                if deadline is not None:  # time is up, or the loop is stopping: sleep out the rest
+                    timeout = max(0.0, deadline - time.monotonic())
+            else:
+                with _CB_LOCK:
+                    waiting = self._state is not _DONE and self._waiter is None
+                    if waiting:
+                        self._waiter = loop
+                if not waiting:
+                    loop.followed()
+                elif not self._latch.acquire(timeout=-1 if timeout is None else timeout):
+                    with _CB_LOCK:
+                        if self._waiter is loop:  # still pending: stop counting as a follower
+                            self._waiter = None
+                            loop.followed()
+                    return self._state is _DONE
+                else:
+                    self._latch.release()
+                    return True
+        if self._latch.acquire(timeout=-1 if timeout is None else timeout):
+            self._latch.release()
+            return True
+        return False
+
+    def _lead(self, loop: _Loop, deadline: float | None) -> bool:
+        """Read for ``loop`` (this thread holds it) until done or ``deadline``; then give it back."""
+        try:
+            while self._state is not _DONE:
+                if not loop.lead_once(deadline):
+                    break
+        finally:
+            loop.leave()
+        return self._state is _DONE
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The error the future ended with, or None.

@@ -40,6 +40,7 @@ from .._transport._base import Connection, ConnectionClosed, Transport, Transpor
 from .._transport._route import pin_host
 from . import _outcome, _serial, _wire
 from ._early import EarlyCalls
+from ._future import use_loop
 from ._tombstones import Tombstones
 
 __all__ = ["Mailbox", "PeerUnreachable", "PortHandler", "PortSink", "Router", "ServiceHandler", "current_router",
@@ -160,6 +161,7 @@ class Router:
                 self._closed = True
                 self._ocond.notify()
             raise
+        use_loop(transport.leader_loop())  # threads waiting for replies may read for its loop
         self._deadlines.start()  # a connection accepted already waits in the table for it
         self._listeners = [self._listener]
         self.address = self._listener.address

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .._log import get_logger
+from .._transport._loop import defer_while_dispatching
 from . import _serial, _wire
 from ._router import Router
 from ._wire import FailureRecord
@@ -220,6 +221,8 @@ def _main_code_running(frame: Any) -> bool:
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
+    if defer_while_dispatching(lambda: _on_sigint(signum, frame)):
+        return  # the main thread is handling a message for the transport: raise right after it
     if _exit_code:
         if _main_code_running(frame):
             raise SystemExit(_exit_code[0])

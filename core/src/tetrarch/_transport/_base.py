@@ -9,9 +9,11 @@ Threading contract (the kernel relies on it):
 
 * ``Connection.send`` may be called from any thread; frames of one ``send`` call are
   delivered together, and the messages of one connection arrive in send order.
-* Handler callbacks run on the transport's own I/O thread and must not block; the one
-  exception is ``on_open`` of a dialed connection, which runs in the thread calling
-  ``connect`` before any ``on_message`` of that connection.
+* Handler callbacks never run two at once and must not block. They run on the
+  transport's own I/O thread, or, for a transport whose :meth:`Transport.leader_loop` is
+  an :class:`~tetrarch.plugins.IoLoop`, on a thread that waits for a reply and reads for
+  the loop meanwhile. The one exception is ``on_open`` of a dialed connection, which
+  runs in the thread calling ``connect`` before any ``on_message`` of that connection.
 * ``Connection.max_message_size`` is honoured by the receiving side: a peer that
   announces a larger message is disconnected without the message being buffered.
   The header counts too: a message whose header alone (a 4-byte frame count plus 8
@@ -32,9 +34,12 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .._errors import TetrarchError
+
+if TYPE_CHECKING:
+    from ._loop import IoLoop
 
 __all__ = [
     "Buffer",
@@ -181,6 +186,15 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def default_address(self, *, spans_hosts: bool) -> str:
         """An address to listen on: loopback/local unless ``spans_hosts``."""
+
+    def leader_loop(self) -> IoLoop | None:
+        """The :class:`~tetrarch.plugins.IoLoop` that runs this transport's handlers, if any.
+
+        A thread that waits for a reply may then read for that loop itself while nobody
+        else does (saving two thread wake-ups per call). None, the default, keeps every
+        handler on the transport's own threads.
+        """
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional: a transport without resources keeps this no-op
         """Release the transport's I/O resources (threads, contexts). Idempotent."""

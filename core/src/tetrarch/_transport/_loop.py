@@ -1,13 +1,14 @@
-"""A transport's one I/O thread: an epoll loop over readable descriptors, posted calls and timers.
+"""A transport's I/O loop: epoll over readable descriptors, posted calls and timers.
 
-The kernel's threading contract (``_base.py``) wants every handler callback of a
-transport on one thread. This loop is that thread for the builtin socket transport and
-for plugins (exported from ``tetrarch.plugins`` as ``IoLoop``): other threads post work
-with :meth:`IoLoop.call`, which queues it on a :class:`CallQueue` (an ``eventfd``
-written once per batch); a loop of its own (zmq's ``Poller``) uses a CallQueue directly. A descriptor registered with
-:meth:`IoLoop.watch` gets its object's ``on_readable()`` called here whenever it is
-readable (a socket, or a library's pollable descriptor such as nng's ``recv_fd``);
-:meth:`IoLoop.later` runs a timer.
+The kernel's threading contract (``_base.py``) wants a transport's handler callbacks
+serialized. This loop runs them for the builtin socket transport and for plugins
+(exported from ``tetrarch.plugins`` as ``IoLoop``), on its own thread or on a thread
+that waits for a reply and reads for it meanwhile (a *leader*, see :class:`IoLoop`).
+Other threads post work with :meth:`IoLoop.call`, which queues it on a
+:class:`CallQueue` (an ``eventfd`` written once per batch); a loop of its own (zmq's
+``Poller``) uses a CallQueue directly. A descriptor registered with :meth:`IoLoop.watch`
+gets its object's ``on_readable()`` called whenever it is readable (a socket, or a
+library's pollable descriptor such as nng's ``recv_fd``); :meth:`IoLoop.later` runs a timer.
 """
 
 from __future__ import annotations
@@ -25,9 +26,29 @@ from typing import Protocol
 
 from .._log import get_logger
 
-__all__ = ["CallQueue", "IoLoop", "Readable"]
+__all__ = ["LEASE_S", "PARK_MAX_S", "CallQueue", "IoLoop", "Readable", "defer_while_dispatching"]
+
+#: How long a parked I/O thread lets waiting threads read for it before it takes its
+#: descriptors back (a message nobody waits for is read within about this long).
+LEASE_S = 0.002
+#: How long a parked I/O thread sleeps at most while a leader reads for it: a message
+#: nobody waits for may wait this long after a leader that read for long went busy.
+PARK_MAX_S = 0.02
 
 _log = get_logger("transport")
+
+_main_dispatch = False  # a leader on the main thread is handling messages now
+_deferred: list[Callable[[], None]] = []  # signal handlers held back until that is over
+
+
+def defer_while_dispatching(fn: Callable[[], None]) -> bool:
+    """Hold ``fn`` back if the main thread is in the middle of handling messages (a signal
+    handler must not cut that in half); it then runs, on the main thread, right after.
+    Returns whether it was held back (False: run it now yourself)."""
+    if _main_dispatch and threading.current_thread() is threading.main_thread():
+        _deferred.append(fn)
+        return True
+    return False
 
 
 class Readable(Protocol):
@@ -47,9 +68,10 @@ class CallQueue:
     act); ``call`` from that thread runs ``fn`` at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_orphan: Callable[[], None] | None = None) -> None:
         self._calls: deque[Callable[[], None]] = deque()
         self._owner: threading.Thread | None = None
+        self._on_orphan = on_orphan  # called when a call is queued while no thread owns the queue
         self._armed = False  # a wake-up is written and not yet consumed
         if hasattr(os, "eventfd"):
             self._rfd = self._wfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -59,8 +81,16 @@ class CallQueue:
             os.set_blocking(self._wfd, False)
 
     def bind(self) -> None:
-        """Make the calling thread the owner (the I/O thread)."""
+        """Make the calling thread the owner (the thread that reads for the loop now)."""
         self._owner = threading.current_thread()
+
+    def pending(self) -> bool:
+        """Whether calls wait to be run."""
+        return bool(self._calls)
+
+    def unbind(self) -> None:
+        """No thread owns the queue (the owner stepped aside); calls queue up and wake the loop."""
+        self._owner = None
 
     def in_loop(self) -> bool:
         return threading.current_thread() is self._owner
@@ -74,6 +104,8 @@ class CallQueue:
             fn()
             return
         self._calls.append(fn)
+        if self._owner is None and self._on_orphan is not None:
+            self._on_orphan()
         if not self._armed:
             self._armed = True
             try:
@@ -114,59 +146,102 @@ class CallQueue:
 
 
 class IoLoop:
-    """One thread watching a transport's descriptors and running its posted calls and timers."""
+    """One thread watching a transport's descriptors and running its posted calls and timers.
+
+    *Leaders and followers.* A thread blocked on a reply this loop will deliver may read
+    for the loop itself, instead of sleeping while the I/O thread reads and then wakes it
+    (a thread wake-up is a large part of a call's cost on a small or virtual machine:
+    docs/performance.md). :meth:`try_lead` hands it the loop (select, dispatch, timers)
+    when nobody else reads, and :meth:`leave` gives it back. A waiting thread that finds
+    the I/O thread reading counts as a follower (:meth:`follow`): it sleeps as before,
+    and the I/O thread steps aside (parks) once no follower is left, so the next wait
+    leads. A parked I/O thread takes the loop back once nobody has read for
+    :data:`LEASE_S` (it checks that often, and up to :data:`PARK_MAX_S` apart while a
+    leader goes on reading), when a leader leaves with followers still asleep, when a call
+    is posted with nobody reading, and on stop. So a message nobody waits for is read
+    within about :data:`PARK_MAX_S`. Whoever reads holds one lock: handler callbacks never
+    run concurrently, and :meth:`in_loop` is true on that thread only.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._sel = selectors.DefaultSelector()
-        self._queue = CallQueue()
+        self._unpark = threading.Event()
+        self._queue = CallQueue(self._unpark.set)
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._sel.register(self._queue.fileno(), selectors.EVENT_READ, None)
         self._stopped = False
+        self._role = threading.Lock()  # held by the thread that reads for the loop
+        self._wlock = threading.Lock()  # guards _followers and _want
+        self._followers = 0  # threads waiting for a reply while nobody of them reads
+        self._want = False  # a waiting thread found the I/O thread reading: it should step aside
+        self._guard = False  # the leader is the main thread: SIGINT waits until a dispatch is over
+        #: A thread other than the I/O thread reads for the loop now (a leader).
+        self.led = False
+        self._left = 0.0  # when the last leader left
         self._thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
         self._thread.start()
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the loop is ending (or ended)."""
+        return self._stopped
+
     def in_loop(self) -> bool:
-        return threading.current_thread() is self._thread
+        """Whether the calling thread reads for the loop now (the I/O thread, or a leader)."""
+        return self._queue.in_loop()
 
     def call(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the I/O thread (now, if already there)."""
+        """Run ``fn`` on the thread that reads for the loop (now, if that is this one)."""
         self._queue.call(fn)
 
     def later(self, delay: float, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the I/O thread after ``delay`` seconds (call from the I/O thread)."""
+        """Run ``fn`` in the loop after ``delay`` seconds (call from within the loop)."""
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), fn))
 
     def watch(self, fd: int | socket.socket, obj: Readable) -> None:
-        """Call ``obj.on_readable()`` whenever ``fd`` (a descriptor or a socket) is readable (I/O thread)."""
+        """Call ``obj.on_readable()`` whenever ``fd`` (a descriptor or a socket) is readable (in the loop)."""
         self._sel.register(fd, selectors.EVENT_READ, obj)
 
     def unwatch(self, fd: int | socket.socket) -> None:
-        """Stop watching ``fd``, before the socket that owns it is closed (I/O thread)."""
+        """Stop watching ``fd``, before the socket that owns it is closed (in the loop)."""
         try:
             self._sel.unregister(fd)
         except (KeyError, ValueError, OSError):
             pass
 
-    def _run(self) -> None:
-        sel = self._sel
+    # -- reading: one iteration, by the I/O thread or a leader -----------------
+    def _once(self, timeout: float | None) -> None:
+        if self._timers:
+            due = max(0.0, self._timers[0][0] - time.monotonic())
+            timeout = due if timeout is None else min(timeout, due)
+        events = self._sel.select(timeout)
+        if not self._guard:
+            self._dispatch(events)
+            return
+        global _main_dispatch
+        _main_dispatch = True  # see defer_while_dispatching
+        try:
+            self._dispatch(events)
+        finally:
+            _main_dispatch = False
+        while _deferred:
+            _deferred.pop(0)()
+
+    def _dispatch(self, events: list) -> None:
         queue = self._queue
-        queue.bind()
-        while not self._stopped:
-            timeout = None
-            if self._timers:
-                timeout = max(0.0, self._timers[0][0] - time.monotonic())
-            for key, _ in sel.select(timeout):
-                obj = key.data
-                if obj is None:
-                    queue.run_pending()
-                    continue
-                try:
-                    obj.on_readable()
-                except Exception as exc:  # noqa: BLE001 - a handler bug closes one connection only
-                    _log.error("%s transport: closing after a handler error: %r", self.name, exc)
-                    obj.on_error(exc)
+        for key, _ in events:
+            obj = key.data
+            if obj is None:
+                queue.run_pending()
+                continue
+            try:
+                obj.on_readable()
+            except Exception as exc:  # noqa: BLE001 - a handler bug closes one connection only
+                _log.error("%s transport: closing after a handler error: %r", self.name, exc)
+                obj.on_error(exc)
+        if self._timers:
             now = time.monotonic()
             while self._timers and self._timers[0][0] <= now:
                 fn = heapq.heappop(self._timers)[2]
@@ -174,12 +249,101 @@ class IoLoop:
                     fn()
                 except Exception:  # noqa: BLE001
                     _log.exception("%s transport: a timer failed", self.name)
-        self._sel.close()
-        queue.close()
+
+    def _run(self) -> None:
+        self._role.acquire()
+        self._queue.bind()
+        try:
+            while not self._stopped:
+                if self._want and not self._followers:
+                    self._step_aside()
+                    continue
+                self._once(None)
+        finally:
+            self._sel.close()
+            self._queue.close()
+            self._role.release()
+
+    def _step_aside(self) -> None:
+        """Let waiting threads read; return holding the loop again (I/O thread)."""
+        self._want = False
+        self._queue.unbind()
+        self._left = time.monotonic()
+        self._role.release()
+        interval = LEASE_S
+        while True:
+            self._unpark.wait(interval)
+            self._unpark.clear()
+            if self._role.acquire(False):
+                if (self._stopped or self._followers or self._queue.pending()
+                        or time.monotonic() - self._left >= LEASE_S):
+                    break
+                self._role.release()
+                interval = LEASE_S
+            else:  # a leader reads now: check less often while it goes on reading
+                interval = min(interval * 2, PARK_MAX_S)
+        self._queue.bind()
+
+    # -- leaders and followers (threads waiting for something the loop delivers) --
+    def try_lead(self) -> bool:
+        """Read for the loop on this thread if nobody else does; True: call :meth:`lead_once`
+        until the awaited thing happened, then :meth:`leave` (always, in a ``finally``)."""
+        if self._stopped or self._queue.in_loop() or not self._role.acquire(False):
+            return False
+        if self._stopped:
+            self._role.release()
+            return False
+        self._queue.bind()
+        self._guard = threading.current_thread() is threading.main_thread()
+        self.led = True
+        return True
+
+    def lead_once(self, deadline: float | None) -> bool:
+        """Wait for and handle this loop's events once, until ``deadline`` (``time.monotonic``)
+        at the latest; False once the deadline passed or the loop is stopping (leader only)."""
+        if self._stopped:
+            return False
+        timeout = None
+        if deadline is not None:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                return False
+        self._once(timeout)
+        return True
+
+    def leave(self) -> None:
+        """Stop reading for the loop (leader only); wakes the I/O thread if someone still waits."""
+        self.led = False
+        self._guard = False
+        self._queue.unbind()
+        self._left = time.monotonic()
+        self._role.release()
+        if self._followers or self._stopped:
+            self._unpark.set()
+
+    def follow(self) -> bool:
+        """Count the calling thread as waiting for the loop to deliver (it sleeps meanwhile);
+        False (not counted) if it can lead after all (then it must lead)."""
+        with self._wlock:
+            self._followers += 1
+            self._want = True
+        if self.try_lead():  # the leader may have left in between
+            self.followed()
+            return False
+        return True
+
+    def followed(self) -> None:
+        """A follower's wait ended (its thing happened, or it gave up)."""
+        with self._wlock:
+            self._followers -= 1
+
+    def kick(self) -> None:
+        """Wake whoever reads for the loop (a leader's awaited thing happened elsewhere)."""
+        self._queue.call(_nothing)
 
     def stop(self, before: Callable[[], None] | None = None, *, wait: float = 5.0) -> None:
-        """Run ``before`` on the I/O thread, then end it; wait up to ``wait`` seconds for it
-        (not when called on the I/O thread itself). Idempotent."""
+        """Run ``before`` in the loop, then end it; wait up to ``wait`` seconds for the I/O
+        thread (not when called from within the loop). Idempotent."""
 
         def do() -> None:
             if self._stopped:
@@ -187,7 +351,12 @@ class IoLoop:
             if before is not None:
                 before()
             self._stopped = True
+            self._unpark.set()
 
         self.call(do)
-        if wait > 0 and not self.in_loop():
+        if wait > 0 and not self.in_loop() and threading.current_thread() is not self._thread:
             self._thread.join(wait)
+
+
+def _nothing() -> None:
+    pass

@@ -394,6 +394,9 @@ class SocketTransport(Transport):
                 self._io = _IoLoop(self.name)
             return self._io
 
+    def leader_loop(self) -> IoLoop:
+        return self._loop()
+
     def _check(self, address: str) -> tuple[str, object]:
         scheme, sockaddr = parse_address(address)
         if scheme not in self.schemes:

@@ -303,6 +303,9 @@ class NngTransport(Transport):
                 self._loop = IoLoop(self.name)
             return self._loop
 
+    def leader_loop(self) -> IoLoop:
+        return self.loop()
+
     def listen(self, address: str, handler: ConnectionHandler) -> Listener:
         listener = _NngListener(self, parse_qualified(address, self.name), handler)
         self.track(listener)
