@@ -68,6 +68,7 @@ _LAZY = {
     "TransportError": "tetrarch._transport._base",
     "CallQueue": "tetrarch._transport._loop",
     "IoLoop": "tetrarch._transport._loop",
+    "LeaderLoop": "tetrarch._transport._loop",
     "QualifiedAddress": "tetrarch._transport._qualified",
     "parse_qualified": "tetrarch._transport._qualified",
     "fresh_ipc_name": "tetrarch._transport._qualified",
@@ -107,6 +108,7 @@ __all__ = [
     "ConnectionHandler",
     "ExitInfo",
     "IoLoop",
+    "LeaderLoop",
     "Listener",
     "LocalRegion",
     "MemoryKind",
@@ -156,6 +158,6 @@ if TYPE_CHECKING:  # pragma: no cover
         Transport,
         TransportError,
     )
-    from ._transport._loop import CallQueue, IoLoop
+    from ._transport._loop import CallQueue, IoLoop, LeaderLoop
     from ._transport._qualified import QualifiedAddress, fresh_ipc_name, parse_qualified
     from ._transport._route import advertised_host

@@ -11,7 +11,7 @@ Threading contract (the kernel relies on it):
   delivered together, and the messages of one connection arrive in send order.
 * Handler callbacks never run two at once and must not block. They run on the
   transport's own I/O thread, or, for a transport whose :meth:`Transport.leader_loop` is
-  an :class:`~tetrarch.plugins.IoLoop`, on a thread that waits for a reply and reads for
+  a :class:`~tetrarch.plugins.LeaderLoop` (such as ``IoLoop``), on a thread that waits for a reply and reads for
   the loop meanwhile. The one exception is ``on_open`` of a dialed connection, which
   runs in the thread calling ``connect`` before any ``on_message`` of that connection.
 * ``Connection.max_message_size`` is honoured by the receiving side: a peer that
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Protocol
 from .._errors import TetrarchError
 
 if TYPE_CHECKING:
-    from ._loop import IoLoop
+    from ._loop import LeaderLoop
 
 __all__ = [
     "Buffer",
@@ -187,8 +187,8 @@ class Transport(abc.ABC):
     def default_address(self, *, spans_hosts: bool) -> str:
         """An address to listen on: loopback/local unless ``spans_hosts``."""
 
-    def leader_loop(self) -> IoLoop | None:
-        """The :class:`~tetrarch.plugins.IoLoop` that runs this transport's handlers, if any.
+    def leader_loop(self) -> LeaderLoop | None:
+        """The :class:`~tetrarch.plugins.LeaderLoop` that runs this transport's handlers, if any.
 
         A thread that waits for a reply may then read for that loop itself while nobody
         else does (saving two thread wake-ups per call). None, the default, keeps every

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from .._log import get_logger
 
-__all__ = ["LEASE_S", "PARK_MAX_S", "CallQueue", "IoLoop", "Readable", "defer_while_dispatching"]
+__all__ = ["LEASE_S", "PARK_MAX_S", "CallQueue", "IoLoop", "LeaderLoop", "Readable", "defer_while_dispatching"]
 
 #: How long a parked I/O thread lets waiting threads read for it before it takes its
 #: descriptors back (a message nobody waits for is read within about this long).
@@ -145,13 +145,18 @@ class CallQueue:
         self._rfd = self._wfd = -1
 
 
-class IoLoop:
-    """One thread watching a transport's descriptors and running its posted calls and timers.
+class LeaderLoop:
+    """An I/O loop that threads waiting for a reply may read for (the leader/follower protocol).
+
+    Subclasses say how to wait (:meth:`_wait`), how to handle what the wait returned
+    (:meth:`_dispatch`) and what to release at the end (:meth:`_close`), then call
+    :meth:`_start`; :class:`IoLoop` is the epoll one, the zmq plugin has one over a
+    ``zmq.Poller``.
 
     *Leaders and followers.* A thread blocked on a reply this loop will deliver may read
     for the loop itself, instead of sleeping while the I/O thread reads and then wakes it
     (a thread wake-up is a large part of a call's cost on a small or virtual machine:
-    docs/performance.md). :meth:`try_lead` hands it the loop (select, dispatch, timers)
+    docs/performance.md). :meth:`try_lead` hands it the loop (wait, dispatch, timers)
     when nobody else reads, and :meth:`leave` gives it back. A waiting thread that finds
     the I/O thread reading counts as a follower (:meth:`follow`): it sleeps as before,
     and the I/O thread steps aside (parks) once no follower is left, so the next wait
@@ -165,12 +170,9 @@ class IoLoop:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._sel = selectors.DefaultSelector()
         self._unpark = threading.Event()
-        self._queue = CallQueue(self._unpark.set)
-        self._timers: list[tuple[float, int, Callable[[], None]]] = []
-        self._seq = itertools.count()
-        self._sel.register(self._queue.fileno(), selectors.EVENT_READ, None)
+        #: Calls posted to the loop (run by whoever reads for it).
+        self.queue = CallQueue(self._unpark.set)
         self._stopped = False
         self._role = threading.Lock()  # held by the thread that reads for the loop
         self._wlock = threading.Lock()  # guards _followers and _want
@@ -180,9 +182,25 @@ class IoLoop:
         #: A thread other than the I/O thread reads for the loop now (a leader).
         self.led = False
         self._left = 0.0  # when the last leader left
-        self._thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
-        self._thread.start()
+        #: The loop's own thread (started by :meth:`_start`).
+        self.thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
 
+    # -- what a subclass provides ---------------------------------------------
+    def _start(self) -> None:
+        self.thread.start()
+
+    def _wait(self, timeout: float | None) -> list:
+        """Wait up to ``timeout`` seconds (None: no limit) for events; return them."""
+        raise NotImplementedError
+
+    def _dispatch(self, events: list) -> None:
+        """Handle ``events`` (run posted calls, readers, due timers)."""
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        """Release the loop's resources (its thread, at the end, holding the loop)."""
+
+    # -- common ---------------------------------------------------------------
     @property
     def stopped(self) -> bool:
         """Whether the loop is ending (or ended)."""
@@ -190,33 +208,14 @@ class IoLoop:
 
     def in_loop(self) -> bool:
         """Whether the calling thread reads for the loop now (the I/O thread, or a leader)."""
-        return self._queue.in_loop()
+        return self.queue.in_loop()
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the thread that reads for the loop (now, if that is this one)."""
-        self._queue.call(fn)
+        self.queue.call(fn)
 
-    def later(self, delay: float, fn: Callable[[], None]) -> None:
-        """Run ``fn`` in the loop after ``delay`` seconds (call from within the loop)."""
-        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), fn))
-
-    def watch(self, fd: int | socket.socket, obj: Readable) -> None:
-        """Call ``obj.on_readable()`` whenever ``fd`` (a descriptor or a socket) is readable (in the loop)."""
-        self._sel.register(fd, selectors.EVENT_READ, obj)
-
-    def unwatch(self, fd: int | socket.socket) -> None:
-        """Stop watching ``fd``, before the socket that owns it is closed (in the loop)."""
-        try:
-            self._sel.unregister(fd)
-        except (KeyError, ValueError, OSError):
-            pass
-
-    # -- reading: one iteration, by the I/O thread or a leader -----------------
     def _once(self, timeout: float | None) -> None:
-        if self._timers:
-            due = max(0.0, self._timers[0][0] - time.monotonic())
-            timeout = due if timeout is None else min(timeout, due)
-        events = self._sel.select(timeout)
+        events = self._wait(timeout)
         if not self._guard:
             self._dispatch(events)
             return
@@ -229,30 +228,9 @@ class IoLoop:
         while _deferred:
             _deferred.pop(0)()
 
-    def _dispatch(self, events: list) -> None:
-        queue = self._queue
-        for key, _ in events:
-            obj = key.data
-            if obj is None:
-                queue.run_pending()
-                continue
-            try:
-                obj.on_readable()
-            except Exception as exc:  # noqa: BLE001 - a handler bug closes one connection only
-                _log.error("%s transport: closing after a handler error: %r", self.name, exc)
-                obj.on_error(exc)
-        if self._timers:
-            now = time.monotonic()
-            while self._timers and self._timers[0][0] <= now:
-                fn = heapq.heappop(self._timers)[2]
-                try:
-                    fn()
-                except Exception:  # noqa: BLE001
-                    _log.exception("%s transport: a timer failed", self.name)
-
     def _run(self) -> None:
         self._role.acquire()
-        self._queue.bind()
+        self.queue.bind()
         try:
             while not self._stopped:
                 if self._want and not self._followers:
@@ -260,14 +238,16 @@ class IoLoop:
                     continue
                 self._once(None)
         finally:
-            self._sel.close()
-            self._queue.close()
-            self._role.release()
+            try:
+                self._close()
+            finally:
+                self.queue.close()
+                self._role.release()
 
     def _step_aside(self) -> None:
         """Let waiting threads read; return holding the loop again (I/O thread)."""
         self._want = False
-        self._queue.unbind()
+        self.queue.unbind()
         self._left = time.monotonic()
         self._role.release()
         interval = LEASE_S
@@ -275,25 +255,35 @@ class IoLoop:
             self._unpark.wait(interval)
             self._unpark.clear()
             if self._role.acquire(False):
-                if (self._stopped or self._followers or self._queue.pending()
+                if (self._stopped or self._followers or self.queue.pending()
                         or time.monotonic() - self._left >= LEASE_S):
                     break
                 self._role.release()
                 interval = LEASE_S
             else:  # a leader reads now: check less often while it goes on reading
                 interval = min(interval * 2, PARK_MAX_S)
-        self._queue.bind()
+        self.queue.bind()
+
+    def _stop_now(self) -> None:
+        """Mark the loop stopping (in the loop) and get the I/O thread back to end it."""
+        self._stopped = True
+        self._unpark.set()
+
+    def _join(self, wait: float) -> None:
+        """Wait for the I/O thread to end, unless this thread reads for the loop (it would wait on itself)."""
+        if wait > 0 and not self.in_loop() and threading.current_thread() is not self.thread:
+            self.thread.join(wait)
 
     # -- leaders and followers (threads waiting for something the loop delivers) --
     def try_lead(self) -> bool:
         """Read for the loop on this thread if nobody else does; True: call :meth:`lead_once`
         until the awaited thing happened, then :meth:`leave` (always, in a ``finally``)."""
-        if self._stopped or self._queue.in_loop() or not self._role.acquire(False):
+        if self._stopped or self.queue.in_loop() or not self._role.acquire(False):
             return False
         if self._stopped:
             self._role.release()
             return False
-        self._queue.bind()
+        self.queue.bind()
         self._guard = threading.current_thread() is threading.main_thread()
         self.led = True
         return True
@@ -315,7 +305,7 @@ class IoLoop:
         """Stop reading for the loop (leader only); wakes the I/O thread if someone still waits."""
         self.led = False
         self._guard = False
-        self._queue.unbind()
+        self.queue.unbind()
         self._left = time.monotonic()
         self._role.release()
         if self._followers or self._stopped:
@@ -339,7 +329,65 @@ class IoLoop:
 
     def kick(self) -> None:
         """Wake whoever reads for the loop (a leader's awaited thing happened elsewhere)."""
-        self._queue.call(_nothing)
+        self.queue.call(_nothing)
+
+
+class IoLoop(LeaderLoop):
+    """An epoll loop over readable descriptors, posted calls and timers (see :class:`LeaderLoop`
+    for who runs it)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._sel = selectors.DefaultSelector()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._sel.register(self.queue.fileno(), selectors.EVENT_READ, None)
+        self._start()
+
+    def later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in the loop after ``delay`` seconds (call from within the loop)."""
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), fn))
+
+    def watch(self, fd: int | socket.socket, obj: Readable) -> None:
+        """Call ``obj.on_readable()`` whenever ``fd`` (a descriptor or a socket) is readable (in the loop)."""
+        self._sel.register(fd, selectors.EVENT_READ, obj)
+
+    def unwatch(self, fd: int | socket.socket) -> None:
+        """Stop watching ``fd``, before the socket that owns it is closed (in the loop)."""
+        try:
+            self._sel.unregister(fd)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _wait(self, timeout: float | None) -> list:
+        if self._timers:
+            due = max(0.0, self._timers[0][0] - time.monotonic())
+            timeout = due if timeout is None else min(timeout, due)
+        return self._sel.select(timeout)
+
+    def _dispatch(self, events: list) -> None:
+        queue = self.queue
+        for key, _ in events:
+            obj = key.data
+            if obj is None:
+                queue.run_pending()
+                continue
+            try:
+                obj.on_readable()
+            except Exception as exc:  # noqa: BLE001 - a handler bug closes one connection only
+                _log.error("%s transport: closing after a handler error: %r", self.name, exc)
+                obj.on_error(exc)
+        if self._timers:
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now:
+                fn = heapq.heappop(self._timers)[2]
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001
+                    _log.exception("%s transport: a timer failed", self.name)
+
+    def _close(self) -> None:
+        self._sel.close()
 
     def stop(self, before: Callable[[], None] | None = None, *, wait: float = 5.0) -> None:
         """Run ``before`` in the loop, then end it; wait up to ``wait`` seconds for the I/O
@@ -350,12 +398,10 @@ class IoLoop:
                 return
             if before is not None:
                 before()
-            self._stopped = True
-            self._unpark.set()
+            self._stop_now()
 
         self.call(do)
-        if wait > 0 and not self.in_loop() and threading.current_thread() is not self._thread:
-            self._thread.join(wait)
+        self._join(wait)
 
 
 def _nothing() -> None:

@@ -1,20 +1,23 @@
-"""The zmq transport's one I/O thread: every zmq socket of a transport lives and is used here.
+"""The zmq transport's I/O loop: the context, the poller, and who reads the sockets.
 
-zmq sockets are not thread safe, so other threads never touch them: ``send`` queues
-the message on its connection and wakes this thread through a
-:class:`tetrarch.plugins.CallQueue` (an eventfd in the same ``zmq.Poller``).
+zmq sockets are not thread safe; each is used by one thread at a time, behind its lock
+(:meth:`ZmqLoop.lock_of`). Reading happens in the loop: on its own thread, or on a
+thread that waits for a reply and reads meanwhile (:class:`tetrarch.plugins.LeaderLoop`).
+Other threads post work through the loop's :class:`tetrarch.plugins.CallQueue` (an
+eventfd in the same ``zmq.Poller``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import zmq
 
-from tetrarch.plugins import CallQueue
+from tetrarch.plugins import LeaderLoop
 
 from ._conn import CHUNK, CLOSE, ZmqConnection
 
@@ -53,12 +56,13 @@ def configure_socket(sock: zmq.Socket[Any]) -> None:
     sock.setsockopt(zmq.MAXMSGSIZE, CHUNK)
 
 
-class ZmqLoop:
-    """Owns the zmq context, the poller and the thread that runs them."""
+class ZmqLoop(LeaderLoop):
+    """Owns the zmq context, the poller and the thread that runs them (or a thread waiting
+    for a reply reads for it meanwhile: :class:`tetrarch.plugins.LeaderLoop`)."""
 
     def __init__(self, name: str) -> None:
+        super().__init__(name)
         self.ctx: zmq.Context[Any] = zmq.Context(io_threads=1)
-        self.queue = CallQueue()
         self.poller = zmq.Poller()
         self.poller.register(self.queue.fileno(), zmq.POLLIN)
         self._locks: dict[Any, threading.RLock] = {}  # see lock_of
@@ -68,9 +72,7 @@ class ZmqLoop:
         self.retry: set[ZmqConnection] = set()  # connections whose sends zmq pushed back
         self.conns: set[ZmqConnection] = set()  # dialed connections (listeners keep their own)
         self.listeners: set[Any] = set()
-        self._stopped = False
-        self.thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
-        self.thread.start()
+        self._start()
 
     def lock_of(self, sock: Any) -> threading.RLock:
         """The lock held around every call on data socket ``sock`` (send, recv, close), by whichever
@@ -184,31 +186,32 @@ class ZmqLoop:
             conn.monitor = None
         self.close_socket(conn.sock, linger)
 
-    # -- the loop ---------------------------------------------------------------
-    def _run(self) -> None:
-        self.queue.bind()
+    # -- the loop (LeaderLoop) ---------------------------------------------------
+    def _wait(self, timeout: float | None) -> list:
+        ms = 0 if self.ready else 2 if self.retry else None
+        if timeout is not None:
+            limit = math.ceil(timeout * 1000)
+            ms = limit if ms is None else min(ms, limit)
+        return self.poller.poll(ms)
+
+    def _dispatch(self, events: list) -> None:
         wake = self.queue.fileno()
-        try:
-            while not self._stopped:
-                events = self.poller.poll(0 if self.ready else 2 if self.retry else None)
-                for fd, _ in events:
-                    if fd == wake:
-                        self.queue.run_pending()
-                    elif fd in self.readers:
-                        self.ready[fd] = self.readers[fd]
-                ready, self.ready = self.ready, {}
-                for fd, reader in ready.items():
-                    if fd not in self.readers:
-                        continue  # unwatched by an earlier reader
-                    try:
-                        if reader():
-                            self.ready[fd] = reader  # it left messages for the next turn
-                    except Exception:  # noqa: BLE001 - one faulty handler must not end the loop
-                        _log.exception("zmq transport: a reader failed")
-                for conn in list(self.retry):
-                    conn.flush()
-        finally:
-            self._shutdown()
+        for fd, _ in events:
+            if fd == wake:
+                self.queue.run_pending()
+            elif fd in self.readers:
+                self.ready[fd] = self.readers[fd]
+        ready, self.ready = self.ready, {}
+        for fd, reader in ready.items():
+            if fd not in self.readers:
+                continue  # unwatched by an earlier reader
+            try:
+                if reader():
+                    self.ready[fd] = reader  # it left messages for the next turn
+            except Exception:  # noqa: BLE001 - one faulty handler must not end the loop
+                _log.exception("zmq transport: a reader failed")
+        for conn in list(self.retry):
+            conn.flush()
 
     def stop(self) -> None:
         """Close every connection and listener, then end the thread (returns once it ended)."""
@@ -217,16 +220,14 @@ class ZmqLoop:
                 self.drop(conn, None, tell_peer=True)
             for listener in list(self.listeners):
                 listener.shutdown()
-            self._stopped = True
+            self._stop_now()
 
         self.queue.call(do)
-        if not self.queue.in_loop():
-            self.thread.join(10)
+        self._join(10)
 
-    def _shutdown(self) -> None:
+    def _close(self) -> None:
         for sock in list(self.fds):
             self.close_socket(sock)
         self.fds.clear()
         self.readers.clear()
         self.ctx.destroy(linger=0)
-        self.queue.close()

@@ -217,6 +217,9 @@ class ZmqTransport(Transport):
                 self._io = ZmqLoop(self.name)
             return self._io
 
+    def leader_loop(self) -> ZmqLoop:
+        return self._loop()
+
     def listen(self, address: str, handler: ConnectionHandler) -> Listener:
         where = parse_qualified(address, self.name)
         loop = self._loop()
