@@ -5,7 +5,7 @@
 * ``await fut`` works from any asyncio loop (the completion is handed to that loop).
 * Replies are decoded lazily, in the thread that asks for them, not on the I/O thread.
 * A thread blocked in ``get`` reads for the transport's I/O loop while nobody else does
-  (:meth:`tetrarch.plugins.IoLoop.try_lead`), so its reply wakes it directly.
+  (:meth:`tetrarch.plugins.LeaderLoop.try_lead`), so its reply wakes it directly.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .._errors import ArgumentError, ArgumentTypeError, FutureTimeoutError
 
+__all__ = ["Future", "use_loop"]
+
 
 class _Loop(Protocol):
-    """What a waiting thread needs of a transport's I/O loop (``tetrarch.plugins.IoLoop``)."""
+    """What a waiting thread needs of a transport's I/O loop (``tetrarch.plugins.LeaderLoop``)."""
 
     led: bool
 
@@ -37,7 +39,6 @@ class _Loop(Protocol):
     def in_loop(self) -> bool: ...
     def kick(self) -> None: ...
 
-__all__ = ["Future", "use_loop"]
 
 R = TypeVar("R")
 
