@@ -75,10 +75,12 @@ def test_a_follower_times_out_and_its_future_still_completes_later(gates):
         except TimeoutError as exc:
             outcome["timeout"] = exc
 
-    # The main thread leads on a call of its own while the other thread waits and times out.
+    # Both threads wait at once (one leads, the other follows); the shorter wait times out first.
     lead = gate.hold.call_one()
     t = threading.Thread(target=follower)
     t.start()
+    with pytest.raises(TimeoutError):
+        lead.get(timeout=scaled(0.5))
     t.join(WAIT_S)
     assert isinstance(outcome.get("timeout"), TimeoutError)
     assert gate.release.call_one("both").get(timeout=WAIT_S) == 2

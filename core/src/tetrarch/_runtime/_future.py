@@ -49,10 +49,10 @@ _loop: _Loop | None = None  # the I/O loop a waiting thread may read for
 
 
 def use_loop(loop: _Loop | None) -> None:
-    """Let threads that wait for a future read for ``loop`` (the newest router's transport)."""
+    """Let threads that wait for a future read for ``loop``, the newest router's transport's
+    (None: that transport runs its handlers on its own threads only; waiting threads sleep)."""
     global _loop
-    if loop is not None:
-        _loop = loop
+    _loop = loop
 
 
 class Future(Generic[R]):

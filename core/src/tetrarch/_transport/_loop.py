@@ -53,19 +53,20 @@ def defer_while_dispatching(fn: Callable[[], None]) -> bool:
 
 class Readable(Protocol):
     def on_readable(self) -> None:
-        """The socket behind the registered descriptor has messages (I/O thread)."""
+        """The socket behind the registered descriptor has messages (in the loop)."""
 
     def on_error(self, exc: BaseException) -> None:
-        """``on_readable`` raised ``exc`` (I/O thread)."""
+        """``on_readable`` raised ``exc`` (in the loop)."""
 
 
 class CallQueue:
-    """Callables for one I/O thread, and the file descriptor that wakes it.
+    """Callables for an I/O loop, and the file descriptor that wakes it.
 
     ``call(fn)`` from any thread appends ``fn`` and wakes the loop (one write per batch:
     no write while a wake-up is pending); the loop polls :meth:`fileno` for reading and
-    calls :meth:`run_pending`. The owner thread is set by :meth:`bind` (the loop's first
-    act); ``call`` from that thread runs ``fn`` at once.
+    calls :meth:`run_pending`. The owner is the thread reading for the loop now
+    (:meth:`bind`, :meth:`unbind`); ``call`` from that thread runs ``fn`` at once, and
+    ``on_orphan`` runs when a call is queued while nobody owns the queue.
     """
 
     def __init__(self, on_orphan: Callable[[], None] | None = None) -> None:
@@ -99,13 +100,17 @@ class CallQueue:
         return self._rfd
 
     def call(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the I/O thread: now if this is it, else soon (in call order)."""
+        """Run ``fn`` on the thread reading for the loop: now if this is it, else soon (in call order)."""
         if self._owner is threading.current_thread():
             fn()
             return
         self._calls.append(fn)
         if self._owner is None and self._on_orphan is not None:
             self._on_orphan()
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the thread polling :meth:`fileno` (no write while a wake-up is pending)."""
         if not self._armed:
             self._armed = True
             try:
@@ -114,7 +119,7 @@ class CallQueue:
                 pass
 
     def run_pending(self) -> None:
-        """Consume the wake-up and run every queued callable (I/O thread).
+        """Consume the wake-up and run every queued callable (the thread reading for the loop).
 
         A callable that raises is logged; the others still run (the I/O thread must survive).
         """
@@ -329,7 +334,7 @@ class LeaderLoop:
 
     def kick(self) -> None:
         """Wake whoever reads for the loop (a leader's awaited thing happened elsewhere)."""
-        self.queue.call(_nothing)
+        self.queue.wake()
 
 
 class IoLoop(LeaderLoop):
@@ -402,7 +407,3 @@ class IoLoop(LeaderLoop):
 
         self.call(do)
         self._join(wait)
-
-
-def _nothing() -> None:
-    pass

@@ -326,7 +326,7 @@ class _IoLoop(IoLoop):
 
     def __init__(self, name: str) -> None:
         self._conns: set[_SocketConnection] = set()
-        #: What every connection reads into (only the I/O thread reads), then appends to its own buffer.
+        #: What every connection reads into (one thread reads for the loop at a time), then appends to its own buffer.
         self.scratch = memoryview(bytearray(_RECV_CHUNK))
         super().__init__(name)
 
