@@ -161,7 +161,8 @@ class Router:
                 self._closed = True
                 self._ocond.notify()
             raise
-        use_loop(transport.leader_loop())  # threads waiting for replies may read for its loop
+        self.leader_loop = transport.leader_loop()  # threads waiting for replies may read for it
+        use_loop(self.leader_loop)
         self._deadlines.start()  # a connection accepted already waits in the table for it
         self._listeners = [self._listener]
         self.address = self._listener.address

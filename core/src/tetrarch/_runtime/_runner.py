@@ -41,6 +41,7 @@ from ._future import Future
 from ._outcome import error_record
 from ._port import Port
 from ._router import Router
+from ._standby import Standby
 from ._supervision import MeshFailure, report_failure
 
 __all__ = ["ActorRunner", "Stoppable", "current_actor"]
@@ -113,6 +114,8 @@ class ActorRunner:
         self._busy = False
         self._inflight: set[asyncio.Task] = set()  # running concurrent handlers
         self._loop = _new_loop()
+        self._standby: Standby | None = None  # this actor's thread reads for the proc's transport when idle
+        self._tid = 0
         self._info = _MessageInfo(instance, instance.rank.rank, tuple(instance.rank.extent.labels),
                                   tuple(instance.rank.extent.sizes))
         self._mailbox.append((self._init, (args, kwargs, on_init)))
@@ -129,7 +132,10 @@ class ActorRunner:
         if not self._scheduled:
             self._scheduled = True
             try:
-                self._loop.call_soon_threadsafe(self._pump)
+                if threading.get_ident() == self._tid:  # read by this actor's own thread (standby)
+                    self._loop.call_soon(self._pump)
+                else:
+                    self._loop.call_soon_threadsafe(self._pump)
             except RuntimeError:  # loop closed: the actor is gone
                 self._reject(hdr)
 
@@ -157,10 +163,14 @@ class ActorRunner:
     # -- actor thread ---------------------------------------------------------
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
+        self._tid = threading.get_ident()
         self._loop.call_soon(self._pump)
+        self._standby = Standby.attach(self.runtime.leader_loop, self._loop)
         try:
             self._loop.run_forever()
         finally:
+            if self._standby is not None:
+                self._standby.end()
             self._loop.close()
             while self._mailbox:  # anything that raced the stop gets an answer
                 fn, args = self._mailbox.popleft()
@@ -169,6 +179,23 @@ class ActorRunner:
 
     def _pump(self) -> None:
         self._scheduled = False
+        standby = self._standby
+        if standby is None:
+            self._drain()
+            return
+        standby.working(True)
+        try:
+            self._drain()
+        finally:
+            self._settle(standby)
+
+    def _settle(self, standby: Standby) -> None:
+        """Idle once nothing is queued or running (an async handler that awaits keeps the
+        actor busy: the I/O thread reads meanwhile)."""
+        if not (self._mailbox or self._busy or self._inflight):
+            standby.working(False)
+
+    def _drain(self) -> None:
         mailbox = self._mailbox
         while mailbox and not self._busy:
             fn, args = mailbox[0]
@@ -328,6 +355,17 @@ class ActorRunner:
         return futures
 
     def _supervise(self, failure: MeshFailure) -> None:
+        standby = self._standby
+        if standby is None:
+            self._supervise_now(failure)
+            return
+        standby.working(True)  # __supervise__ is actor code: it may run long
+        try:
+            self._supervise_now(failure)
+        finally:
+            self._settle(standby)
+
+    def _supervise_now(self, failure: MeshFailure) -> None:
         if self.failed is not None or self.stopped or self.obj is None:
             return
         handler = getattr(self.obj, "__supervise__", None)

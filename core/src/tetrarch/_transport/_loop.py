@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import os
+import select
 import selectors
 import socket
 import threading
@@ -25,8 +27,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from .._log import get_logger
+from ._timer import make_timer
 
-__all__ = ["LEASE_S", "PARK_MAX_S", "CallQueue", "IoLoop", "LeaderLoop", "Readable", "defer_while_dispatching"]
+__all__ = ["LEASE_S", "PARK_MAX_S", "CallQueue", "IoLoop", "LeaderLoop", "Readable", "Standby",
+           "defer_while_dispatching"]
 
 #: How long a parked I/O thread lets waiting threads read for it before it takes its
 #: descriptors back (a message nobody waits for is read within about this long).
@@ -57,6 +61,18 @@ class Readable(Protocol):
 
     def on_error(self, exc: BaseException) -> None:
         """``on_readable`` raised ``exc`` (in the loop)."""
+
+
+class Standby(Protocol):
+    """A thread that reads for a :class:`LeaderLoop` whenever it is idle (a proc's actor thread:
+    ``_runtime/_standby.py``), registered with :meth:`LeaderLoop.attach_standby`."""
+
+    #: Whether it watches :meth:`LeaderLoop.readiness_fd` now (it stops after a failed
+    #: :meth:`LeaderLoop.try_lead`, and says so with :meth:`LeaderLoop.standby_lost`).
+    watching: bool
+
+    def rewatch(self) -> None:
+        """Watch the loop again (any thread; the loop calls it once nobody else reads)."""
 
 
 class CallQueue:
@@ -171,13 +187,25 @@ class LeaderLoop:
     is posted with nobody reading, and on stop. So a message nobody waits for is read
     within about :data:`PARK_MAX_S`. Whoever reads holds one lock: handler callbacks never
     run concurrently, and :meth:`in_loop` is true on that thread only.
+
+    *A standby* (:class:`Standby`, one at most: a proc's actor thread) reads for the loop
+    whenever it is idle, from its own event loop watching :meth:`readiness_fd`, so a call
+    to that actor wakes one thread, not the I/O thread and then the actor. While it is
+    attached and watching, the I/O thread stays parked without waking; the standby says
+    when it starts work (:meth:`standby_busy`, which arms a timer) and when it is idle
+    again (:meth:`standby_idle`), and the I/O thread takes the loop back once that work has
+    run for :data:`LEASE_S` (the timer wakes it) or the standby stopped watching.
     """
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._unpark = threading.Event()
+        # The parked I/O thread sleeps on this eventfd (and the standby's timer).
+        self._park_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._timer = make_timer()
+        self._standby: Standby | None = None
+        self._busy_since: float | None = None  # when the standby started the work it is doing
         #: Calls posted to the loop (run by whoever reads for it).
-        self.queue = CallQueue(self._unpark.set)
+        self.queue = CallQueue(self._orphan)
         self._stopped = False
         self._role = threading.Lock()  # held by the thread that reads for the loop
         self._wlock = threading.Lock()  # guards _followers and _want
@@ -204,6 +232,11 @@ class LeaderLoop:
 
     def _close(self) -> None:
         """Release the loop's resources (its thread, at the end, holding the loop)."""
+
+    def readiness_fd(self) -> int | None:
+        """A descriptor that is readable while the loop has something to handle (an epoll
+        set), for a :class:`Standby` to watch; None: this loop takes no standby."""
+        return None
 
     # -- common ---------------------------------------------------------------
     @property
@@ -247,21 +280,76 @@ class LeaderLoop:
                 self._close()
             finally:
                 self.queue.close()
+                fd, self._park_fd = self._park_fd, -1
+                os.close(fd)
+                if self._timer is not None:
+                    self._timer.close()
                 self._role.release()
 
+    def _unpark(self) -> None:
+        """Wake the I/O thread if it is parked (it then checks whether it must read)."""
+        try:
+            os.eventfd_write(self._park_fd, 1)
+        except OSError:
+            pass
+
+    def _orphan(self) -> None:
+        """A call was posted while nobody reads: the I/O thread runs it, unless the standby will."""
+        if self._cover(time.monotonic()) <= 0:
+            self._unpark()
+
+    def _cover(self, now: float) -> float:
+        """For how many more seconds the standby reads for the loop (0: it does not; inf: while idle)."""
+        standby = self._standby
+        if standby is None or not standby.watching:
+            return 0.0
+        since = self._busy_since
+        if since is None:
+            return math.inf
+        return max(0.0, LEASE_S - (now - since))
+
+    def _park(self, timeout: float | None) -> None:
+        """Sleep until unparked, the standby's timer expired, or ``timeout`` (I/O thread)."""
+        poller = select.poll()
+        poller.register(self._park_fd, select.POLLIN)
+        if self._timer is not None:
+            poller.register(self._timer.fileno(), select.POLLIN)
+        poller.poll(None if timeout is None else max(1, math.ceil(timeout * 1000)))
+        try:
+            os.eventfd_read(self._park_fd)
+        except OSError:
+            pass
+        if self._timer is not None:
+            self._timer.clear()
+
+    def _must_read(self, now: float) -> bool:
+        """Whether the I/O thread (holding the loop after parking) must read now."""
+        if self._stopped:
+            return True
+        if self._cover(now) > 0:
+            return False
+        return bool(self._followers) or self.queue.pending() or now - self._left >= LEASE_S
+
     def _step_aside(self) -> None:
-        """Let waiting threads read; return holding the loop again (I/O thread)."""
+        """Let waiting threads (and the standby) read; return holding the loop again (I/O thread)."""
         self._want = False
         self.queue.unbind()
         self._left = time.monotonic()
         self._role.release()
+        standby = self._standby
+        if standby is not None and not standby.watching:
+            standby.rewatch()
         interval = LEASE_S
         while True:
-            self._unpark.wait(interval)
-            self._unpark.clear()
+            cover = self._cover(time.monotonic())
+            if cover <= 0:
+                self._park(interval)
+            elif cover < math.inf:
+                self._park(cover)  # the standby's work reaches LEASE_S then
+            else:  # the standby is idle: its timer wakes us once it has worked for LEASE_S
+                self._park(None if self._timer is not None else LEASE_S)
             if self._role.acquire(False):
-                if (self._stopped or self._followers or self.queue.pending()
-                        or time.monotonic() - self._left >= LEASE_S):
+                if self._must_read(time.monotonic()):
                     break
                 self._role.release()
                 interval = LEASE_S
@@ -272,7 +360,7 @@ class LeaderLoop:
     def _stop_now(self) -> None:
         """Mark the loop stopping (in the loop) and get the I/O thread back to end it."""
         self._stopped = True
-        self._unpark.set()
+        self._unpark()
 
     def _join(self, wait: float) -> None:
         """Wait for the I/O thread to end, unless this thread reads for the loop (it would wait on itself)."""
@@ -306,6 +394,11 @@ class LeaderLoop:
         self._once(timeout)
         return True
 
+    def lead_ready(self) -> None:
+        """Handle what is ready now, without waiting (leader only; a standby's turn)."""
+        if not self._stopped:
+            self._once(0)
+
     def leave(self) -> None:
         """Stop reading for the loop (leader only); wakes the I/O thread if someone still waits."""
         self.led = False
@@ -314,7 +407,50 @@ class LeaderLoop:
         self._left = time.monotonic()
         self._role.release()
         if self._followers or self._stopped:
-            self._unpark.set()
+            self._unpark()
+        standby = self._standby
+        if standby is not None and not standby.watching:
+            standby.rewatch()
+
+    # -- the standby -----------------------------------------------------------
+    def attach_standby(self, standby: Standby) -> bool:
+        """Make ``standby`` the loop's standby; False if the loop takes none or has one already."""
+        with self._wlock:
+            if self._stopped or self._standby is not None or self.readiness_fd() is None:
+                return False
+            self._standby = standby
+            self._busy_since = None
+        return True
+
+    def detach_standby(self, standby: Standby) -> None:
+        """``standby`` no longer reads for the loop (it stopped watching first): the I/O thread reads."""
+        with self._wlock:
+            if self._standby is not standby:
+                return
+            self._standby = None
+            self._busy_since = None
+        self._unpark()
+
+    def standby_busy(self) -> None:
+        """The standby starts work: the I/O thread takes over if it lasts :data:`LEASE_S` (standby thread)."""
+        self._busy_since = time.monotonic()
+        if self._timer is not None:  # without one, the parked thread checks every LEASE_S
+            self._timer.arm(LEASE_S)
+
+    def standby_idle(self) -> None:
+        """The standby is idle again and reads for the loop (standby thread).
+
+        The timer stays armed (a syscall per call saved): when it fires with the standby
+        idle, the I/O thread finds it covering and parks again; calls closer than
+        LEASE_S apart push it back, so that happens once per burst.
+        """
+        self._busy_since = None
+        self._want = True  # a reading I/O thread steps aside after its next turn
+
+    def standby_lost(self) -> None:
+        """The standby stopped watching (someone else read when it tried): the I/O thread
+        takes the loop unless that reader goes on (standby thread)."""
+        self._unpark()
 
     def follow(self) -> bool:
         """Count the calling thread as waiting for the loop to deliver (it sleeps meanwhile);
@@ -390,6 +526,9 @@ class IoLoop(LeaderLoop):
                     fn()
                 except Exception:  # noqa: BLE001
                     _log.exception("%s transport: a timer failed", self.name)
+
+    def readiness_fd(self) -> int | None:
+        return self._sel.fileno()
 
     def _close(self) -> None:
         self._sel.close()

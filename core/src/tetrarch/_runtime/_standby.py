@@ -1,0 +1,107 @@
+"""An actor thread that reads for its proc's transport loop while it has nothing to do.
+
+Without it a call to an actor wakes two threads in the proc: the transport's I/O thread
+reads the message and then wakes the actor's thread to run it. Each wake-up costs tens of
+microseconds on a small or virtual machine (docs/performance.md), so the first actor of
+a proc is the loop's *standby* (:meth:`tetrarch.plugins.LeaderLoop.attach_standby`):
+its event loop watches the transport loop's epoll descriptor, and while the actor is
+idle it reads the message itself (``try_lead`` / ``lead_ready`` / ``leave``), so the call
+runs on the thread that woke for it. The actor says when it starts work and when it is
+idle again (:meth:`Standby.working`); work that lasts :data:`~tetrarch._transport._loop.LEASE_S`
+hands the reading back to the I/O thread (a timer wakes it), so a busy actor never holds
+up the proc's other actors or its control messages for longer than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .._log import get_logger
+
+__all__ = ["Standby"]
+
+_log = get_logger("actor")
+
+
+class Standby:
+    """The reading half of one actor thread (all methods on that thread unless said otherwise)."""
+
+    def __init__(self, lloop: Any, aloop: asyncio.AbstractEventLoop) -> None:
+        self._lloop = lloop
+        self._aloop = aloop
+        self._fd: int = lloop.readiness_fd()
+        #: Whether the actor's event loop watches the transport loop now (read by the I/O thread).
+        self.watching = False
+        self._busy = False
+        self._ended = False
+
+    @classmethod
+    def attach(cls, lloop: Any, aloop: asyncio.AbstractEventLoop) -> Standby | None:
+        """The standby for ``lloop`` on this thread's event loop ``aloop``, or None (the loop takes
+        none, or another actor of the proc is its standby)."""
+        if lloop is None:
+            return None
+        standby = cls(lloop, aloop)
+        if not lloop.attach_standby(standby):
+            return None
+        standby._watch()
+        return standby
+
+    def _watch(self) -> None:
+        if self.watching or self._ended:
+            return
+        try:
+            self._aloop.add_reader(self._fd, self._on_ready)
+        except (OSError, ValueError, RuntimeError):  # the transport loop closed its descriptor
+            self.end()
+            return
+        self.watching = True
+
+    def _unwatch(self) -> None:
+        if self.watching:
+            self.watching = False
+            try:
+                self._aloop.remove_reader(self._fd)
+            except (OSError, ValueError, RuntimeError):
+                pass
+
+    def rewatch(self) -> None:
+        """Watch again (any thread: the transport loop calls it once nobody else reads)."""
+        try:
+            self._aloop.call_soon_threadsafe(self._watch)
+        except RuntimeError:  # the actor's loop is closed: it detached already
+            pass
+
+    def _on_ready(self) -> None:
+        lloop = self._lloop
+        if not lloop.try_lead():
+            # Someone else reads (the I/O thread, or a thread waiting for a reply): stop
+            # watching, or this callback would spin; the loop calls rewatch() when they stop.
+            self._unwatch()
+            lloop.standby_lost()
+            return
+        try:
+            lloop.lead_ready()
+        except Exception:  # noqa: BLE001 - the loop logs handler errors; this is a bug in the loop itself
+            _log.exception("reading for the transport loop failed")
+        finally:
+            lloop.leave()
+
+    def working(self, busy: bool) -> None:
+        """The actor starts work (True) or is idle again (False)."""
+        if busy is self._busy or self._ended:
+            return
+        self._busy = busy
+        if busy:
+            self._lloop.standby_busy()
+        else:
+            self._lloop.standby_idle()
+
+    def end(self) -> None:
+        """Stop reading for the transport loop for good (the actor ends)."""
+        if self._ended:
+            return
+        self._ended = True
+        self._unwatch()
+        self._lloop.detach_standby(self)
