@@ -238,6 +238,11 @@ class LeaderLoop:
         set), for a :class:`Standby` to watch; None: this loop takes no standby."""
         return None
 
+    def _needs_thread(self) -> bool:
+        """Whether the loop has work a standby cannot do (it only reads when its descriptor is
+        readable; zmq's retry of pushed-back sends needs timed waits): the I/O thread then reads."""
+        return False
+
     # -- common ---------------------------------------------------------------
     @property
     def stopped(self) -> bool:
@@ -301,7 +306,7 @@ class LeaderLoop:
     def _cover(self, now: float) -> float:
         """For how many more seconds the standby reads for the loop (0: it does not; inf: while idle)."""
         standby = self._standby
-        if standby is None or not standby.watching:
+        if standby is None or not standby.watching or self._needs_thread():
             return 0.0
         since = self._busy_since
         if since is None:

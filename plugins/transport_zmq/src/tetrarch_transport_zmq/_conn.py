@@ -193,7 +193,7 @@ class ZmqConnection(Connection):
                 try:
                     send_parts(sock, out[0])
                 except zmq.Again:  # high-water mark (or not connected yet): retried by the loop
-                    self._loop.retry.add(self)
+                    self._loop.pushed_back(self)
                     break
                 except zmq.ZMQError as exc:  # EHOSTUNREACH: the ROUTER lost this peer (ROUTER_MANDATORY)
                     self._loop.drop(self, TransportError(f"connection to {self._peer} broke: {exc}"))
