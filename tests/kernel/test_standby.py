@@ -22,8 +22,11 @@ from tetrarch.testing import scaled
 pytestmark = pytest.mark.timeout(scaled(90))
 
 
-@pytest.fixture
-def one_proc() -> Iterator[ProcMesh]:
+@pytest.fixture(params=["standby", "no-standby"])
+def one_proc(request, monkeypatch) -> Iterator[ProcMesh]:
+    """One proc, with the standby (the default) and without it (``TETRARCH_STANDBY=0``)."""
+    if request.param == "no-standby":
+        monkeypatch.setenv("TETRARCH_STANDBY", "0")
     pm = this_host().spawn_procs(per_host={"gpus": 1})
     yield pm
     pm.stop().get(timeout=scaled(30))

@@ -65,6 +65,7 @@ __all__ = [
     "RDMA_TCP_CHUNK_SIZE",
     "RDMA_TCP_WINDOW",
     "SETTINGS",
+    "STANDBY",
     "STOP_TIMEOUT",
     "TEST_SLOWDOWN",
     "TRANSPORT",
@@ -303,6 +304,11 @@ PLUGINS_STRICT: Setting[bool] = Setting(
     "plugins_strict", "TETRARCH_PLUGINS_STRICT", bool, False,
     "a plugin that fails to load raises PluginLoadError instead of being listed as broken",
 )
+STANDBY: Setting[bool] = Setting(
+    "standby", "TETRARCH_STANDBY", bool, True,
+    "a proc's first actor reads its own calls while idle (one thread wake-up per call instead of two; "
+    "read by each proc when that actor starts; docs/performance.md has the trade-off)",
+)
 RDMA_FALLBACK: Setting[bool] = Setting(
     "rdma_fallback", "TETRARCH_RDMA_FALLBACK", bool, True,
     "RDMA may fall back to core's backends when no hardware backend is usable (warns once)",
@@ -360,7 +366,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, HOST_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR,
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, RDMA_DEVICE,
-        RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, FORWARD_OUTPUT,
+        RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, FORWARD_OUTPUT, STANDBY,
         AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })

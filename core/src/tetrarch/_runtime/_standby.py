@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from .._config import STANDBY
 from .._log import get_logger
 
 __all__ = ["Standby"]
@@ -40,7 +41,7 @@ class Standby:
     def attach(cls, lloop: Any, aloop: asyncio.AbstractEventLoop) -> Standby | None:
         """The standby for ``lloop`` on this thread's event loop ``aloop``, or None (the loop takes
         none, or another actor of the proc is its standby)."""
-        if lloop is None:
+        if lloop is None or not STANDBY():
             return None
         standby = cls(lloop, aloop)
         if not lloop.attach_standby(standby):
