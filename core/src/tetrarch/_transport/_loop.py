@@ -202,6 +202,11 @@ class LeaderLoop:
         # The parked I/O thread sleeps on this eventfd (and the standby's timer).
         self._park_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._timer = make_timer()
+        self._parker = select.poll()
+        self._parker.register(self._park_fd, select.POLLIN)
+        if self._timer is not None:
+            self._parker.register(self._timer.fileno(), select.POLLIN)
+        self._parked = False  # the I/O thread is stepping aside (it does not read)
         self._standby: Standby | None = None
         self._busy_since: float | None = None  # when the standby started the work it is doing
         #: Calls posted to the loop (run by whoever reads for it).
@@ -315,11 +320,7 @@ class LeaderLoop:
 
     def _park(self, timeout: float | None) -> None:
         """Sleep until unparked, the standby's timer expired, or ``timeout`` (I/O thread)."""
-        poller = select.poll()
-        poller.register(self._park_fd, select.POLLIN)
-        if self._timer is not None:
-            poller.register(self._timer.fileno(), select.POLLIN)
-        poller.poll(None if timeout is None else max(1, math.ceil(timeout * 1000)))
+        self._parker.poll(None if timeout is None else max(1, math.ceil(timeout * 1000)))
         try:
             os.eventfd_read(self._park_fd)
         except OSError:
@@ -338,6 +339,7 @@ class LeaderLoop:
     def _step_aside(self) -> None:
         """Let waiting threads (and the standby) read; return holding the loop again (I/O thread)."""
         self._want = False
+        self._parked = True
         self.queue.unbind()
         self._left = time.monotonic()
         self._role.release()
@@ -360,6 +362,7 @@ class LeaderLoop:
                 interval = LEASE_S
             else:  # a leader reads now: check less often while it goes on reading
                 interval = min(interval * 2, PARK_MAX_S)
+        self._parked = False
         self.queue.bind()
 
     def _stop_now(self) -> None:
@@ -450,7 +453,11 @@ class LeaderLoop:
         LEASE_S apart push it back, so that happens once per burst.
         """
         self._busy_since = None
-        self._want = True  # a reading I/O thread steps aside after its next turn
+        if not self._parked:
+            # The I/O thread reads (the standby's last work outlasted LEASE_S): it steps
+            # aside after its next turn. Not while it is parked: it would step aside again
+            # at once when it takes the loop back, and that takeover would take twice LEASE_S.
+            self._want = True
 
     def standby_lost(self) -> None:
         """The standby stopped watching (someone else read when it tried): the I/O thread
