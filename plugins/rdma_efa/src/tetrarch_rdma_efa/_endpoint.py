@@ -208,12 +208,24 @@ class Endpoint:
 
     def forget(self, name: bytes) -> None:
         """Drop the peer ``name`` from the AV after a failed completion, so the next transfer
-        connects afresh (``tcp;ofi_rxm`` closes a connection on which a bad key was used)."""
+        connects afresh (``tcp;ofi_rxm`` closes a connection on which a bad key was used).
+
+        Removing an address unmaps what the provider holds for it (``shm``: the peer's
+        region), and the address may be handed to the next peer inserted: transfers still
+        queued for it fail now, and while operations to it are in flight it stays.
+        """
         with contextlib.suppress(EndpointError), self._control():
-            addr = self._peers.pop(name, None)
-            if addr is not None:
-                self._peer_pids.pop(addr, None)
-                self.lib.tf_av_remove(self._t, addr)
+            addr = self._peers.get(name)
+            if addr is None:
+                return
+            for transfer in (*self._inbox, *self._queue):
+                if transfer.peer == addr and transfer.error is None:
+                    transfer.error = EndpointError("an earlier transfer to the same owner failed; try again")
+            if any(t.peer == addr for t, _c in (*self._active.values(), *self._orphans.values())):
+                return
+            del self._peers[name]
+            self._peer_pids.pop(addr, None)
+            self.lib.tf_av_remove(self._t, addr)
 
     def register(self, address: int, nbytes: int, access: int, requested_key: int, iface: int = 0,
                  device: int = 0) -> tuple[Any, int, Any]:
