@@ -11,6 +11,7 @@
 #                 from them (and a third-party wheel cache, .cache/wheels) and run the quickstart
 #   make bench    every available transport next to its raw library (benchmarks/bench_transports.py);
 #                 BENCH_ARGS=--quick for a one-minute run, BENCH_ARGS="--transports tcp" for one
+#   make bytecode compile the editable sources' __pycache__ (test, demo and bench do it first)
 #   make clean    remove build litter (keeps .venv and .cache; `make distclean` removes them too)
 #
 # VPY=/path/to/python on the command line (make lint VPY=...) runs lint, test, demo and
@@ -75,7 +76,18 @@ $(STAMP): $(PYPROJECTS) Makefile | deps-apt
 	$(PIP) install -e "core[test]"
 	touch $@
 
-demo: $(RUN_DEPS)
+# The repository's own sources are installed editable, so nothing compiled them to bytecode the
+# way installing a wheel does. With PYTHONDONTWRITEBYTECODE set (common in containers, and so in
+# CI), every process would then compile the kernel from source on each start: a proc took about
+# 0.36 s to spawn instead of 0.17 s, and the suite paid that on every spawn. `bytecode` writes the
+# __pycache__ a wheel install would have; Python still recompiles any file edited since.
+BYTECODE_DIRS := core/src $(wildcard plugins/*/src) tests $(wildcard plugins/*/tests) examples benchmarks
+
+.PHONY: bytecode
+bytecode: $(RUN_DEPS)
+	@$(VPY) -m compileall -q -j 0 $(BYTECODE_DIRS) > /dev/null
+
+demo: bytecode
 	$(VPY) examples/quickstart.py
 
 # Both tools always run (all findings in one go); the target fails if either found any.
@@ -86,7 +98,7 @@ lint: $(RUN_DEPS)
 	echo "$(VPY) -m mypy"; $(VPY) -m mypy || status=1; \
 	exit $$status
 
-test: $(RUN_DEPS)
+test: bytecode
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 # Minutes, not seconds: kept out of `make test` (tests/packaging/conftest.py skips it there).
@@ -94,7 +106,7 @@ test: $(RUN_DEPS)
 test-packaging: $(RUN_DEPS)
 	$(VPY) -m pytest -m packaging tests/packaging $(PYTEST_ARGS)
 
-bench: $(RUN_DEPS)
+bench: bytecode
 	$(VPY) benchmarks/bench_transports.py $(BENCH_ARGS)
 	$(VPY) benchmarks/bench_rdma.py
 
