@@ -18,6 +18,7 @@ import importlib.util
 import io
 import pickle
 import sys
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -136,10 +137,30 @@ class _Pickler(pickle.Pickler):
         return _reduce_buffer(obj)
 
 
+#: What cloudpickle (3.1.3 on) writes as the file name of every code object it pickles by value.
+_DYNAMIC_CODE = "<dynamic-code>"
+
+
+def _reduce_code(reduce: Callable[[Any], Any], code: types.CodeType) -> Any:
+    """cloudpickle's reduction of ``code``, keeping its real file name.
+
+    cloudpickle 3.1.3 replaced ``co_filename`` by ``<dynamic-code>`` (deterministic payloads):
+    a remote traceback through a class of the user's script then showed neither its file
+    nor its source lines. The file name is the one constructor argument with that value.
+    """
+    rebuild, args = reduce(code)
+    if code.co_filename != _DYNAMIC_CODE and _DYNAMIC_CODE in args:
+        args = tuple(code.co_filename if arg == _DYNAMIC_CODE else arg for arg in args)
+    return rebuild, args
+
+
 class _CloudPickler(cloudpickle.CloudPickler):
-    """cloudpickle (by-value classes and functions) plus out-of-band memoryviews and CPU tensors."""
+    """cloudpickle (by-value classes and functions) plus out-of-band memoryviews and CPU tensors,
+    and code objects that keep their file names (:func:`_reduce_code`)."""
 
     def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.CodeType:
+            return _reduce_code(self.dispatch_table[types.CodeType], obj)
         reduced = _reduce_buffer(obj)
         if reduced is not NotImplemented:
             return reduced
