@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 
-INSTALL = "run on a Slurm login node, or install the Slurm client tools (slurm-client) and set SLURM_CONF"
-HINT = ("point at a cluster with SLURM_CONF=/path/to/slurm.conf (a login node has it set up); for a local test "
-        "cluster: scripts/local-slurm start --nodes 2 && eval \"$(scripts/local-slurm env)\"")
+LOCAL = "for a local test cluster: scripts/local-slurm start --nodes 2 && eval \"$(scripts/local-slurm env)\""
+INSTALL = ("run on a Slurm login node, or install the Slurm client tools (slurm-client) and set SLURM_CONF; "
+           + LOCAL + " (it installs Slurm's Debian packages)")
+HINT = "point at a cluster with SLURM_CONF=/path/to/slurm.conf (a login node has it set up); " + LOCAL
 #: How long the controller may take to answer the probe.
 PING_TIMEOUT = 1.0
 
