@@ -9,7 +9,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from tetrarch.plugins import Connection, ConnectionHandler, TransportError
 
-from ._conn import CLOSE, OPEN, ZmqConnection
+from ._conn import CLOSE, OPEN, ZmqConnection, split
 from ._loop import ZmqLoop, configure_socket
 
 __all__ = ["dial"]
@@ -87,9 +87,9 @@ class _Dial:
             frames = self.loop.recv(conn.sock)
             if frames is None:
                 return False
-            tag = frames[0].bytes if len(frames[0]) <= 1 else b"?"
+            tag, body = split(frames, 0)
             if self.phase == "dialing":
-                if tag == OPEN and len(frames) == 1:
+                if tag == OPEN and not body:
                     self.phase = "accepted"
                 elif tag == CLOSE:
                     self.fail("the listener is closed")
@@ -99,7 +99,7 @@ class _Dial:
                 return False
             if tag == CLOSE:
                 self.loop.drop(conn, None)
-            elif not conn.receive(tag, frames[1:]):
+            elif not conn.receive(tag, body):
                 self.loop.drop(conn, TransportError(f"peer {self.address} broke the zmq transport's protocol"))
         return True  # a full batch: more may wait
 

@@ -44,7 +44,7 @@ from tetrarch.plugins import (
     parse_qualified,
 )
 
-from ._conn import CLOSE, OPEN, ZmqConnection
+from ._conn import CLOSE, OPEN, ZmqConnection, split
 from ._dial import dial
 from ._loop import ZmqLoop, configure_socket
 
@@ -114,15 +114,15 @@ class _ZmqListener(Listener):
         if len(frames) < 2:
             return  # not from a DEALER of ours: nothing to attribute it to
         route = frames[0].bytes
-        tag = frames[1].bytes if len(frames[1]) <= 1 else b"?"
+        tag, body = split(frames, 1)
         conn = self._conns.get(route)
         if conn is not None:
             if tag == CLOSE:
                 self._loop.drop(conn, None)
-            elif not conn.receive(tag, frames[2:]):
+            elif not conn.receive(tag, body):
                 self._loop.drop(conn, TransportError(f"peer {conn.peer} broke the zmq transport's protocol"))
             return
-        if tag != OPEN or len(frames) != 2:
+        if tag != OPEN or body:
             return  # an identity we closed, or a peer that never opened: dropped unread
         if self._closed:
             self._send_now([route, CLOSE])
