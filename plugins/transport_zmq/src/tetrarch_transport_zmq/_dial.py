@@ -10,11 +10,10 @@ from zmq.utils.monitor import parse_monitor_message
 from tetrarch.plugins import Connection, ConnectionHandler, TransportError
 
 from ._conn import CLOSE, OPEN, ZmqConnection, split
-from ._loop import ZmqLoop, configure_socket
+from ._loop import BATCH, PER_LOCK, ZmqLoop, configure_socket, readable
 
 __all__ = ["dial"]
 
-_BATCH = 256
 _DIAL_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
 
 
@@ -64,7 +63,7 @@ class _Dial:
     def on_monitor(self) -> None:
         conn = self.conn
         assert conn is not None
-        while conn.monitor is not None and conn.monitor.poll(0):
+        while conn.monitor is not None and readable(conn.monitor):
             event = parse_monitor_message(conn.monitor.recv_multipart())["event"]
             if event == zmq.EVENT_CONNECT_RETRIED and self.phase == "dialing":
                 self.fail("nobody listens there (connection refused)")
@@ -81,27 +80,38 @@ class _Dial:
     def read(self) -> bool:
         conn = self.conn
         assert conn is not None
-        for _ in range(_BATCH):
+        read = 0
+        while read < BATCH:
             if conn.close_reported or self.phase in ("accepted", "failed"):
                 return False  # before on_open ran, messages wait in zmq (activate reads them)
-            frames = self.loop.recv(conn.sock)
-            if frames is None:
+            if self.phase == "dialing":  # one message: the listener's answer decides what follows
+                frames = self.loop.recv(conn.sock)
+                if frames is not None:
+                    self._answer(*split(frames, 0))
                 return False
-            tag, body = split(frames, 0)
-            if self.phase == "dialing":
-                if tag == OPEN and not body:
-                    self.phase = "accepted"
-                elif tag == CLOSE:
-                    self.fail("the listener is closed")
-                else:
-                    self.fail("the peer is no tetrarch zmq listener")
-                self.done.set()
+            batch = self.loop.recv_some(conn.sock, PER_LOCK)
+            for frames in batch:
+                if conn.close_reported:
+                    return False  # closed by one of these messages: the rest are not read
+                read += 1
+                tag, body = split(frames, 0)
+                if tag == CLOSE:
+                    self.loop.drop(conn, None)
+                elif not conn.receive(tag, body):
+                    self.loop.drop(conn, TransportError(f"peer {self.address} broke the zmq transport's protocol"))
+            if len(batch) < PER_LOCK:
                 return False
-            if tag == CLOSE:
-                self.loop.drop(conn, None)
-            elif not conn.receive(tag, body):
-                self.loop.drop(conn, TransportError(f"peer {self.address} broke the zmq transport's protocol"))
         return True  # a full batch: more may wait
+
+    def _answer(self, tag: bytes, body: list) -> None:
+        """The listener's answer to OPEN."""
+        if tag == OPEN and not body:
+            self.phase = "accepted"
+        elif tag == CLOSE:
+            self.fail("the listener is closed")
+        else:
+            self.fail("the peer is no tetrarch zmq listener")
+        self.done.set()
 
     def activate(self) -> None:
         """``on_open`` ran: start delivering (I/O thread)."""

@@ -46,12 +46,10 @@ from tetrarch.plugins import (
 
 from ._conn import CLOSE, OPEN, ZmqConnection, split
 from ._dial import dial
-from ._loop import ZmqLoop, configure_socket
+from ._loop import BATCH, PER_LOCK, ZmqLoop, configure_socket, readable
 
 __all__ = ["ZmqTransport"]
 
-_BATCH = 256  # messages read from one socket before the others get a turn
-_PER_LOCK = 32  # messages read per hold of the socket's lock (its senders wait for it meanwhile)
 
 
 class _ZmqListener(Listener):
@@ -86,16 +84,16 @@ class _ZmqListener(Listener):
         read = 0
         more = False
         while not self._gone:
-            if read >= _BATCH and not gone:
+            if read >= BATCH and not gone:
                 more = True  # the others get a turn
                 break
-            batch = self._loop.recv_some(self._sock, _PER_LOCK)
+            batch = self._loop.recv_some(self._sock, PER_LOCK)
             for frames in batch:
                 if self._gone:
                     break  # shut down by one of these messages' handlers: the rest are not read
                 read += 1
                 self._message(frames, gone)
-            if len(batch) < _PER_LOCK:
+            if len(batch) < PER_LOCK:
                 break
         for fd in gone:
             conn = self._by_fd.get(fd)
@@ -105,7 +103,7 @@ class _ZmqListener(Listener):
 
     def _disconnects(self, gone: set[int]) -> None:
         """Add the descriptors of the disconnects the monitor reported so far to ``gone``."""
-        while self._monitor.poll(0):
+        while readable(self._monitor):
             event = parse_monitor_message(self._monitor.recv_multipart())
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 gone.add(int(event["value"]))
