@@ -2,20 +2,35 @@
 
 What a user relies on, whoever reads: every waiting thread gets its reply, replies nobody
 waits for still arrive (callbacks fire), a future completed by another thread wakes its
-waiter at once, and timeouts stay timeouts.
+waiter at once, and timeouts stay timeouts. Each test runs with a leader that sleeps at once
+and with one that polls first (``TETRARCH_SPIN_US``).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
 
 import pytest
 
 from order_actors import WAIT_S, Gate
 from tetrarch import Future
+from tetrarch._runtime import _future
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(60))
+
+
+@pytest.fixture(autouse=True, params=[0, 200], ids=["sleep", "spin200us"])
+def spin_us(request: pytest.FixtureRequest, gates) -> Iterator[int]:
+    """How long this process's waiting threads poll before they sleep (the router read the setting)."""
+    loop = _future._loop
+    assert loop is not None
+    before = loop.spin_s
+    loop.spin_s = request.param / 1e6
+    yield request.param
+    loop.spin_s = before
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +101,20 @@ def test_a_follower_times_out_and_its_future_still_completes_later(gates):
     assert gate.release.call_one("both").get(timeout=WAIT_S) == 2
     assert held.get(timeout=WAIT_S) == "both"
     assert lead.get(timeout=WAIT_S) == "both"
+
+
+def test_a_polling_leader_keeps_to_its_timeout_and_still_gets_a_later_reply(gates, spin_us):
+    """Polling never outlasts ``get``'s timeout, and a reply that comes after the polling
+    (the leader sleeps by then) still wakes it."""
+    loop = _future._loop
+    assert loop is not None
+    gate = gates.slice(gpus=3)
+    held = gate.hold.call_one()
+    loop.spin_s = 10.0  # far longer than the timeout below
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        held.get(timeout=0.2)
+    assert time.monotonic() - start < scaled(5), "the leader polled past its timeout"
+    loop.spin_s = spin_us / 1e6
+    threading.Timer(0.05, lambda: gate.release.call_one("late")).start()  # after a 200 us poll ends
+    assert held.get(timeout=WAIT_S) == "late"

@@ -65,6 +65,7 @@ __all__ = [
     "RDMA_TCP_CHUNK_SIZE",
     "RDMA_TCP_WINDOW",
     "SETTINGS",
+    "SPIN_US",
     "STANDBY",
     "STOP_TIMEOUT",
     "TEST_SLOWDOWN",
@@ -309,6 +310,13 @@ STANDBY: Setting[bool] = Setting(
     "a proc's first actor reads its own calls while idle (one thread wake-up per call instead of two; "
     "read by each proc when that actor starts; docs/performance.md has the trade-off)",
 )
+SPIN_US: Setting[int] = Setting(
+    "spin_us", "TETRARCH_SPIN_US", int, 200,
+    "how long a thread waiting for one reply (Future.get of a call_one, choose or single-actor call) polls "
+    "for it before it sleeps: a reply within that time skips a thread wake-up, at the cost of up to that much "
+    "CPU per wait; 0: never poll (read by each process when its runtime starts; docs/performance.md)",
+    unit="microseconds",
+)
 RDMA_FALLBACK: Setting[bool] = Setting(
     "rdma_fallback", "TETRARCH_RDMA_FALLBACK", bool, True,
     "RDMA may fall back to core's backends when no hardware backend is usable (warns once)",
@@ -366,7 +374,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, HOST_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR,
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, RDMA_DEVICE,
-        RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, FORWARD_OUTPUT, STANDBY,
+        RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, FORWARD_OUTPUT, STANDBY, SPIN_US,
         AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })

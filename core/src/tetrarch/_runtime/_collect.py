@@ -64,6 +64,8 @@ class Collector:
         self.frames: list[Any] = [None] * n
         self.count = 0
         self.futures = [Future._new() for _ in range(n)] if stream else [Future._new()]
+        if n == 1:
+            self.futures[0]._poll = True  # one reply: its waiter may poll for it (Future._poll)
         self.stream_next = 0 if stream else -1
         self.watches: list[tuple[str, int]] = []
         self.lock = threading.Lock()

@@ -32,7 +32,7 @@ class _Loop(Protocol):
     def stopped(self) -> bool: ...
 
     def try_lead(self) -> bool: ...
-    def lead_once(self, deadline: float | None) -> bool: ...
+    def lead_once(self, deadline: float | None, poll: bool = False) -> bool: ...
     def leave(self) -> None: ...
     def follow(self) -> bool: ...
     def followed(self) -> None: ...
@@ -58,7 +58,8 @@ def use_loop(loop: _Loop | None) -> None:
 class Future(Generic[R]):
     """The eventual result of an operation on a mesh. Not constructible by users."""
 
-    __slots__ = ("_latch", "_state", "_value", "_error", "_decode", "_callbacks", "_asked", "_waiter", "__weakref__")
+    __slots__ = ("_latch", "_state", "_value", "_error", "_decode", "_callbacks", "_asked", "_waiter", "_poll",
+                 "__weakref__")
 
     def __init__(self, _token: object = None) -> None:
         if _token is not _TOKEN:
@@ -74,6 +75,10 @@ class Future(Generic[R]):
         #: supervisor counts a failure this future reports as seen by the user.
         self._asked = False
         self._waiter: _Loop | None = None  # the loop a thread in get() sleeps on (counted as its follower)
+        #: A thread in get() that reads for the loop polls before it sleeps (the loop's
+        #: ``spin_s``): set for a wait on one reply. A wait on many sleeps at once: its replies
+        #: come from several processes, which need the CPUs more than the waiter does.
+        self._poll = False
 
     # -- completion (runtime side) ----------------------------------------
     @classmethod
@@ -197,7 +202,7 @@ class Future(Generic[R]):
         """Read for ``loop`` (this thread holds it) until done or ``deadline``; then give it back."""
         try:
             while self._state is not _DONE:
-                if not loop.lead_once(deadline):
+                if not loop.lead_once(deadline, self._poll):
                     break
         finally:
             loop.leave()

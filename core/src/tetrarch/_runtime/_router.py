@@ -33,7 +33,7 @@ from time import monotonic as _monotonic
 from time import perf_counter as _perf_counter
 from typing import Any, Protocol
 
-from .._config import CONNECT_TIMEOUT
+from .._config import CONNECT_TIMEOUT, SPIN_US
 from .._log import get_logger
 from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role
 from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
@@ -162,6 +162,8 @@ class Router:
                 self._ocond.notify()
             raise
         self.leader_loop = transport.leader_loop()  # threads waiting for replies may read for it
+        if self.leader_loop is not None:
+            self.leader_loop.spin_s = SPIN_US() / 1e6
         use_loop(self.leader_loop)
         self._deadlines.start()  # a connection accepted already waits in the table for it
         self._listeners = [self._listener]

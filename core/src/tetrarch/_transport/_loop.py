@@ -219,6 +219,9 @@ class LeaderLoop:
         self._guard = False  # the leader is the main thread: SIGINT waits until a dispatch is over
         #: A thread other than the I/O thread reads for the loop now (a leader).
         self.led = False
+        #: How long a leader that asks for it polls for events before it sleeps
+        #: (:meth:`lead_once`; the kernel sets it from ``TETRARCH_SPIN_US``).
+        self.spin_s = 0.0
         self._left = 0.0  # when the last leader left
         #: The loop's own thread (started by :meth:`_start`).
         self.thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
@@ -262,8 +265,14 @@ class LeaderLoop:
         """Run ``fn`` on the thread that reads for the loop (now, if that is this one)."""
         self.queue.call(fn)
 
+    def _has_work(self, events: list) -> bool:
+        """Whether a zero-timeout :meth:`_wait` that returned ``events`` found anything to handle."""
+        return bool(events)
+
     def _once(self, timeout: float | None) -> None:
-        events = self._wait(timeout)
+        self._handle(self._wait(timeout))
+
+    def _handle(self, events: list) -> None:
         if not self._guard:
             self._dispatch(events)
             return
@@ -389,11 +398,17 @@ class LeaderLoop:
         self.led = True
         return True
 
-    def lead_once(self, deadline: float | None) -> bool:
+    def lead_once(self, deadline: float | None, poll: bool = False) -> bool:
         """Wait for and handle this loop's events once, until ``deadline`` (``time.monotonic``)
-        at the latest; False once the deadline passed or the loop is stopping (leader only)."""
+        at the latest; False once the deadline passed or the loop is stopping (leader only).
+
+        ``poll``: poll for up to :attr:`spin_s` first, yielding the CPU between polls (a
+        reply that comes meanwhile costs no sleep and wake-up of this thread).
+        """
         if self._stopped:
             return False
+        if poll and self.spin_s > 0 and self._spin(deadline):
+            return True
         timeout = None
         if deadline is not None:
             timeout = deadline - time.monotonic()
@@ -401,6 +416,20 @@ class LeaderLoop:
                 return False
         self._once(timeout)
         return True
+
+    def _spin(self, deadline: float | None) -> bool:
+        """Poll until events come (handled: True), :attr:`spin_s` or ``deadline`` passed, or the loop stops."""
+        end = time.monotonic() + self.spin_s
+        if deadline is not None:
+            end = min(end, deadline)
+        while True:
+            events = self._wait(0)
+            if self._has_work(events):
+                self._handle(events)
+                return True
+            if self._stopped or time.monotonic() >= end:
+                return False
+            os.sched_yield()  # a runnable thread of this CPU goes first
 
     def lead_ready(self) -> None:
         """Handle what is ready now, without waiting (leader only; a standby's turn)."""

@@ -237,6 +237,9 @@ class ZmqLoop(LeaderLoop):
         if self.ready:  # readers left messages (or were just registered): come back next turn
             self.queue.wake()
 
+    def _has_work(self, events: list) -> bool:
+        return bool(events or self.ready or self.retry)
+
     def _wait(self, timeout: float | None) -> list:
         ms = 0 if self.ready else 2 if self.retry else None
         if timeout is not None:
