@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,6 +100,66 @@ class _Failures:
         finally:
             procs.stop().get(timeout=scaled(30))
         self._read_healthy(healthy, 6)
+
+
+    def test_a_transfer_resolved_before_its_owners_address_was_dropped_never_posts(self, healthy: Any) -> None:
+        """Regression: a transfer that looked its owner's address up, then saw it removed by
+        ``forget`` (an earlier transfer to that owner failed) before the progress thread posted
+        it, was posted to the removed fi_addr: shm of libfabric 1.17 then took the spin lock of
+        an unmapped peer region and the process died of SIGSEGV (hence a fresh process). It
+        must fail with "try again", also once the address was inserted again (maybe under the
+        same fi_addr), and the next transfer to that owner works."""
+        from concurrent.futures import Future
+
+        from tetrarch._rdma._buffer import Descriptor
+        from tetrarch_rdma_efa._endpoint import EndpointError, Transfer
+
+        buf = healthy.make.call_one("stale", MiB, 8, "efa").get(timeout=scaled(60))
+        ctx: dict[str, Any] = Descriptor(*buf.__reduce__()[1][0]).contexts["efa"]
+        ep = _endpoint(self.provider)
+        dst = bytearray(MiB)
+        local = int(ep.ffi.cast("uintptr_t", ep.ffi.from_buffer(dst)))
+        assert ep.wait_idle(scaled(10)), ep.pending()  # nothing in flight to it: forget removes the entry
+
+        def stale(addr: int, gen: int) -> BaseException | None:
+            ended: Future[BaseException | None] = Future()
+            transfer = Transfer(False, deque([(local, MiB, ctx["addr"])]), ep.ffi.NULL, addr, ctx["key"],
+                                time.monotonic() + scaled(10), ended.set_result, lambda: None, gen)
+            ep.submit(transfer)
+            return ended.result(timeout=scaled(10))
+
+        addr, gen = ep.peer(ctx["name"])
+        posted = ep.completed
+        ep.forget(ctx["name"])
+        if self.provider == "shm":  # shm keeps its entries (see Endpoint.forget): drop it as forget does elsewhere
+            with ep._lock:
+                del ep._peers[ctx["name"]], ep._gens[addr]
+                ep.lib.tf_av_remove(ep._t, addr)
+        error = stale(addr, gen)  # its entry is gone
+        assert isinstance(error, EndpointError) and "try again" in str(error), error
+        again, new_gen = ep.peer(ctx["name"])
+        assert new_gen != gen
+        error = stale(addr, gen)  # an entry for the same owner again, perhaps under the same fi_addr
+        assert isinstance(error, EndpointError) and "try again" in str(error), error
+        assert ep.completed == posted, "a transfer to a dropped address reached the provider"
+        assert ep.peer(ctx["name"]) == (again, new_gen)
+        buf.read_into(dst, timeout=scaled(10)).get(timeout=scaled(10))
+        assert digest(dst) == digest(pattern(MiB, 8))
+
+    def test_a_closed_endpoint_refuses_control_calls(self) -> None:
+        """A call that picked an endpoint just before the backend replaced and closed it fails
+        with "try again" instead of reaching the freed libfabric objects."""
+        from tetrarch_rdma_efa._build import load
+        from tetrarch_rdma_efa._endpoint import Endpoint, EndpointError
+
+        ep = Endpoint(load(), self.provider)
+        name = _endpoint(self.provider).name
+        ep.close()
+        for call in (lambda: ep.peer(name), lambda: ep.register(0, 4096, 0, 1)):
+            with pytest.raises(EndpointError, match=r"closed.*try again"):
+                call()
+        ep.forget(name)  # never raises
+        assert ep.pending() == (0, 0)
 
 
 class TestEfaShmFailures(_Failures):

@@ -203,7 +203,6 @@ class EfaRdmaBackend(RdmaBackend):
         ctx = _context(remote)
         ep = self.endpoint(ctx["prov"])
         iface = _iface(ep, local)
-        peer = ep.peer(ctx["name"])
         keep: object = local.view if local.view is not None else local
         address = local.address
         if not address and local.view is not None:  # read-only bytes as a write source: give them an address
@@ -222,8 +221,10 @@ class EfaRdmaBackend(RdmaBackend):
                 settle(fut, error)
                 return
             try:
-                self._post(ep, write, peer, ctx, remote, offset, (address, iface, max(local.device, 0)),
-                           local.nbytes, keep, deadline, fut)
+                # The endpoint now (it may have been replaced while the owner answered), and the
+                # owner's address resolved just before the post (see _endpoint: generations).
+                self._post(self.endpoint(ctx["prov"]), write, ctx, remote, offset,
+                           (address, iface, max(local.device, 0)), local.nbytes, keep, deadline, fut)
             except Exception as exc:  # noqa: BLE001 - reported through the future
                 settle(fut, exc)
 
@@ -247,10 +248,17 @@ class EfaRdmaBackend(RdmaBackend):
         reply.add_done_callback(remember)
         return reply
 
-    def _post(self, ep: Endpoint, write: bool, peer: int, ctx: dict[str, Any], remote: RemoteRegion, offset: int,
+    def _post(self, ep: Endpoint, write: bool, ctx: dict[str, Any], remote: RemoteRegion, offset: int,
               local: tuple[int, int, int], nbytes: int, keep: object, deadline: float, fut: Future[None]) -> None:
+        """Queue the transfer on ``ep``; ``fut`` is settled when it ends.
+
+        Raises:
+            RDMAError: the AV refused the owner's name, the local registration failed, or the
+                endpoint is closed (replaced meanwhile): the caller settles ``fut`` with it.
+        """
         lib, ffi = ep.lib, ep.ffi
         address, iface, device = local  # address, fi_hmem_iface, GPU ordinal
+        peer, gen = ep.peer(ctx["name"])
         desc, release = ffi.NULL, _nothing
         if ep.mr_mode & lib.FI_MR_LOCAL or (iface != lib.FI_HMEM_SYSTEM and ep.mr_mode & lib.FI_MR_HMEM):
             mr, _key, desc = ep.register(address, nbytes, lib.FI_WRITE if not write else lib.FI_READ,
@@ -270,10 +278,10 @@ class EfaRdmaBackend(RdmaBackend):
                 settle(fut, None)
             else:
                 if not isinstance(error, TimeoutError):
-                    ep.forget(ctx["name"])
+                    ep.forget(ctx["name"], gen)  # not an entry inserted again since
                 self._explain(remote, ctx, error, fut)
 
-        transfer = Transfer(write, chunks, desc, peer, ctx["key"], deadline, done, release)
+        transfer = Transfer(write, chunks, desc, peer, ctx["key"], deadline, done, release, gen)
 
         def ended(f: Future[None]) -> None:
             # The frontend fails this future when the owner dies: stop the transfer, so that it

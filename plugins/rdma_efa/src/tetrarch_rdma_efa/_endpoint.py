@@ -2,13 +2,26 @@
 
 Threading model: every data-path call (``fi_read``, ``fi_write``, ``fi_cq_read``) is made
 by the endpoint's own progress thread; other threads only queue transfers. Memory
-registration and address-vector inserts come from callers' threads, so one lock guards
-every libfabric call on the endpoint (libfabric objects are not assumed thread safe).
+registration and address-vector inserts and removals come from callers' threads, so one
+lock guards every libfabric call on the endpoint (libfabric objects are not assumed thread
+safe), and a control-path call on a closed endpoint fails instead of touching it.
+
 The thread also progresses the provider when this process only *owns* memory: software
 providers (``tcp;ofi_rxm``, ``shm``) use manual progress, so a target that never polls its
 completion queue never answers a peer's read. While transfers are in flight it polls
 without pause (yielding the GIL); when idle it sleeps in steps of at most
 :data:`IDLE_S`, woken early by a new transfer.
+
+Address generations: a transfer carries the fi_addr of its owner *and the generation* of
+that address-vector entry, both from :meth:`Endpoint.peer`. :meth:`Endpoint.forget` removes
+an entry (under the lock) and the progress thread posts only a transfer whose generation is
+the live entry's (checked under the same lock); any other fails with "try again". Posting to
+a removed fi_addr is not an error libfabric 1.17 reports: ``shm`` looks the stale address up
+in freed AV memory, trusts its own stale per-peer data and takes the spin lock of a peer
+region it has unmapped (or NULL): SIGSEGV in ``pthread_spin_lock`` under ``fi_read``. The
+backend used to resolve the address before asking the owner to confirm the buffer and post
+after the answer, so a transfer to a SIGKILLed owner, failing meanwhile, removed the entry
+between the two; and an fi_addr that a later insert hands out again would reach another peer.
 
 ``-FI_EAGAIN`` from a post (the first ``fi_write`` on ``tcp;ofi_rxm`` while it connects, or
 a full transmit queue) leaves the chunk queued; the thread progresses the completion
@@ -43,6 +56,7 @@ one for later transfers.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections import deque
@@ -84,6 +98,7 @@ class Transfer:
     deadline: float
     done: Callable[[BaseException | None], None]
     release: Callable[[], None]  # closes the local MR; called on the progress thread once nothing is in flight
+    gen: int  # generation of the AV entry ``peer`` (from Endpoint.peer): posted only while it is the live one
     inflight: int = 0
     error: BaseException | None = None
     reported: bool = False  # ``done`` was called (it is called once)
@@ -143,7 +158,9 @@ class Endpoint:
         self._queue: deque[Transfer] = deque()  # transfers with chunks left to post
         self._active: dict[int, tuple[Transfer, Any]] = {}  # context address -> (transfer, context)
         self._orphans: dict[int, tuple[Transfer, Any]] = {}  # ops of ended transfers still in flight
-        self._peers: dict[bytes, int] = {}
+        self._peers: dict[bytes, tuple[int, int]] = {}  # owner's endpoint name -> (fi_addr, generation)
+        self._gens: dict[int, int] = {}  # fi_addr -> generation of its live AV entry
+        self._next_gen = itertools.count(1)
         self._finished: list[Transfer] = []
         self._released: list[Transfer] = []  # ended transfers whose last orphan completed
         self.completed = 0  # chunks completed without error (tests check the bytes went this way)
@@ -164,11 +181,12 @@ class Endpoint:
         return bool(since) and time.monotonic() - since > WEDGED_S
 
     @contextlib.contextmanager
-    def _control(self) -> Iterator[None]:
+    def _control(self, closed_ok: bool = False) -> Iterator[None]:
         """The endpoint's lock for a control-path call, taken within a bound.
 
         Raises:
-            EndpointError: the progress thread is stuck inside the provider (see the module).
+            EndpointError: the progress thread is stuck inside the provider (see the module),
+                or the endpoint is closed (unless ``closed_ok``: the caller makes no provider call).
         """
         if not self._lock.acquire(timeout=0 if self.wedged else _LOCK_WAIT):
             raise EndpointError(
@@ -176,54 +194,73 @@ class Endpoint:
                 f"(libfabric 1.17's shm provider spins for good on a lock that a killed process held); this "
                 f"process opens a fresh endpoint for new transfers: register the buffers of this one again")
         try:
+            if self._closed and not closed_ok:
+                raise self._closed_error()
             yield
         finally:
             self._lock.release()
 
+    def _closed_error(self) -> EndpointError:
+        return EndpointError(f"the libfabric endpoint of provider {self.provider!r} is closed (replaced after a "
+                             f"dead owner stalled it, or the RDMA runtime closed); try again")
+
     # ------------------------------------------------------------ control path (any thread)
-    def peer(self, name: bytes) -> int:
-        """The fi_addr of the endpoint named ``name`` (inserted into the AV once).
+    def peer(self, name: bytes) -> tuple[int, int]:
+        """``(fi_addr, generation)`` of the endpoint named ``name`` (inserted into the AV once,
+        and again after :meth:`forget`); a :class:`Transfer` carries both (see the module).
 
         Raises:
-            EndpointError: the AV refused the name (a corrupt descriptor or another provider's name).
+            EndpointError: the AV refused the name (a corrupt descriptor or another provider's
+                name), or the endpoint is closed or stuck.
         """
         found = self._peers.get(name)  # no lock on a hit: the progress thread may be busy
-        if found is not None:
+        if found is not None and not self._closed:
             return found
         with self._control():
             found = self._peers.get(name)
             if found is not None:
                 return found
-            addr = self.ffi.new("uint64_t *")
-            rc = self.lib.tf_av_insert(self._t, name, addr)
+            out = self.ffi.new("uint64_t *")
+            rc = self.lib.tf_av_insert(self._t, name, out)
             if rc:
                 raise EndpointError(f"fi_av_insert refused the owner's endpoint name ({len(name)} bytes) on provider "
                                     f"{self.provider!r}: {self.strerror(rc)}; the buffer's descriptor is corrupt or "
                                     f"comes from another provider")
-            self._peers[name] = int(addr[0])
+            addr, gen = int(out[0]), next(self._next_gen)
             pid = shm_pid(name) if self.provider == "shm" else None
             if pid is not None:
-                self._peer_pids[int(addr[0])] = pid
-            return int(addr[0])
+                self._peer_pids[addr] = pid
+            self._gens[addr] = gen
+            self._peers[name] = (addr, gen)
+            return addr, gen
 
-    def forget(self, name: bytes) -> None:
+    def forget(self, name: bytes, gen: int | None = None) -> None:
         """Drop the peer ``name`` from the AV after a failed completion, so the next transfer
         connects afresh (``tcp;ofi_rxm`` closes a connection on which a bad key was used).
+        With ``gen``, only if that is still the entry's generation (an entry inserted again
+        since stays). Never raises.
 
-        Removing an address unmaps what the provider holds for it (``shm``: the peer's
-        region), and the address may be handed to the next peer inserted: transfers still
-        queued for it fail now, and while operations to it are in flight it stays.
+        Removing an address unmaps what the provider holds for it, and the address may be
+        handed to the next peer inserted: transfers still queued for it fail now, later ones
+        resolved before the removal fail when the progress thread finds their generation gone,
+        and while operations to it are in flight it stays. On ``shm`` it always stays: there is
+        no connection to reset, and libfabric 1.17's ``fi_av_remove`` leaves stale per-peer
+        state behind (a later insert that reuses the slot may stall); a dead owner's entry is
+        harmless, as nothing is posted to a ``shm`` peer whose process has ended.
         """
         with contextlib.suppress(EndpointError), self._control():
-            addr = self._peers.get(name)
-            if addr is None:
+            found = self._peers.get(name)
+            if found is None or (gen is not None and found[1] != gen):
                 return
+            addr = found[0]
             for transfer in (*self._inbox, *self._queue):
                 if transfer.peer == addr and transfer.error is None:
                     transfer.error = EndpointError("an earlier transfer to the same owner failed; try again")
-            if any(t.peer == addr for t, _c in (*self._active.values(), *self._orphans.values())):
+            if self.provider == "shm" or any(
+                    t.peer == addr for t, _c in (*self._active.values(), *self._orphans.values())):
                 return
             del self._peers[name]
+            del self._gens[addr]  # before the removal: nothing posts to it from now on (same lock)
             self._peer_pids.pop(addr, None)
             self.lib.tf_av_remove(self._t, addr)
 
@@ -254,7 +291,8 @@ class Endpoint:
         return mr[0], int(key[0]), desc[0]
 
     def close_mr(self, mr: Any) -> None:
-        """Close a registration; peers' accesses with its key fail from now on."""
+        """Close a registration; peers' accesses with its key fail from now on. Never raises
+        (on a closed endpoint it does nothing: closing the domain took the registration)."""
         with contextlib.suppress(EndpointError), self._control():
             self.lib.tf_mr_close(mr)
 
@@ -267,8 +305,12 @@ class Endpoint:
             EndpointError: the endpoint is closed.
         """
         if self._closed:
-            raise EndpointError(f"the libfabric endpoint of provider {self.provider!r} is closed")
+            raise self._closed_error()
         self._inbox.append(transfer)
+        if self._closed:  # close() may have drained the inbox before the append: take it back
+            with contextlib.suppress(ValueError):
+                self._inbox.remove(transfer)
+                raise self._closed_error()  # else the thread or close() took it, and reports it
         self._kick.set()
 
     def cancel(self, transfer: Transfer, error: BaseException, owner_died: bool = False) -> None:
@@ -287,13 +329,21 @@ class Endpoint:
         return any(t.owner_died for t, _c in [*self._orphans.values(), *self._active.values()])
 
     def pending(self) -> tuple[int, int]:
-        """``(transfers queued or in flight, orphaned operations)`` (tests check reaping)."""
-        with self._control():
+        """``(transfers queued or in flight, orphaned operations)`` (tests check reaping).
+
+        Raises:
+            EndpointError: the endpoint is stuck (see the module).
+        """
+        with self._control(closed_ok=True):
             return self._pending()
 
     def wait_idle(self, timeout: float) -> bool:
-        """Wait until no transfer is queued or in flight (orphans aside); False if ``timeout`` passed first."""
-        with self._control():
+        """Wait until no transfer is queued or in flight (orphans aside); False if ``timeout`` passed first.
+
+        Raises:
+            EndpointError: the endpoint is stuck (see the module).
+        """
+        with self._control(closed_ok=True):
             return self._ended.wait_for(lambda: self._pending()[0] == 0, timeout)
 
     def _pending(self) -> tuple[int, int]:
@@ -307,7 +357,7 @@ class Endpoint:
         and its transfers end at their deadlines.
         """
         try:
-            with self._control():
+            with self._control(closed_ok=True):
                 if self._closed:
                     return
                 self._closed = True
@@ -328,7 +378,14 @@ class Endpoint:
         self._queue.clear()
         self._active.clear()
         self._orphans.clear()
-        self.lib.tf_close(self._t)
+        # Control-path calls check _closed under this lock, so none is inside the provider now.
+        if self._lock.acquire(timeout=_LOCK_WAIT):
+            try:
+                self._peers.clear()
+                self._gens.clear()
+                self.lib.tf_close(self._t)
+            finally:
+                self._lock.release()
 
     # ------------------------------------------------------------ progress thread
     def _run(self) -> None:
@@ -378,6 +435,15 @@ class Endpoint:
                 continue
             if transfer.peer in waiting:
                 i += 1
+                continue
+            if self._gens.get(transfer.peer) != transfer.gen:
+                # Its AV entry was removed (and maybe its fi_addr reused) after it was resolved: posting
+                # would make shm take the lock of an unmapped region (see the module).
+                transfer.error = EndpointError(
+                    f"the owner's address was dropped from the libfabric endpoint of provider {self.provider!r} "
+                    f"after an earlier transfer to it failed; this transfer did not start: try again")
+                del self._queue[i]
+                self._finish_if_idle(transfer)
                 continue
             pid = self._peer_pids.get(transfer.peer)
             if pid is not None and gone.setdefault(pid, process_gone(pid)):
