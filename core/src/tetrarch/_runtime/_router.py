@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from .._config import CONNECT_TIMEOUT, SPIN_US
 from .._log import get_logger
-from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role
+from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role, transport_key
 from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
 from .._transport._route import pin_host
 from . import _outcome, _serial, _wire
@@ -155,6 +155,7 @@ class Router:
         self.spans_hosts = spans_hosts
         listen = listen_address or transport.default_address(spans_hosts=spans_hosts)
         try:
+            transport.use_key(transport_key(secret))  # before the first listen (Transport.use_key)
             self._listener = transport.listen(listen, self)
         except BaseException:
             with self._olock:  # no router: end the flusher thread

@@ -21,7 +21,7 @@ import threading
 
 from .._errors import TetrarchError
 
-__all__ = ["MAGIC", "PRE_AUTH_LIMIT", "Auth", "AuthError", "Role"]
+__all__ = ["MAGIC", "PRE_AUTH_LIMIT", "Auth", "AuthError", "Role", "transport_key"]
 
 MAGIC = b"TETRARCH-AUTH/1"
 PRE_AUTH_LIMIT = 4096
@@ -35,6 +35,12 @@ class AuthError(TetrarchError, ConnectionError):
 class Role(enum.Enum):
     LISTENER = "listener"
     DIALER = "dialer"
+
+
+def transport_key(secret: bytes) -> bytes:
+    """The allocation's transport key (``Transport.use_key``): derived from ``secret`` under a
+    label of its own, so it can travel where the secret must not (zmq's PLAIN handshake)."""
+    return hmac.new(secret, b"tetrarch transport key v1", hashlib.sha256).digest()
 
 
 def _mac(secret: bytes, label: bytes, a: bytes, b: bytes) -> bytes:

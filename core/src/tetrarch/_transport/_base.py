@@ -196,5 +196,18 @@ class Transport(abc.ABC):
         """
         return None
 
+    def use_key(self, key: bytes) -> None:  # noqa: B027 - optional: most transports ignore the key
+        """Optional: the allocation's *transport key*, handed over before the first ``listen``
+        or ``connect``: 32 bytes that every process of the allocation derives from its secret
+        (an HMAC under a fixed label: knowing the key tells nothing of the secret).
+
+        A transport whose library authenticates peers in its own handshake can use it to
+        refuse a stranger before the library buffers anything the stranger sends (zmq: ZMTP
+        PLAIN checked by a ZAP handler). It is a gate in front of the kernel's handshake,
+        never instead of it: the kernel still proves the secret on every connection before
+        it unpickles a frame. A transport that uses the key makes ``connect`` to a listener
+        with another key raise ``TransportError`` promptly. The default ignores it.
+        """
+
     def close(self) -> None:  # noqa: B027 - optional: a transport without resources keeps this no-op
         """Release the transport's I/O resources (threads, contexts). Idempotent."""

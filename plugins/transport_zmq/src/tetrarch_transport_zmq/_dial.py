@@ -11,10 +11,13 @@ from tetrarch.plugins import Connection, ConnectionHandler, TransportError
 
 from ._conn import CLOSE, OPEN, ZmqConnection, split
 from ._loop import BATCH, PER_LOCK, ZmqLoop, configure_socket, readable
+from ._zap import HANDSHAKE_FAILED, secure_client
 
 __all__ = ["dial"]
 
 _DIAL_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+for _event in HANDSHAKE_FAILED:
+    _DIAL_EVENTS |= _event
 
 
 class _Dial:
@@ -35,6 +38,8 @@ class _Dial:
     def start(self) -> None:
         sock = self.loop.ctx.socket(zmq.DEALER)
         configure_socket(sock)
+        if self.loop.password is not None:
+            secure_client(sock, self.loop.password)
         if "[" in self.native:
             sock.setsockopt(zmq.IPV6, 1)
         monitor = sock.get_monitor_socket(_DIAL_EVENTS)
@@ -67,6 +72,9 @@ class _Dial:
             event = parse_monitor_message(conn.monitor.recv_multipart())["event"]
             if event == zmq.EVENT_CONNECT_RETRIED and self.phase == "dialing":
                 self.fail("nobody listens there (connection refused)")
+            elif event in HANDSHAKE_FAILED and self.phase == "dialing":
+                self.fail("the listener refused this process in zmq's handshake: it belongs to another "
+                          "allocation (another transport key), or one of the two has no key")
             elif event == zmq.EVENT_DISCONNECTED:
                 if self.phase == "dialing":
                     self.fail("the listener hung up during the zmq handshake")

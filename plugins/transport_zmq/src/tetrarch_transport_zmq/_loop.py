@@ -21,6 +21,7 @@ import zmq
 from tetrarch.plugins import LeaderLoop
 
 from ._conn import CHUNK, CLOSE, ZmqConnection
+from ._zap import ZapHandler
 
 __all__ = ["BATCH", "PER_LOCK", "ZmqLoop", "configure_socket", "readable"]
 
@@ -75,8 +76,10 @@ class ZmqLoop(LeaderLoop):
     """Owns the zmq context, the poller and the thread that runs them (or a thread waiting
     for a reply reads for it meanwhile: :class:`tetrarch.plugins.LeaderLoop`)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, password: bytes | None = None) -> None:
         super().__init__(name)
+        #: The PLAIN password of the allocation's key (``_zap``), or None: no zmq-level gate.
+        self.password = password
         self.ctx: zmq.Context[Any] = zmq.Context(io_threads=1)
         self.poller = zmq.Poller()
         self.poller.register(self.queue.fileno(), zmq.POLLIN)
@@ -91,6 +94,8 @@ class ZmqLoop(LeaderLoop):
         self.conns: set[ZmqConnection] = set()  # dialed connections (listeners keep their own)
         self.listeners: set[Any] = set()
         self._start()
+        if password is not None:  # posted first: it is bound before any listener (posted later)
+            self.queue.call(ZapHandler(self, password).start)
 
     def lock_of(self, sock: Any) -> threading.RLock:
         """The lock held around every call on data socket ``sock`` (send, recv, close), by whichever

@@ -16,10 +16,12 @@ connection):
   drops any peer, authenticated or not, that announces a bigger frame before it
   allocates it. ``max_message_size`` is checked per connection: on a large message's
   header before anything is allocated, on a small message (at most 1 MiB) once zmq has
-  it. What libzmq does not bound: a peer that never ends a multipart message (MORE on
-  every frame) makes it buffer every frame until the peer hangs up; zmq has no option
-  for the frame count. An authenticated transport (ZMTP CURVE) would close that gap,
-  but the transport does not know the allocation's secret.
+  it. What libzmq does not bound by itself: a peer that never ends a multipart message
+  (MORE on every frame) makes it buffer every frame until the peer hangs up; zmq has no
+  option for the frame count. So only the allocation's processes get that far: given the
+  allocation's key (``Transport.use_key``, as the kernel always does), every ROUTER is a
+  ZMTP PLAIN server behind a ZAP handler and every DEALER presents the key (``_zap``);
+  libzmq refuses anyone else in its handshake, before it reads a frame.
 * Threads: any thread sends on a connection directly when nothing is queued on it (under
   the loop's lock); the I/O thread reads, and sends what was pushed back.
 """
@@ -47,6 +49,7 @@ from tetrarch.plugins import (
 from ._conn import CLOSE, OPEN, ZmqConnection, split
 from ._dial import dial
 from ._loop import BATCH, PER_LOCK, ZmqLoop, configure_socket, readable
+from ._zap import password_of, secure_server
 
 __all__ = ["ZmqTransport"]
 
@@ -208,12 +211,24 @@ class ZmqTransport(Transport):
 
         self._lock = threading.Lock()
         self._io: ZmqLoop | None = None
+        self._password: bytes | None = None
 
     def _loop(self) -> ZmqLoop:
         with self._lock:
             if self._io is None:
-                self._io = ZmqLoop(self.name)
+                self._io = ZmqLoop(self.name, self._password)
             return self._io
+
+    def use_key(self, key: bytes) -> None:
+        """Admit only peers that present ``key`` in zmq's own handshake (``_zap``).
+
+        Raises:
+            TransportError: the transport listened or dialed already (the key comes first).
+        """
+        with self._lock:
+            if self._io is not None:
+                raise TransportError("zmq transport: use_key() must come before its first listen or connect")
+            self._password = password_of(key)
 
     def leader_loop(self) -> ZmqLoop:
         return self._loop()
@@ -238,6 +253,8 @@ class ZmqTransport(Transport):
     def _bind(self, loop: ZmqLoop, where: QualifiedAddress, handler: ConnectionHandler) -> _ZmqListener:
         sock = loop.ctx.socket(zmq.ROUTER)
         configure_socket(sock)
+        if loop.password is not None:
+            secure_server(sock)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         native = where.native()
         if where.scheme == "tcp" and where.port == 0:
