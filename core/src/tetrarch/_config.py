@@ -312,9 +312,10 @@ STANDBY: Setting[bool] = Setting(
 )
 SPIN_US: Setting[int] = Setting(
     "spin_us", "TETRARCH_SPIN_US", int, 200,
-    "how long a thread waiting for one reply (Future.get of a call_one, choose or single-actor call) polls "
-    "for it before it sleeps: a reply within that time skips a thread wake-up, at the cost of up to that much "
-    "CPU per wait; 0: never poll (read by each process when its runtime starts; docs/performance.md)",
+    "how long a thread waiting for one reply (Future.get of a call_one, choose or single-actor call), and an "
+    "idle actor whose calls come back to back, poll for the next message before they sleep: one within that "
+    "time skips a thread wake-up, at the cost of up to that much CPU per wait; 0: never poll (read by each "
+    "process when its runtime starts; docs/performance.md)",
     unit="microseconds",
 )
 RDMA_FALLBACK: Setting[bool] = Setting(

@@ -417,15 +417,21 @@ class LeaderLoop:
         self._once(timeout)
         return True
 
+    def poll_ready(self) -> bool:
+        """Handle what is ready now, if anything; whether something was (leader only)."""
+        events = self._wait(0)
+        if not self._has_work(events):
+            return False
+        self._handle(events)
+        return True
+
     def _spin(self, deadline: float | None) -> bool:
         """Poll until events come (handled: True), :attr:`spin_s` or ``deadline`` passed, or the loop stops."""
         end = time.monotonic() + self.spin_s
         if deadline is not None:
             end = min(end, deadline)
         while True:
-            events = self._wait(0)
-            if self._has_work(events):
-                self._handle(events)
+            if self.poll_ready():
                 return True
             if self._stopped or time.monotonic() >= end:
                 return False
