@@ -7,7 +7,7 @@ each time by ``WORK`` iterations of a small pickling loop. For each amount it pr
 loop's cost measured hot (back to back), and the round trip's p50 and the client's CPU per
 round trip with it. On a machine where a sleeping thread's CPU halts (a VM with the
 ``haltpoll`` cpuidle driver), the added p50 and CPU are several times the hot cost:
-docs/performance.md ("Why 1.3x the raw library is out of reach ...").
+docs/performance.md ("What is left between a sequential call and the raw library").
 """
 
 from __future__ import annotations
