@@ -15,7 +15,6 @@ up the proc's other actors or its control messages for longer than that.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any
 
@@ -114,15 +113,11 @@ class Standby:
         event loop sleeps (yielding the CPU between polls), while calls come back to back: a
         call that comes meanwhile costs no wake-up of a sleeping CPU (docs/performance.md)."""
         lloop = self._lloop
-        end = time.monotonic() + lloop.spin_s
-        while self.watching and lloop.try_lead():
+        if lloop.try_lead():  # else someone else reads: nothing to poll for
             try:
-                found = lloop.poll_ready()
+                lloop.spin()
             finally:
                 lloop.leave()
-            if found or time.monotonic() >= end:
-                return
-            os.sched_yield()
 
     def end(self) -> None:
         """Stop reading for the transport loop for good (the actor ends)."""

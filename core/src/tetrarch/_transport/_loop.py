@@ -407,7 +407,7 @@ class LeaderLoop:
         """
         if self._stopped:
             return False
-        if poll and self.spin_s > 0 and self._spin(deadline):
+        if poll and self.spin_s > 0 and self.spin(deadline):
             return True
         timeout = None
         if deadline is not None:
@@ -417,21 +417,16 @@ class LeaderLoop:
         self._once(timeout)
         return True
 
-    def poll_ready(self) -> bool:
-        """Handle what is ready now, if anything; whether something was (leader only)."""
-        events = self._wait(0)
-        if not self._has_work(events):
-            return False
-        self._handle(events)
-        return True
-
-    def _spin(self, deadline: float | None) -> bool:
-        """Poll until events come (handled: True), :attr:`spin_s` or ``deadline`` passed, or the loop stops."""
+    def spin(self, deadline: float | None = None) -> bool:
+        """Poll for events, yielding the CPU between polls, until some come (handled: True),
+        :attr:`spin_s` or ``deadline`` passed, or the loop stops (leader only)."""
         end = time.monotonic() + self.spin_s
         if deadline is not None:
             end = min(end, deadline)
         while True:
-            if self.poll_ready():
+            events = self._wait(0)
+            if self._has_work(events):
+                self._handle(events)
                 return True
             if self._stopped or time.monotonic() >= end:
                 return False
