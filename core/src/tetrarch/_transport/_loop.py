@@ -22,12 +22,13 @@ import selectors
 import socket
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
 from .._log import get_logger
-from ._timer import make_timer
+from ._timer import Timer, make_timer
 
 __all__ = ["LEASE_S", "PARK_MAX_S", "CallQueue", "IoLoop", "LeaderLoop", "Readable", "Standby",
            "defer_while_dispatching"]
@@ -43,6 +44,16 @@ _log = get_logger("transport")
 
 _main_dispatch = False  # a leader on the main thread is handling messages now
 _deferred: list[Callable[[], None]] = []  # signal handlers held back until that is over
+
+
+def _close_quietly(fd: int, timer: Timer | None) -> None:
+    """Close a loop's wake-up descriptor and timer (when the loop object is collected)."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    if timer is not None:
+        timer.close()
 
 
 def defer_while_dispatching(fn: Callable[[], None]) -> bool:
@@ -202,6 +213,10 @@ class LeaderLoop:
         # The parked I/O thread sleeps on this eventfd (and the standby's timer).
         self._park_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._timer = make_timer()
+        # Closed when the loop object goes, not when the loop ends: other threads may still
+        # write to them (an unpark, a standby's timer), and a number closed early could meanwhile
+        # name another descriptor (a socket) that their 8 bytes would then corrupt.
+        weakref.finalize(self, _close_quietly, self._park_fd, self._timer)
         self._parker = select.poll()
         self._parker.register(self._park_fd, select.POLLIN)
         if self._timer is not None:
@@ -299,17 +314,13 @@ class LeaderLoop:
                 self._close()
             finally:
                 self.queue.close()
-                fd, self._park_fd = self._park_fd, -1
-                os.close(fd)
-                if self._timer is not None:
-                    self._timer.close()
                 self._role.release()
 
     def _unpark(self) -> None:
         """Wake the I/O thread if it is parked (it then checks whether it must read)."""
         try:
             os.eventfd_write(self._park_fd, 1)
-        except OSError:
+        except OSError:  # EAGAIN: the counter is full, so a wake-up is pending anyway
             pass
 
     def _orphan(self) -> None:
