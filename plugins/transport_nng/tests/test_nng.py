@@ -158,3 +158,49 @@ def _pending(transport: NngTransport, listener: object) -> int:
     transport.loop().call(lambda: (counted.append(len(listener.pending)), done.set()))  # type: ignore[attr-defined]
     assert done.wait(scaled(5))
     return counted[0]
+
+
+_EXITING = """
+import sys, threading, time
+import pynng
+from tetrarch.plugins import TransportError
+from tetrarch.testing.transport import Recorder
+from tetrarch_transport_nng import _nng
+
+silent = pynng.Rep0(listen="abstract://tetrarch-test-silent-" + sys.argv[1])  # takes requests, never answers
+transport = _nng.NngTransport()
+errors = []
+
+def dial():
+    try:
+        transport.connect("nng+ipc://@tetrarch-test-silent-" + sys.argv[1], Recorder(), timeout=60)
+    except TransportError as exc:
+        errors.append(str(exc))
+
+dialer = threading.Thread(target=dial)
+dialer.start()
+silent.recv()  # the dialer's request: it now waits for an answer that never comes
+started = time.monotonic()
+_nng._close_at_exit()  # what exit runs before pynng's nng_fini
+dialer.join(30)
+print("blocked dial returned after %.1f s: %s" % (time.monotonic() - started, errors))
+try:
+    transport.connect("nng+ipc://@anything", Recorder(), timeout=5)
+except TransportError as exc:
+    print("later dial:", exc)
+silent.close()
+"""
+
+
+def test_exit_stops_dials_before_nng_is_finalized() -> None:
+    """A thread dialing while the process exits (a heartbeat whose connection closed) must not
+    enter nng after ``nng_fini``: nng then dies of SIGFPE. A blocked dial returns at once; later ones raise."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", _EXITING, str(os.getpid())], capture_output=True, text=True,
+                         env=env, timeout=scaled(60))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("blocked dial returned after"), out.stdout
+    assert float(lines[0].split()[4]) < scaled(10), out.stdout
+    assert "cannot connect" in lines[0], out.stdout
+    assert "nng is shut down (this process is exiting)" in lines[1], out.stdout

@@ -29,10 +29,12 @@ is therefore one nng ``pair0`` socket holding exactly one pipe, on both sides:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hmac
 import secrets
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import pynng
@@ -307,7 +309,9 @@ class NngTransport(Transport):
         return self.loop()
 
     def listen(self, address: str, handler: ConnectionHandler) -> Listener:
-        listener = _NngListener(self, parse_qualified(address, self.name), handler)
+        where = parse_qualified(address, self.name)
+        with _exit_gate.inside(address):
+            listener = _NngListener(self, where, handler)
         self.track(listener)
         return listener
 
@@ -319,27 +323,29 @@ class NngTransport(Transport):
     def connect(self, address: str, handler: ConnectionHandler, timeout: float = 10.0) -> Connection:
         target = parse_qualified(address, self.name)
         scheme, url = target.scheme, _url(target)
-        loop = self.loop()
         token = secrets.token_bytes(_TOKEN)
         ms = max(1, int(timeout * 1000))
-        try:
-            with pynng.Req0(recv_timeout=ms, send_timeout=ms, recv_max_size=4096) as req:
-                req.dial(url, block=True)
-                req.send(_MAGIC + token)
-                where = req.recv().decode()
-        except pynng.NNGException as exc:
-            raise TransportError(f"cannot connect to {address}: {_err(exc)}") from exc
-        sock = _pair(scheme)
-        conn = _Dialed(loop, sock, handler, address)
-        self.track(conn)
-        try:
-            sock.dial(where, block=True)
-            sock.send_timeout = ms
-            sock.send(token)
-            sock.send_timeout = -1
-        except pynng.NNGException as exc:
-            sock.close()
-            raise TransportError(f"cannot connect to {address} ({where}): {_err(exc)}") from exc
+        with _exit_gate.inside(address):
+            loop = self.loop()
+            try:
+                with _exit_gate.closing(pynng.Req0(recv_timeout=ms, send_timeout=ms, recv_max_size=4096)) as req:
+                    req.dial(url, block=True)
+                    req.send(_MAGIC + token)
+                    where = req.recv().decode()
+            except pynng.NNGException as exc:
+                raise TransportError(f"cannot connect to {address}: {_err(exc)}") from exc
+            sock = _pair(scheme)
+            conn = _Dialed(loop, sock, handler, address)
+            self.track(conn)
+            try:
+                with _exit_gate.closing(sock, keep=True):
+                    sock.dial(where, block=True)
+                    sock.send_timeout = ms
+                    sock.send(token)
+                    sock.send_timeout = -1
+            except pynng.NNGException as exc:
+                sock.close()
+                raise TransportError(f"cannot connect to {address} ({where}): {_err(exc)}") from exc
         handler.on_open(conn)
         loop.call(conn.start)
         return conn
@@ -374,14 +380,73 @@ _live: weakref.WeakSet[NngTransport] = weakref.WeakSet()
 _EXIT_WAIT = 1.0
 
 
+class _ExitGate:
+    """Keeps threads out of nng once the process exits (``nng_fini`` frees what they would use).
+
+    A ``connect`` or ``listen`` runs :meth:`inside` the gate; after :meth:`shut` they raise
+    TransportError without entering nng. The sockets a ``connect`` waits on are closed by
+    :meth:`shut`, so a dial blocked for its timeout returns at once.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shut = False
+        self._inside = 0
+        self._socks: set[pynng.Socket] = set()
+
+    @contextlib.contextmanager
+    def inside(self, address: str) -> Iterator[None]:
+        with self._cond:
+            if self._shut:
+                raise TransportError(f"cannot use {address}: nng is shut down (this process is exiting)")
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._inside -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def closing(self, sock: pynng.Socket, keep: bool = False) -> Iterator[pynng.Socket]:
+        """``sock`` (closed on leaving unless ``keep``), closed by :meth:`shut` meanwhile."""
+        with self._cond:
+            self._socks.add(sock)
+        try:
+            yield sock
+        finally:
+            with self._cond:
+                self._socks.discard(sock)
+            if not keep:
+                sock.close()
+
+    def shut(self, wait: float) -> None:
+        """Refuse new entries, close the sockets dials wait on, wait up to ``wait`` s for the rest."""
+        with self._cond:
+            self._shut = True
+            socks = list(self._socks)
+        for sock in socks:
+            try:
+                sock.close()
+            except Exception:  # noqa: BLE001 - closing a socket nng tore down already
+                pass
+        with self._cond:
+            self._cond.wait_for(lambda: self._inside == 0, wait)
+
+
+_exit_gate = _ExitGate()
+
+
 @atexit.register  # registered after pynng's own handler, so it runs first
 def _close_at_exit() -> None:
     """Close every transport before pynng's atexit ``nng_fini`` frees nng's state.
 
     Without it a daemon thread still sending (a proc's output forwarder, a reply) calls
-    into nng after ``nng_fini`` and nng aborts the process (``panic: pthread_mutex_lock``).
-    Once closed, a send raises ConnectionClosed without entering nng.
+    into nng after ``nng_fini`` and nng aborts the process (``panic: pthread_mutex_lock``);
+    one that dials (a heartbeat whose connection closed) gets SIGFPE inside nng. Once
+    closed, a send raises ConnectionClosed and a dial TransportError without entering nng.
     """
+    _exit_gate.shut(_EXIT_WAIT)
     for transport in list(_live):
         try:
             transport.close()
