@@ -1,4 +1,4 @@
-"""The zmq transport's I/O loop: the context, the poller, and who reads the sockets.
+"""The zmq transport's I/O loop: the context, the epoll set, and who reads the sockets.
 
 zmq sockets are not thread safe; each is used by one thread at a time, behind its lock
 (:meth:`ZmqLoop.lock_of`). Reading happens in the loop: on its own thread, or on a
@@ -10,7 +10,6 @@ eventfd in the same ``zmq.Poller``).
 from __future__ import annotations
 
 import logging
-import math
 import select
 import threading
 from collections.abc import Callable
@@ -47,10 +46,14 @@ _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
 
+#: ``Socket.get`` of pyzmq's Cython layer: the sugar's turns ``ZMQ_EVENTS`` into an enum (2 us).
+_get = zmq.Socket.__mro__[1].get
+
+
 def readable(sock: zmq.Socket[Any]) -> bool:
     """Whether ``sock`` has a message waiting: ``sock.poll(0)`` without the Poller it builds
     per call (a listener looks at its monitor on every read)."""
-    return bool(cast(int, sock.get(_EVENTS)) & _POLLIN)
+    return bool(cast(int, _get(sock, _EVENTS)) & _POLLIN)
 
 
 def configure_socket(sock: zmq.Socket[Any]) -> None:
@@ -73,7 +76,7 @@ def configure_socket(sock: zmq.Socket[Any]) -> None:
 
 
 class ZmqLoop(LeaderLoop):
-    """Owns the zmq context, the poller and the thread that runs them (or a thread waiting
+    """Owns the zmq context, the epoll set and the thread that waits on it (or a thread waiting
     for a reply reads for it meanwhile: :class:`tetrarch.plugins.LeaderLoop`)."""
 
     def __init__(self, name: str, password: bytes | None = None) -> None:
@@ -81,9 +84,9 @@ class ZmqLoop(LeaderLoop):
         #: The PLAIN password of the allocation's key (``_zap``), or None: no zmq-level gate.
         self.password = password
         self.ctx: zmq.Context[Any] = zmq.Context(io_threads=1)
-        self.poller = zmq.Poller()
-        self.poller.register(self.queue.fileno(), zmq.POLLIN)
-        # The poller's descriptors again, as one epoll set: what a standby watches (readiness_fd).
+        # Every descriptor the loop waits on (the wake-up eventfd, each socket's ZMQ_FD) is a plain
+        # one, so an epoll set serves: what the loop waits on and what a standby watches
+        # (readiness_fd). zmq.Poller polled them all per wait and built its answer in Python.
         self._epoll = select.epoll()
         self._epoll.register(self.queue.fileno(), select.EPOLLIN)
         self._locks: dict[Any, threading.RLock] = {}  # see lock_of
@@ -127,7 +130,6 @@ class ZmqLoop(LeaderLoop):
         self.fds[sock] = fd
         self.readers[fd] = reader
         self.ready[fd] = reader
-        self.poller.register(fd, zmq.POLLIN)
         self._epoll.register(fd, select.EPOLLIN)
 
     def unwatch(self, sock: Any) -> None:
@@ -135,7 +137,6 @@ class ZmqLoop(LeaderLoop):
         if fd is not None:
             self.readers.pop(fd, None)
             self.ready.pop(fd, None)
-            self.poller.unregister(fd)
             try:
                 self._epoll.unregister(fd)
             except OSError:
@@ -246,11 +247,10 @@ class ZmqLoop(LeaderLoop):
         return bool(events or self.ready or self.retry)
 
     def _wait(self, timeout: float | None) -> list:
-        ms = 0 if self.ready else 2 if self.retry else None
+        wait = 0.0 if self.ready else 0.002 if self.retry else None
         if timeout is not None:
-            limit = math.ceil(timeout * 1000)
-            ms = limit if ms is None else min(ms, limit)
-        return self.poller.poll(ms)
+            wait = timeout if wait is None else min(wait, timeout)
+        return self._epoll.poll(-1 if wait is None else max(wait, 0.0))  # seconds, rounded up to ms
 
     def _dispatch(self, events: list) -> None:
         wake = self.queue.fileno()
