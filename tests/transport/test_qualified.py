@@ -1,13 +1,15 @@
-"""Shared helpers for plugin transports: qualified addresses and the I/O thread's call queue."""
+"""Shared helpers for plugin transports: qualified addresses, the I/O thread's call queue, the loop's lifecycle."""
 
 from __future__ import annotations
 
+import gc
+import os
 import select
 import threading
 
 import pytest
 
-from tetrarch.plugins import CallQueue, QualifiedAddress, fresh_ipc_name, parse_qualified
+from tetrarch.plugins import CallQueue, IoLoop, QualifiedAddress, fresh_ipc_name, parse_qualified
 from tetrarch.testing import scaled
 
 
@@ -122,3 +124,35 @@ def test_call_queue_never_loses_a_wake_up_under_ping_pong() -> None:
     thread.join(scaled(10))
     queue.close()
     assert not lost, f"posted calls never ran (lost wake-ups) after {lost} round trips"
+
+
+class _Standby:
+    """The least a standby is to the loop (the runtime's is ``_runtime/_standby.py``)."""
+
+    watching = True
+
+    def rewatch(self) -> None:
+        pass
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.timeout(scaled(30))
+def test_a_stopped_loop_takes_late_calls_and_closes_its_descriptors_when_dropped() -> None:
+    """An actor's thread may end after the transport's loop did (nng closes its loop at exit):
+    detaching its standby then must not raise. The loop's descriptors stay valid until the loop
+    object goes (a number closed early could name another socket when a late wake-up writes to it)."""
+    before = _open_fds()
+    for i in range(20):
+        loop = IoLoop(f"lifecycle-{i}")
+        standby = _Standby()
+        assert loop.attach_standby(standby)  # type: ignore[arg-type]
+        loop.stop()
+        assert loop.stopped and not loop.thread.is_alive()
+        loop.standby_busy()  # arms the standby's timer
+        loop.detach_standby(standby)  # type: ignore[arg-type]  # wakes the (ended) I/O thread
+        del loop, standby
+    gc.collect()
+    assert _open_fds() <= before, "stopped loops left descriptors open once dropped"
