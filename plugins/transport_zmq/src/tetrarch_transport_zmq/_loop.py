@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import zmq
+import zmq.backend
 
 from tetrarch.plugins import LeaderLoop
 
@@ -46,8 +47,9 @@ _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
 
-#: ``Socket.get`` of pyzmq's Cython layer: the sugar's turns ``ZMQ_EVENTS`` into an enum (2 us).
-_get = zmq.Socket.__mro__[1].get
+#: ``Socket.get`` of pyzmq's backend (the class ``zmq.Socket`` extends): the sugar's own
+#: turns ``ZMQ_EVENTS`` into an enum (2 us).
+_get = zmq.backend.Socket.get
 
 
 def readable(sock: zmq.Socket[Any]) -> bool:
