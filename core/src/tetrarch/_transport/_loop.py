@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 import weakref
+from _thread import get_ident as _get_ident
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -98,7 +99,7 @@ class CallQueue:
 
     def __init__(self, on_orphan: Callable[[], None] | None = None) -> None:
         self._calls: deque[Callable[[], None]] = deque()
-        self._owner: threading.Thread | None = None
+        self._owner: int | None = None  # the owner's thread ident (a C call to compare, not current_thread())
         self._on_orphan = on_orphan  # called when a call is queued while no thread owns the queue
         self._armed = False  # a wake-up is written and not yet consumed
         if hasattr(os, "eventfd"):
@@ -110,7 +111,7 @@ class CallQueue:
 
     def bind(self) -> None:
         """Make the calling thread the owner (the thread that reads for the loop now)."""
-        self._owner = threading.current_thread()
+        self._owner = _get_ident()
 
     def pending(self) -> bool:
         """Whether calls wait to be run."""
@@ -121,14 +122,14 @@ class CallQueue:
         self._owner = None
 
     def in_loop(self) -> bool:
-        return threading.current_thread() is self._owner
+        return _get_ident() == self._owner
 
     def fileno(self) -> int:
         return self._rfd
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the thread reading for the loop: now if this is it, else soon (in call order)."""
-        if self._owner is threading.current_thread():
+        if self._owner == _get_ident():
             fn()
             return
         self._calls.append(fn)
