@@ -49,6 +49,21 @@ def test_interpreter_exit_stops_everything_it_started(run_scenario):
     assert not alive, f"still running after the client exited: {alive}"
 
 
+#: What stderr shows when some thread of the client or of a proc failed unseen, or a process crashed.
+_NOT_CLEAN = ("Traceback", "Fatal Python error", "Exception in thread", "Exception ignored")
+
+
+@pytest.mark.parametrize("how", ["stop", "atexit"])
+def test_ending_prints_no_error_of_any_process(run_scenario, how):
+    """Stopping a mesh that was just busy (or leaving it to the exit hook) ends every thread of
+    the client and of its procs quietly: no traceback, no crash (``Fatal Python error``)."""
+    res = run_scenario(SCENARIOS / "clean_exit.py", how, "150", timeout=90)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "DONE" in res.stdout
+    bad = [line for line in res.stderr.splitlines() if any(mark in line for mark in _NOT_CLEAN)]
+    assert not bad, res.stderr[-5000:]
+
+
 def _proc(pid: int) -> psutil.Process | None:
     try:
         return psutil.Process(pid)
