@@ -13,7 +13,7 @@ import logging
 import select
 import threading
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import zmq
 import zmq.backend
@@ -47,15 +47,15 @@ _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
 
-#: ``Socket.get`` of pyzmq's backend (the class ``zmq.Socket`` extends): the sugar's own
-#: turns ``ZMQ_EVENTS`` into an enum (2 us).
+#: ``Socket.get`` of pyzmq's backend (the class ``zmq.Socket`` extends), without the sugar's
+#: Python wrapper around it (1.6 against 1.9 us here; both look the option up as an enum).
 _get = zmq.backend.Socket.get
 
 
 def readable(sock: zmq.Socket[Any]) -> bool:
     """Whether ``sock`` has a message waiting: ``sock.poll(0)`` without the Poller it builds
     per call (a listener looks at its monitor on every read)."""
-    return bool(cast(int, _get(sock, _EVENTS)) & _POLLIN)
+    return bool(_get(sock, _EVENTS) & _POLLIN)  # type: ignore[operator]  # an int for ZMQ_EVENTS
 
 
 def configure_socket(sock: zmq.Socket[Any]) -> None:
