@@ -64,8 +64,10 @@ class Future(Generic[R]):
     def __init__(self, _token: object = None) -> None:
         if _token is not _TOKEN:
             raise ArgumentTypeError("Future cannot be constructed directly; endpoint calls and meshes return it")
-        self._latch = _thread.allocate_lock()
-        self._latch.acquire()
+        #: Held until done, made for the first thread that sleeps on the future (:meth:`_sleeper`):
+        #: most never need it (a waiting thread reads for the loop; pipelined futures are done
+        #: when asked), and a lock per future was one more object for the garbage collector.
+        self._latch: Any = None
         self._state = _PENDING
         self._value: Any = None
         self._error: BaseException | None = None
@@ -109,7 +111,9 @@ class Future(Generic[R]):
             self._state = _DONE
             callbacks, self._callbacks = self._callbacks, None
             waiter, self._waiter = self._waiter, None
-        self._latch.release()
+            latch = self._latch
+        if latch is not None:
+            latch.release()
         if waiter is not None:
             waiter.followed()
         loop = _loop
@@ -182,21 +186,35 @@ class Future(Generic[R]):
                     waiting = self._state is not _DONE and self._waiter is None
                     if waiting:
                         self._waiter = loop
+                        latch = self._sleeper()
                 if not waiting:
                     loop.followed()
-                elif not self._latch.acquire(timeout=-1 if timeout is None else timeout):
+                elif not latch.acquire(timeout=-1 if timeout is None else timeout):
                     with _CB_LOCK:
                         if self._waiter is loop:  # still pending: stop counting as a follower
                             self._waiter = None
                             loop.followed()
                     return self._state is _DONE
                 else:
-                    self._latch.release()
+                    latch.release()
                     return True
-        if self._latch.acquire(timeout=-1 if timeout is None else timeout):
-            self._latch.release()
+        with _CB_LOCK:
+            if self._state is _DONE:
+                return True
+            latch = self._sleeper()
+        if latch.acquire(timeout=-1 if timeout is None else timeout):
+            latch.release()
             return True
         return False
+
+    def _sleeper(self) -> Any:
+        """The latch a thread sleeps on until done (made now if none; call holding ``_CB_LOCK``,
+        with the future pending): completion releases it, and each sleeper passes it on."""
+        latch = self._latch
+        if latch is None:
+            latch = self._latch = _thread.allocate_lock()
+            latch.acquire()
+        return latch
 
     def _lead(self, loop: _Loop, deadline: float | None) -> bool:
         """Read for ``loop`` (this thread holds it) until done or ``deadline``; then give it back."""
