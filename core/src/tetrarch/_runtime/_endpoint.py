@@ -44,7 +44,7 @@ class EndpointMesh(Protocol):
 
     def _check_usable(self, shape: Shape, what: str = "") -> None: ...
 
-    def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]]]: ...
+    def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]], list[tuple[str, str]]]: ...
 
     def _healthy_ranks(self) -> list[int] | None: ...
 
@@ -97,12 +97,12 @@ class Endpoint(Generic[P, R]):
         mesh._check_usable(shape, f"{mesh._name}.{self._name}")
         rt = mesh._runtime()
         payload = self._payload(args, kwargs)
-        targets, by_addr = mesh._targets(shape)
+        targets, by_addr, claimed = mesh._targets(shape)
         what = f"{mesh._name}.{self._name}"
         labels, sizes = shape.labels, shape.sizes
         raddr: str | None
         rport: int | None
-        coll = (Collector(rt, len(targets), shape, what, single, stream, mesh._claims, targets)
+        coll = (Collector(rt, len(targets), shape, what, single, stream, mesh._claims, claimed)
                 if reply and reply_to is None else None)
         if coll is not None:
             raddr, rport = rt.address, coll.port

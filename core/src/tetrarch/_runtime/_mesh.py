@@ -54,7 +54,7 @@ class ActorMesh(MeshTrait):
         self._proc_mesh = proc_mesh
         self._claims = claims  # the client's supervisor, for meshes the client owns (see Supervisor.claim)
         self._endpoints = endpoints_of(cls)
-        self._target_cache: dict[Shape, tuple[list[tuple[str, str]], dict[str, list[int]]]] = {}
+        self._target_cache: dict[Shape, tuple[list[tuple[str, str]], dict[str, list[int]], list[tuple[str, str]]]] = {}
         clash = _RESERVED.intersection(self._endpoints)
         if clash:
             raise ArgumentError(f"{cls.__qualname__} has endpoints named {sorted(clash)}, which clash with ActorMesh "
@@ -65,13 +65,14 @@ class ActorMesh(MeshTrait):
         return ActorMesh(self._name, self._cls, shape, self._ids, initialized=self._initialized, owned=False,
                          state=self._state, proc_mesh=self._proc_mesh, claims=self._claims)
 
-    def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]]]:
-        """``(address, actor key)`` per point of ``shape``, and point indices by address (cached)."""
+    def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]], list[tuple[str, str]]]:
+        """``(address, actor key)`` per point of ``shape``, point indices by address, and
+        ``(actor key, address)`` per point (as supervision's claims take them); cached."""
         cache = self._target_cache
         hit = cache.get(shape)
         if hit is None:
             targets = [self._ids[r] for r in shape.ranks()]
-            hit = cache[shape] = (targets, group_by_address(targets))
+            hit = cache[shape] = (targets, group_by_address(targets), [(key, addr) for addr, key in targets])
             if len(cache) > 64:
                 cache.pop(next(iter(cache)))
         return hit
@@ -160,7 +161,7 @@ class ActorMesh(MeshTrait):
                 return Future._completed(None)
             self._state.stopped = True
         rt = self._runtime()
-        targets, by_addr = self._targets(self._shape)
+        targets, by_addr, _ = self._targets(self._shape)
         coll = Collector(rt, len(targets), self._shape, f"{self._name}.stop", False, False)
         coll.watch_targets(by_addr)
         for i, (addr, key) in enumerate(targets):

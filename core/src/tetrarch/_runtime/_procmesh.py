@@ -356,8 +356,8 @@ class ProcMesh(MeshTrait):
         # Failures of meshes the client owns are held while a call (or this spawn) to the
         # failed actor is in flight, so that one the user receives counts as handled.
         claims = root.supervisor if owner is None and root.role == "client" else None
-        coll = Collector(rt, len(ids), self._shape, f"{name}.__init__", False, False, claims, ids,
-                         (_wire.ERR, _wire.DEAD))
+        coll = Collector(rt, len(ids), self._shape, f"{name}.__init__", False, False, claims,
+                         [(k, addr) for addr, k in ids], (_wire.ERR, _wire.DEAD))
         coll.watch_targets(group_by_address(ids))
         mesh = ActorMesh(name, cls, Shape(extent), ids, initialized=Future._new(), proc_mesh=self, claims=claims)
         coll.observed = [mesh.initialized]  # the user waits on initialized, not on the raw replies
