@@ -233,6 +233,7 @@ class LeaderLoop:
         self._followers = 0  # threads waiting for a reply while nobody of them reads
         self._want = False  # a waiting thread found the I/O thread reading: it should step aside
         self._guard = False  # the leader is the main thread: SIGINT waits until a dispatch is over
+        self._main_ident = threading.main_thread().ident
         #: A thread other than the I/O thread reads for the loop now (a leader).
         self.led = False
         #: How long a leader that asks for it polls for events before it sleeps
@@ -406,7 +407,7 @@ class LeaderLoop:
             self._role.release()
             return False
         self.queue.bind()
-        self._guard = threading.current_thread() is threading.main_thread()
+        self._guard = _get_ident() == self._main_ident
         self.led = True
         return True
 

@@ -245,12 +245,11 @@ class ZmqConnection(Connection):
             self._loop.drop(self, TransportError(
                 f"peer {self._peer} sent {len(frames)} frames (a {4 + 8 * len(frames)}-byte header; limit {limit})"))
             return
-        views = [f.buffer for f in frames]
-        total = sum(v.nbytes for v in views)
+        total = sum(map(len, frames))  # bytes (a Frame's len)
         if total > limit:
             self._loop.drop(self, TransportError(f"peer {self._peer} sent a {total}-byte message (limit {limit})"))
             return
-        self.handler.on_message(self, views)
+        self.handler.on_message(self, [f.buffer for f in frames])
 
     def _begin_large(self, frames: list[zmq.Frame]) -> None:
         """A large message's header: checked against the limit before anything is allocated."""
