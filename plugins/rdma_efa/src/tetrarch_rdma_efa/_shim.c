@@ -198,7 +198,13 @@ int tf_mr_close(struct fid_mr *mr) { return fi_close(&mr->fid); }
 ssize_t tf_read(struct tf_ep *t, void *buf, size_t len, void *desc, uint64_t src, uint64_t addr, uint64_t key,
                 void *ctx)
 {
-    return fi_read(t->ep, buf, len, desc, (fi_addr_t)src, addr, key, ctx);
+    /* FI_COMPLETION only, not the endpoint's default FI_DELIVERY_COMPLETE: a read's completion
+     * means its data is here either way, and that flag kept shm off its fast path (the reader
+     * copies with process_vm_readv) for one the owner's progress thread serves. */
+    struct iovec iov = {buf, len};
+    struct fi_rma_iov rma = {addr, len, key};
+    struct fi_msg_rma msg = {&iov, &desc, 1, (fi_addr_t)src, &rma, 1, ctx, 0};
+    return fi_readmsg(t->ep, &msg, FI_COMPLETION);
 }
 
 ssize_t tf_write(struct tf_ep *t, const void *buf, size_t len, void *desc, uint64_t dest, uint64_t addr,
