@@ -24,14 +24,19 @@ connection):
   libzmq refuses anyone else in its handshake, before it reads a frame.
 * Threads: any thread sends on a connection directly when nothing is queued on it (under
   the loop's lock); the I/O thread reads, and sends what was pushed back.
+* Exit: every transport closes before pyzmq's own atexit runs (:func:`_close_at_exit`):
+  frames sent without a copy must not outlive the memory they point to.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from typing import Any
 
 import zmq
+import zmq.utils.garbage  # registers pyzmq's atexit before ours (see _close_at_exit)
 from zmq.utils.monitor import parse_monitor_message
 
 from tetrarch.plugins import (
@@ -212,10 +217,13 @@ class ZmqTransport(Transport):
         self._lock = threading.Lock()
         self._io: ZmqLoop | None = None
         self._password: bytes | None = None
+        _live.add(self)
 
     def _loop(self) -> ZmqLoop:
         with self._lock:
             if self._io is None:
+                if _exiting:
+                    raise TransportError("zmq is shut down (this process is exiting)")
                 self._io = ZmqLoop(self.name, self._password)
             return self._io
 
@@ -311,3 +319,39 @@ def _on_loop(loop: ZmqLoop, fn: Any) -> None:
     loop.queue.call(run)
     if not done.wait(30):
         raise TransportError("the zmq transport's I/O thread did not answer within 30 s")
+
+
+#: Every transport of this process, closed at exit (:func:`_close_at_exit`).
+_live: weakref.WeakSet[ZmqTransport] = weakref.WeakSet()
+_exiting = False
+
+
+@atexit.register  # after pyzmq's garbage collector registered its own (imported above): runs first
+def _close_at_exit() -> None:
+    """Close every transport, then keep pyzmq's atexit from stopping its garbage collector.
+
+    That collector holds the Python objects whose memory libzmq sends without a copy (frames
+    of 64 KiB and more) until libzmq is done with them. Its atexit drops them all and
+    terminates its context. A proc that exited while its large replies were still queued
+    (stopped right after a sibling died, say) had them written from freed memory: ``send``
+    failed with EFAULT and libzmq aborted the process ("Bad address (src/tcp.cpp:227)").
+
+    So, first, every transport closes: its sockets end (an orderly close lingers up to 1 s
+    for its last messages) and its context terminates, after which libzmq holds no memory
+    of ours. Terminating that context releases whatever was still queued, and pyzmq's own
+    context termination then aborted about one exit in ten ("Assertion failed: ok
+    (src/mailbox.cpp:72)"). So, second, the collector is left as it is: it is marked as
+    another process's (the test pyzmq 27 makes after a fork), and its atexit then finds
+    nothing to stop. Its thread is a daemon, and the process is ending. Dials after this
+    raise TransportError.
+    """
+    global _exiting
+    _exiting = True
+    for transport in list(_live):
+        try:
+            transport.close()
+        except Exception:  # noqa: BLE001 - exiting: close what can be closed
+            pass
+    collector = getattr(zmq.utils.garbage, "gc", None)
+    if collector is not None and hasattr(collector, "pid"):
+        collector.pid = -1
