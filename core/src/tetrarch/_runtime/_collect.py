@@ -18,7 +18,11 @@ from ._router import Router
 from ._shape import Shape
 from ._valuemesh import ValueMesh
 
-__all__ = ["Claims", "Collector", "group_by_address"]
+__all__ = ["Claims", "Collector", "Targets", "group_by_address"]
+
+#: An actor mesh's targets for one shape: ``(address, actor key)`` per point, point indices
+#: by address, and ``(actor key, address)`` per point (as :class:`Claims` take them).
+Targets = tuple[list[tuple[str, str]], dict[str, list[int]], list[tuple[str, str]]]
 
 
 class Claims(Protocol):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, T
 
 from .._errors import ArgumentError, ArgumentTypeError
 from . import _serial, _wire
-from ._collect import Claims, Collector
+from ._collect import Claims, Collector, Targets
 from ._future import Future
 from ._router import PeerUnreachable, Router
 from ._shape import Extent, Shape
@@ -44,7 +44,7 @@ class EndpointMesh(Protocol):
 
     def _check_usable(self, shape: Shape, what: str = "") -> None: ...
 
-    def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]], list[tuple[str, str]]]: ...
+    def _targets(self, shape: Shape) -> Targets: ...
 
     def _healthy_ranks(self) -> list[int] | None: ...
 

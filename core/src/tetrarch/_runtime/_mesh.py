@@ -14,7 +14,7 @@ from .._errors import (
 )
 from . import _wire
 from ._actor import endpoints_of
-from ._collect import Claims, Collector, group_by_address
+from ._collect import Claims, Collector, Targets, group_by_address
 from ._endpoint import Endpoint
 from ._future import Future
 from ._root import get_root
@@ -54,7 +54,7 @@ class ActorMesh(MeshTrait):
         self._proc_mesh = proc_mesh
         self._claims = claims  # the client's supervisor, for meshes the client owns (see Supervisor.claim)
         self._endpoints = endpoints_of(cls)
-        self._target_cache: dict[Shape, tuple[list[tuple[str, str]], dict[str, list[int]], list[tuple[str, str]]]] = {}
+        self._target_cache: dict[Shape, Targets] = {}
         clash = _RESERVED.intersection(self._endpoints)
         if clash:
             raise ArgumentError(f"{cls.__qualname__} has endpoints named {sorted(clash)}, which clash with ActorMesh "
@@ -65,7 +65,7 @@ class ActorMesh(MeshTrait):
         return ActorMesh(self._name, self._cls, shape, self._ids, initialized=self._initialized, owned=False,
                          state=self._state, proc_mesh=self._proc_mesh, claims=self._claims)
 
-    def _targets(self, shape: Shape) -> tuple[list[tuple[str, str]], dict[str, list[int]], list[tuple[str, str]]]:
+    def _targets(self, shape: Shape) -> Targets:
         """``(address, actor key)`` per point of ``shape``, point indices by address, and
         ``(actor key, address)`` per point (as supervision's claims take them); cached."""
         cache = self._target_cache
