@@ -5,6 +5,9 @@ from __future__ import annotations
 import gc
 import os
 import select
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -151,8 +154,36 @@ def test_a_stopped_loop_takes_late_calls_and_closes_its_descriptors_when_dropped
         assert loop.attach_standby(standby)  # type: ignore[arg-type]
         loop.stop()
         assert loop.stopped and not loop.thread.is_alive()
+        os.fstat(loop.queue.fileno())  # still open: a thread posting a call now writes to it, not elsewhere
+        loop.call(lambda: None)
         loop.standby_busy()  # arms the standby's timer
         loop.detach_standby(standby)  # type: ignore[arg-type]  # wakes the (ended) I/O thread
         del loop, standby
     gc.collect()
     assert _open_fds() <= before, "stopped loops left descriptors open once dropped"
+
+
+_EXIT_STOP = textwrap.dedent("""
+    import atexit, time
+    from tetrarch.plugins import IoLoop
+
+    def stop() -> None:  # like a plugin's exit hook, registered before the loop exists
+        start = time.monotonic()
+        loop.stop(wait=10)
+        print("STOPPED", loop.thread.is_alive(), round(time.monotonic() - start, 2))
+
+    atexit.register(stop)
+    loop = IoLoop("at-exit")
+""")
+
+
+@pytest.mark.timeout(scaled(60))
+def test_a_loop_still_running_at_exit_stops_when_an_exit_hook_asks() -> None:
+    """Exit hooks run before the loop object is dropped; the loop's descriptors must still work
+    then (weakref.finalize closes at exit unless told not to: the I/O thread then waited forever
+    on a closed epoll set, and nng's exit hook waited its whole timeout for it)."""
+    res = subprocess.run([sys.executable, "-c", _EXIT_STOP], capture_output=True, text=True,
+                         timeout=scaled(50), check=False)
+    assert res.returncode == 0, res.stderr
+    _, alive, took = res.stdout.split()
+    assert alive == "False", f"the I/O thread was still running after stop() ({took} s): {res.stderr}"

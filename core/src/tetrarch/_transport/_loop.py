@@ -57,6 +57,14 @@ def _close_quietly(fd: int, timer: Timer | None) -> None:
         timer.close()
 
 
+def _close_fds(fds: set[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def defer_while_dispatching(fn: Callable[[], None]) -> bool:
     """Hold ``fn`` back if the main thread is in the middle of handling messages (a signal
     handler must not cut that in half); it then runs, on the main thread, right after.
@@ -108,6 +116,11 @@ class CallQueue:
             self._rfd, self._wfd = os.pipe()
             os.set_blocking(self._rfd, False)
             os.set_blocking(self._wfd, False)
+        # Released when the queue goes, not when its loop ends: another thread may be in
+        # ``wake`` then, and a number closed early could name another descriptor by the time
+        # it writes (see LeaderLoop's park descriptor).
+        self._finalizer = weakref.finalize(self, _close_fds, {self._rfd, self._wfd})
+        self._finalizer.atexit = False  # at exit a loop may still wait on it: the process closes it
 
     def bind(self) -> None:
         """Make the calling thread the owner (the thread that reads for the loop now)."""
@@ -169,13 +182,10 @@ class CallQueue:
                 _log.exception("transport I/O thread: a posted call failed")
 
     def close(self) -> None:
-        """Release the file descriptor(s). Idempotent."""
-        for fd in {self._rfd, self._wfd}:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Release the file descriptor(s) now (only when no other thread can call :meth:`call`
+        or :meth:`wake` any more; otherwise they go with the queue). Idempotent."""
         self._rfd = self._wfd = -1
+        self._finalizer()
 
 
 class LeaderLoop:
@@ -217,7 +227,8 @@ class LeaderLoop:
         # Closed when the loop object goes, not when the loop ends: other threads may still
         # write to them (an unpark, a standby's timer), and a number closed early could meanwhile
         # name another descriptor (a socket) that their 8 bytes would then corrupt.
-        weakref.finalize(self, _close_quietly, self._park_fd, self._timer)
+        # Not at exit (weakref.finalize's default): an I/O thread may still run then.
+        weakref.finalize(self, _close_quietly, self._park_fd, self._timer).atexit = False
         self._parker = select.poll()
         self._parker.register(self._park_fd, select.POLLIN)
         if self._timer is not None:
@@ -315,7 +326,6 @@ class LeaderLoop:
             try:
                 self._close()
             finally:
-                self.queue.close()
                 self._role.release()
 
     def _unpark(self) -> None:
