@@ -180,8 +180,8 @@ _EXIT_STOP = textwrap.dedent("""
 @pytest.mark.timeout(scaled(60))
 def test_a_loop_still_running_at_exit_stops_when_an_exit_hook_asks() -> None:
     """Exit hooks run before the loop object is dropped; the loop's descriptors must still work
-    then (weakref.finalize closes at exit unless told not to: the I/O thread then waited forever
-    on a closed epoll set, and nng's exit hook waited its whole timeout for it)."""
+    then (weakref.finalize closes at exit unless told not to: the wake-up descriptor was closed,
+    so the I/O thread slept on for good, and nng's exit hook waited its whole timeout for it)."""
     res = subprocess.run([sys.executable, "-c", _EXIT_STOP], capture_output=True, text=True,
                          timeout=scaled(50), check=False)
     assert res.returncode == 0, res.stderr
