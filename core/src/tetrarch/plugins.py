@@ -66,7 +66,7 @@ _LAZY = {
     "ConnectionHandler": "tetrarch._transport._base",
     "ConnectionClosed": "tetrarch._transport._base",
     "TransportError": "tetrarch._transport._base",
-    "CallQueue": "tetrarch._transport._loop",
+    "CallQueue": "tetrarch._transport._callqueue",
     "IoLoop": "tetrarch._transport._loop",
     "LeaderLoop": "tetrarch._transport._loop",
     "QualifiedAddress": "tetrarch._transport._qualified",
@@ -158,6 +158,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Transport,
         TransportError,
     )
-    from ._transport._loop import CallQueue, IoLoop, LeaderLoop
+    from ._transport._callqueue import CallQueue
+    from ._transport._loop import IoLoop, LeaderLoop
     from ._transport._qualified import QualifiedAddress, fresh_ipc_name, parse_qualified
     from ._transport._route import advertised_host
