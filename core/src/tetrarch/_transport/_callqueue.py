@@ -18,7 +18,8 @@ __all__ = ["CallQueue"]
 _log = get_logger("transport")
 
 
-def _close_fds(fds: set[int]) -> None:
+def close_fds(fds: set[int]) -> None:
+    """Close each of ``fds``, ignoring any already closed."""
     for fd in fds:
         try:
             os.close(fd)
@@ -50,7 +51,7 @@ class CallQueue:
         # Released when the queue goes, not when its loop ends: another thread may be in
         # ``wake`` then, and a number closed early could name another descriptor by the time
         # it writes (see LeaderLoop's park descriptor).
-        self._finalizer = weakref.finalize(self, _close_fds, {self._rfd, self._wfd})
+        self._finalizer = weakref.finalize(self, close_fds, {self._rfd, self._wfd})
         self._finalizer.atexit = False  # at exit a loop may still wait on it: the process closes it
 
     def bind(self) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from .._log import get_logger
-from ._callqueue import CallQueue
+from ._callqueue import CallQueue, close_fds
 from ._timer import Timer, make_timer
 
 __all__ = ["LEASE_S", "PARK_MAX_S", "CallQueue", "IoLoop", "LeaderLoop", "Readable", "Standby",
@@ -49,10 +49,7 @@ _deferred: list[Callable[[], None]] = []  # signal handlers held back until that
 
 def _close_quietly(fd: int, timer: Timer | None) -> None:
     """Close a loop's wake-up descriptor and timer (when the loop object is collected)."""
-    try:
-        os.close(fd)
-    except OSError:
-        pass
+    close_fds({fd})
     if timer is not None:
         timer.close()
 
