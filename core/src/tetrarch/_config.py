@@ -29,6 +29,7 @@ from ._errors import ArgumentTypeError, ConfigError
 __all__ = [
     "AGGREGATE_WINDOW",
     "ALLOCATOR",
+    "BATCH_IO_THREADS",
     "CLEANUP_TIMEOUT",
     "CONFIG_VARS",
     "CONNECT_TIMEOUT",
@@ -318,6 +319,11 @@ SPIN_US: Setting[int] = Setting(
     "process when its runtime starts; docs/performance.md)",
     unit="microseconds",
 )
+BATCH_IO_THREADS: Setting[bool] = Setting(
+    "batch_io_threads", "TETRARCH_BATCH_IO_THREADS", bool, True,
+    "libzmq's and nng's own threads run under SCHED_BATCH: a thread that hands them a message is not "
+    "preempted by them in the middle of it (read when a transport starts; docs/performance.md)",
+)
 RDMA_FALLBACK: Setting[bool] = Setting(
     "rdma_fallback", "TETRARCH_RDMA_FALLBACK", bool, True,
     "RDMA may fall back to core's backends when no hardware backend is usable (warns once)",
@@ -376,7 +382,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, RDMA_DEVICE,
         RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, FORWARD_OUTPUT, STANDBY, SPIN_US,
-        AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
+        BATCH_IO_THREADS, AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })
 

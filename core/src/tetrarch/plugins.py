@@ -89,6 +89,8 @@ _LAZY = {
     "ExitInfo": "tetrarch._runtime._spawn",
     "WatchedProcess": "tetrarch._runtime._spawn",
     "process_gone": "tetrarch._runtime._launch",
+    "helper_thread_policy": "tetrarch._transport._sched",
+    "batch_helper_threads": "tetrarch._transport._sched",
 }
 
 __all__ = [
@@ -124,10 +126,12 @@ __all__ = [
     "TransportError",
     "WatchedProcess",
     "advertised_host",
+    "batch_helper_threads",
     "fresh_ipc_name",
     "get_allocator",
     "get_registry",
     "get_transport",
+    "helper_thread_policy",
     "hookimpl",
     "hookspec",
     "library_probe",
@@ -162,3 +166,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._transport._loop import IoLoop, LeaderLoop
     from ._transport._qualified import QualifiedAddress, fresh_ipc_name, parse_qualified
     from ._transport._route import advertised_host
+    from ._transport._sched import batch_helper_threads, helper_thread_policy

@@ -50,6 +50,7 @@ from tetrarch.plugins import (
     Transport,
     TransportError,
     advertised_host,
+    batch_helper_threads,
     fresh_ipc_name,
     parse_qualified,
 )
@@ -84,9 +85,16 @@ if hasattr(lib, "nng_init_set_parameter"):  # nng 1.8+
     lib.nng_init_set_parameter(lib.NNG_INIT_NUM_TASK_THREADS, _TASK_THREADS)
 
 
+_threads_set = False
+
+
 def _pair(scheme: str) -> pynng.Pair0:
+    global _threads_set
     sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=_RECV_BUFFER, send_buffer_size=_SEND_BUFFER,
                        reconnect_time_min=_NEVER_MS, reconnect_time_max=_NEVER_MS)
+    if not _threads_set:  # nng started its threads with its first socket (all of them, for good)
+        batch_helper_threads("nng:")
+        _threads_set = True
     if scheme == "tcp":
         sock.tcp_keepalive = True
     return sock

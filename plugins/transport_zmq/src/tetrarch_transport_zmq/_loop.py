@@ -18,7 +18,7 @@ from typing import Any
 import zmq
 import zmq.backend
 
-from tetrarch.plugins import LeaderLoop
+from tetrarch.plugins import LeaderLoop, helper_thread_policy
 
 from ._conn import CHUNK, CLOSE, ZmqConnection
 from ._zap import ZapHandler
@@ -86,6 +86,9 @@ class ZmqLoop(LeaderLoop):
         #: The PLAIN password of the allocation's key (``_zap``), or None: no zmq-level gate.
         self.password = password
         self.ctx: zmq.Context[Any] = zmq.Context(io_threads=1)
+        policy = helper_thread_policy()  # libzmq's threads apply it when they start (first socket)
+        if policy is not None:
+            self.ctx.set(zmq.THREAD_SCHED_POLICY, policy)
         # Every descriptor the loop waits on (the wake-up eventfd, each socket's ZMQ_FD) is a plain
         # one, so an epoll set serves: what the loop waits on and what a standby watches
         # (readiness_fd). zmq.Poller polled them all per wait and built its answer in Python.
