@@ -12,8 +12,9 @@ import os
 from tetrarch import Actor, endpoint, this_host
 
 
-def policies() -> dict[str, list[int]]:
-    """Thread name -> the scheduling policies of the threads of that name."""
+def policies() -> dict[str, object]:
+    """This process's own policy (``base``: the one its threads inherit) and, by thread name, the
+    scheduling policies of the threads of that name (``threads``)."""
     out: dict[str, set[int]] = {}
     for tid in os.listdir("/proc/self/task"):
         try:
@@ -22,12 +23,12 @@ def policies() -> dict[str, list[int]]:
             out.setdefault(name, set()).add(os.sched_getscheduler(int(tid)))
         except OSError:  # the thread ended meanwhile
             continue
-    return {name: sorted(p) for name, p in out.items()}
+    return {"base": os.sched_getscheduler(os.getpid()), "threads": {name: sorted(p) for name, p in out.items()}}
 
 
 class Threads(Actor):
     @endpoint
-    def policies(self) -> dict[str, list[int]]:
+    def policies(self) -> dict[str, object]:
         return policies()
 
 
