@@ -65,6 +65,18 @@ def test_ending_prints_no_error_of_any_process(run_scenario, how):
     assert not bad, res.stderr[-5000:]
 
 
+def test_a_stopped_mesh_reports_no_lost_owner(run_scenario):
+    """A proc (or host agent) that is being stopped does not mistake its own closing for a
+    lost owner: with a ping every 10 ms, some ping fails while the process closes its
+    transport, and nothing may print "exiting: its owner ... is unreachable"."""
+    res = run_scenario(SCENARIOS / "clean_exit.py", "stop", "20", timeout=90,
+                       env={"TETRARCH_HEARTBEAT_INTERVAL": "0.01"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "DONE" in res.stdout
+    lost = [line for line in res.stderr.splitlines() if "exiting:" in line]
+    assert not lost, res.stderr[-5000:]
+
+
 def _proc(pid: int) -> psutil.Process | None:
     try:
         return psutil.Process(pid)

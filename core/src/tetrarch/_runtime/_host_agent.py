@@ -177,8 +177,9 @@ def main() -> int:
         _log.warning("host agent %d exiting: %s", index, reason)
         agent.done.set()
 
-    start_heartbeat(root.runtime, client, orphan)
+    heartbeat = start_heartbeat(root.runtime, client, orphan)
     agent.done.wait()
+    heartbeat.set()  # a ping that fails from here on is our own closing, not a lost client
     agent.kill_all(grace=5.0)
     root.close()
     return 0

@@ -454,7 +454,8 @@ def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None
     debugger), or its Python threads held off by a C call that keeps the GIL — which the
     loop notices as a tick that comes more than ``STALL_FACTOR`` intervals late. (The
     pings we could not send, and the answers we could not read, while stalled say
-    nothing about the owner.) Set the returned event to stop.
+    nothing about the owner.) Set the returned event to stop, before this process closes
+    its runtime: a ping that fails after that is not reported.
     """
     answered = [time.monotonic()]  # when the last answer arrived
     port = runtime.open_port(lambda _hdr, _payload: answered.__setitem__(0, time.monotonic()))
@@ -473,11 +474,12 @@ def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None
             try:
                 runtime.send(owner, [_wire.sys_header(_wire.SVC_LAUNCH, "ping", runtime.address, port)])
             except PeerUnreachable as exc:
-                on_orphan(f"its owner at {owner} is unreachable: {exc}")
+                if not stop.is_set():  # else this process is closing its runtime: not the owner's doing
+                    on_orphan(f"its owner at {owner} is unreachable: {exc}")
                 return
             if asked is None:
                 asked = now
-            elif now - asked > limit:
+            elif now - asked > limit and not stop.is_set():
                 on_orphan(f"its owner at {owner} answered no ping for {now - asked:.1f} s while this process ran "
                           f"(TETRARCH_ORPHAN_TIMEOUT={limit:g})")
                 return

@@ -62,8 +62,9 @@ def main() -> int:
     except PeerUnreachable as exc:
         _log.error("proc %s cannot reach its owner at %s: %s", ident, owner, exc)
         return 2
-    start_heartbeat(root.runtime, owner, orphan)
+    heartbeat = start_heartbeat(root.runtime, owner, orphan)
     done.wait()
+    heartbeat.set()  # a ping that fails from here on is our own closing, not a lost owner
     root.close()
     if orphaned:
         sys.stdout.flush()
