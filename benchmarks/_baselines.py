@@ -9,9 +9,9 @@ most 64 bytes comes back as it is (a call); a larger one is answered with one by
 imports tetrarch or a transport plugin.
 
 :class:`Peer` drives one peer: ``roundtrip()`` (one call), ``pipelined(n, window)``
-(``n`` calls with up to ``window`` in flight: pyzmq and pynng queues drop or block past
-their high-water marks, and a socket peer that writes while we write would deadlock
-once both kernel buffers are full), ``payload(data)`` (send ``data``, wait for the ack).
+(``n`` calls with up to ``window`` in flight: a socket peer that writes while we write
+would deadlock once both kernel buffers are full; the zmq sockets have no high-water
+marks and the peer's ROUTER raises rather than drop a reply), ``payload(data)`` (send ``data``, wait for the ack).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ __all__ = ["LIBRARIES", "PEER", "Peer", "library_of", "missing_library"]
 #: The library each transport's baseline uses (a third-party transport gets the raw socket).
 LIBRARIES = {"ipc": "socket", "tcp": "socket", "zmq": "zmq", "nng": "nng"}
 SMALL = 64  # bytes: at most this comes back as it is
+#: Seconds the zmq and nng baselines wait for one reply before the run fails (a socket peer
+#: that dies closes the connection instead).
+RECV_TIMEOUT = 60.0
 
 PEER = r"""
 import os, socket, struct, sys
@@ -71,6 +74,11 @@ if lib == "socket":
 elif lib == "zmq":
     import zmq
     ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER)
+    # No high-water marks (the client's window bounds what is queued), and a reply that
+    # cannot go out raises: with SNDHWM at its default of 1000, a ROUTER dropped a reply of a
+    # 1000-call window now and then (libzmq acknowledges reads in batches), and the client
+    # waited for it for good.
+    s.setsockopt(zmq.SNDHWM, 0); s.setsockopt(zmq.RCVHWM, 0); s.setsockopt(zmq.ROUTER_MANDATORY, 1)
     addr = ("ipc://@" + name) if scheme == "ipc" else "tcp://127.0.0.1:0"
     s.bind(addr); print(s.getsockopt_string(zmq.LAST_ENDPOINT) if scheme == "tcp" else addr, flush=True)
     while True:
@@ -143,11 +151,15 @@ class Peer:
 
             self._ctx = zmq.Context()
             self._sock = self._ctx.socket(zmq.DEALER)
+            self._sock.setsockopt(zmq.SNDHWM, 0)
+            self._sock.setsockopt(zmq.RCVHWM, 0)
+            self._sock.setsockopt(zmq.RCVTIMEO, int(RECV_TIMEOUT * 1000))  # a lost reply fails the run
             self._sock.connect(self.address)
         else:
             import pynng
 
-            self._sock = pynng.Pair0(recv_max_size=0, recv_buffer_size=8192, send_buffer_size=8192)
+            self._sock = pynng.Pair0(recv_max_size=0, recv_buffer_size=8192, send_buffer_size=8192,
+                                     recv_timeout=int(RECV_TIMEOUT * 1000))
             self._sock.dial(self.address, block=True)
 
     # -- one message each way ------------------------------------------------
@@ -167,13 +179,25 @@ class Peer:
             self._sock.send(data if isinstance(data, bytes) else ffi.from_buffer(memoryview(data)))
 
     def recv(self) -> None:
+        """One reply.
+
+        Raises:
+            ConnectionError: the peer closed the connection, or no reply came within
+                :data:`RECV_TIMEOUT` (zmq, nng).
+        """
         if self.lib == "socket":
             (n,) = struct.unpack("!I", self._recv_exact(4))
             self._recv_exact(n)
-        elif self.lib == "zmq":
-            self._sock.recv(copy=False)
-        else:
-            self._sock.recv_msg()
+            return
+        try:
+            if self.lib == "zmq":
+                self._sock.recv(copy=False)
+            else:
+                self._sock.recv_msg()
+        except Exception as exc:
+            if type(exc).__name__ not in ("Again", "Timeout"):  # zmq.Again, pynng.Timeout
+                raise
+            raise ConnectionError(f"no reply from the raw {self.lib} peer within {RECV_TIMEOUT:.0f} s") from exc
 
     def _recv_exact(self, n: int) -> bytes:
         chunks, got = [], 0
