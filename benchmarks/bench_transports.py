@@ -2,6 +2,7 @@
 
     python benchmarks/bench_transports.py [--transports ipc,tcp,zmq,nng] [--quick]
         [--calls 2000] [--pipelined 20000] [--window 1000] [--rounds 200] [--mib 64,512]
+        [--repeat 1]
 
 Per transport (default: every transport ``tetrarch plugins`` shows available; one that
 is not is listed with its reason), in this order:
@@ -19,6 +20,14 @@ is not is listed with its reason), in this order:
 
 Ratios are tetrarch / raw (times: lower is better; calls/s: higher is better).
 ``--quick`` (about a minute): fewer calls, 64 MiB only.
+
+``--repeat N`` runs the whole comparison N times, transports interleaved, and prints per
+figure the median over the runs, the median of the per-run ratios (each tetrarch figure
+against the raw one of the same run) and their range: on a shared VM one run's figures
+move by 10-20 % with the hour, and a single run can land on either side of a target.
+Each table ends with the issue's targets for a plugin transport (p50 at most
+:data:`TARGET_P50_RATIO` x raw, at least :data:`TARGET_RATE` pipelined calls/s, an 8-proc
+round of at most :data:`TARGET_ROUND_S`), checked against those medians.
 """
 
 from __future__ import annotations
@@ -37,6 +46,11 @@ import _baselines
 
 Result = dict[str, float]
 US, MS = 1e6, 1e3
+#: The targets for a plugin transport (docs/performance.md): p50 against the raw library's,
+#: pipelined calls/s, the 8-proc round's p50 in seconds.
+TARGET_P50_RATIO = 1.3
+TARGET_RATE = 30_000.0
+TARGET_ROUND_S = 1e-3
 
 
 def _pcts(samples: list[float]) -> tuple[float, float]:
@@ -156,20 +170,46 @@ def _rows(mibs: list[int]) -> list[tuple[str, str, float, str]]:
     return rows + [(f"{m} MiB numpy arg (ms)", f"mib{m}", MS, "t") for m in mibs]
 
 
-def report(transport: str, lib: str, scheme: str, mine: Result | None, raw: Result, mibs: list[int]) -> None:
-    """One table; ``mine`` None: the transport cannot run here, the raw library's column alone."""
+def report(transport: str, lib: str, scheme: str, mine: list[Result] | None, raw: list[Result],
+           mibs: list[int]) -> None:
+    """One table over the runs in ``raw`` (and ``mine``, run for run); ``mine`` None: the
+    transport cannot run here, the raw library's column alone."""
     base = {"socket": f"raw {'AF_UNIX' if scheme == 'ipc' else 'TCP'} socket", "zmq": "raw pyzmq DEALER/ROUTER",
             "nng": "raw pynng Pair0"}[lib]
-    where = f"tetrarch at {mine['address']}" if mine else "tetrarch cannot run on it here (see above)"
-    print(f"\n== {transport}: {where}; baseline: {base} over {scheme}://")
-    print(f"{'':26}{'raw':>12}{'tetrarch':>12}{'ratio':>9}")
+    where = f"tetrarch at {mine[0]['address']}" if mine else "tetrarch cannot run on it here (see above)"
+    runs = f"; medians of {len(raw)} runs" if len(raw) > 1 else ""
+    print(f"\n== {transport}: {where}; baseline: {base} over {scheme}://{runs}")
+    spread = len(raw) > 1 and mine is not None
+    print(f"{'':26}{'raw':>12}{'tetrarch':>12}{'ratio':>9}" + (f"{'ratio range':>16}" if spread else ""))
+    med = statistics.median
     for label, key, scale, how in _rows(mibs):
         fmt = "{:12.0f}" if how == "r" else ("{:12.1f}" if scale == US else "{:12.2f}")
-        r = raw[key]
-        cells = fmt.format(r * scale)
+        cells = fmt.format(med(r[key] for r in raw) * scale)
         if mine is not None:
-            cells += fmt.format(mine[key] * scale) + f"{mine[key] / r:9.2f}"
+            ratios = [m[key] / r[key] for m, r in zip(mine, raw, strict=True)]
+            cells += fmt.format(med(m[key] for m in mine) * scale) + f"{med(ratios):9.2f}"
+            if spread:
+                cells += f"{min(ratios):9.2f} - {max(ratios):4.2f}"
         print(f"{label:26}{cells}")
+    if mine is not None:
+        print(targets(mine, raw))
+
+
+def targets(mine: list[Result], raw: list[Result]) -> str:
+    """The plugin-transport targets checked against the medians over the runs."""
+    med = statistics.median
+    p50 = med(m["p50"] / r["p50"] for m, r in zip(mine, raw, strict=True))
+    rate = med(m["rate"] for m in mine)
+    rnd = med(m["round"] for m in mine)
+
+    def mark(ok: bool) -> str:
+        return "ok" if ok else "MISSED"
+
+    held = [sum(m["round"] <= TARGET_ROUND_S for m in mine), sum(m["rate"] >= TARGET_RATE for m in mine)]
+    runs = f" (round held in {held[0]}/{len(mine)} runs, pipelined in {held[1]}/{len(mine)})" if len(mine) > 1 else ""
+    return (f"targets: p50 <= {TARGET_P50_RATIO}x raw: {p50:.2f}x {mark(p50 <= TARGET_P50_RATIO)}; "
+            f"pipelined >= {TARGET_RATE / 1e3:.0f} k/s: {rate / 1e3:.1f} k {mark(rate >= TARGET_RATE)}; "
+            f"8-proc round <= {TARGET_ROUND_S * MS:.0f} ms: {rnd * MS:.2f} ms {mark(rnd <= TARGET_ROUND_S)}{runs}")
 
 
 def _transports(asked: str | None) -> tuple[list[str], list[str], list[str]]:
@@ -204,6 +244,8 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=1000, help="raw baselines: calls in flight when pipelining")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--mib", default="64,512", help="payload sizes in MiB, comma-separated")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the whole comparison this many times and report medians (see above)")
     ap.add_argument("--worker-timeout", type=float, default=240.0,
                     help="seconds one transport's tetrarch run may take before it is reported FAILED")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -214,30 +256,60 @@ def main() -> int:
     if args.worker:
         print(json.dumps(tetrarch_worker(args)))
         return 0
+    if args.repeat < 1:
+        ap.error(f"--repeat must be at least 1, not {args.repeat}")
     run, skipped, raw_only = _transports(args.transports)
     print(f"cores: {os.cpu_count()}   python: {sys.version.split()[0]}   calls: {args.calls}   pipelined: "
-          f"{args.pipelined}   rounds: {args.rounds}")
+          f"{args.pipelined}   rounds: {args.rounds}" + (f"   runs: {args.repeat}" if args.repeat > 1 else ""))
     for line in skipped:
         print(f"skipped {line}")
     status = 0
+    mine: dict[str, list[Result]] = {t: [] for t in run}
+    raw: dict[str, list[Result]] = {t: [] for t in run}
+    failed: set[str] = set()
+    for n in range(args.repeat):
+        if args.repeat > 1:
+            print(f"run {n + 1}/{args.repeat} ...", flush=True)
+        for transport in run:
+            if transport in failed:
+                continue
+            lib = _baselines.library_of(transport)
+            try:
+                figures = run_worker(transport, args)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"\n== {transport}: FAILED: {exc}", flush=True)
+                failed.add(transport)
+                status = 1
+                continue
+            if _baselines.missing_library(lib):
+                mine[transport].append(figures)
+                continue
+            scheme = str(figures["address"]).partition("://")[0].rpartition("+")[2]
+            try:
+                baseline = raw_figures(lib, scheme, args)
+            except (ConnectionError, RuntimeError) as exc:
+                print(f"\n== {transport}: raw {lib} baseline FAILED: {exc}", flush=True)
+                failed.add(transport)
+                status = 1
+                continue
+            mine[transport].append(figures)
+            raw[transport].append(baseline)
+            if args.repeat == 1:
+                report(transport, lib, scheme, mine[transport], raw[transport], args.mib)
+                sys.stdout.flush()
     for transport in run:
         lib = _baselines.library_of(transport)
-        try:
-            mine = run_worker(transport, args)
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            print(f"\n== {transport}: FAILED: {exc}", flush=True)
-            status = 1
-            continue
-        scheme = str(mine["address"]).partition("://")[0].rpartition("+")[2]
         why = _baselines.missing_library(lib)
+        if transport in failed or not mine[transport]:
+            continue
         if why:
             print(f"\n== {transport}: no raw baseline: {why}")
-            continue
-        report(transport, lib, scheme, mine, raw_figures(lib, scheme, args), args.mib)
-        sys.stdout.flush()
+        elif args.repeat > 1:
+            scheme = str(mine[transport][0]["address"]).partition("://")[0].rpartition("+")[2]
+            report(transport, lib, scheme, mine[transport], raw[transport], args.mib)
     for transport in raw_only:  # the library's own figures, for when its transport lands
         lib = _baselines.library_of(transport)
-        report(transport, lib, "ipc", None, raw_figures(lib, "ipc", args), args.mib)
+        report(transport, lib, "ipc", None, [raw_figures(lib, "ipc", args)], args.mib)
     return status
 
 
