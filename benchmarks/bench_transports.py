@@ -207,7 +207,7 @@ def targets(mine: list[Result], raw: list[Result]) -> str:
 
     held = [sum(m["round"] <= TARGET_ROUND_S for m in mine), sum(m["rate"] >= TARGET_RATE for m in mine)]
     runs = f" (round held in {held[0]}/{len(mine)} runs, pipelined in {held[1]}/{len(mine)})" if len(mine) > 1 else ""
-    return (f"targets: p50 <= {TARGET_P50_RATIO}x raw: {p50:.2f}x {mark(p50 <= TARGET_P50_RATIO)}; "
+    return (f"plugin-transport targets: p50 <= {TARGET_P50_RATIO}x raw: {p50:.2f}x {mark(p50 <= TARGET_P50_RATIO)}; "
             f"pipelined >= {TARGET_RATE / 1e3:.0f} k/s: {rate / 1e3:.1f} k {mark(rate >= TARGET_RATE)}; "
             f"8-proc round <= {TARGET_ROUND_S * MS:.0f} ms: {rnd * MS:.2f} ms {mark(rnd <= TARGET_ROUND_S)}{runs}")
 
