@@ -155,12 +155,14 @@ class Peer:
             self._sock.setsockopt(zmq.RCVHWM, 0)
             self._sock.setsockopt(zmq.RCVTIMEO, int(RECV_TIMEOUT * 1000))  # a lost reply fails the run
             self._sock.connect(self.address)
+            self._timed_out: type[Exception] = zmq.Again
         else:
             import pynng
 
             self._sock = pynng.Pair0(recv_max_size=0, recv_buffer_size=8192, send_buffer_size=8192,
                                      recv_timeout=int(RECV_TIMEOUT * 1000))
             self._sock.dial(self.address, block=True)
+            self._timed_out = pynng.Timeout
 
     # -- one message each way ------------------------------------------------
     def send(self, data: Any) -> None:
@@ -194,9 +196,7 @@ class Peer:
                 self._sock.recv(copy=False)
             else:
                 self._sock.recv_msg()
-        except Exception as exc:
-            if type(exc).__name__ not in ("Again", "Timeout"):  # zmq.Again, pynng.Timeout
-                raise
+        except self._timed_out as exc:
             raise ConnectionError(f"no reply from the raw {self.lib} peer within {RECV_TIMEOUT:.0f} s") from exc
 
     def _recv_exact(self, n: int) -> bytes:
