@@ -66,6 +66,8 @@ _LAZY = {
     "ConnectionHandler": "tetrarch._transport._base",
     "ConnectionClosed": "tetrarch._transport._base",
     "TransportError": "tetrarch._transport._base",
+    "PreAuthLimits": "tetrarch._transport._limits",
+    "connection_cap": "tetrarch._transport._limits",
     "CallQueue": "tetrarch._transport._callqueue",
     "IoLoop": "tetrarch._transport._loop",
     "LeaderLoop": "tetrarch._transport._loop",
@@ -116,6 +118,7 @@ __all__ = [
     "MemoryKind",
     "PeerIdentity",
     "PluginLoadError",
+    "PreAuthLimits",
     "ProbeResult",
     "QualifiedAddress",
     "RdmaBackend",
@@ -127,6 +130,7 @@ __all__ = [
     "WatchedProcess",
     "advertised_host",
     "batch_helper_threads",
+    "connection_cap",
     "fresh_ipc_name",
     "get_allocator",
     "get_registry",
@@ -163,6 +167,7 @@ if TYPE_CHECKING:  # pragma: no cover
         TransportError,
     )
     from ._transport._callqueue import CallQueue
+    from ._transport._limits import PreAuthLimits, connection_cap
     from ._transport._loop import IoLoop, LeaderLoop
     from ._transport._qualified import QualifiedAddress, fresh_ipc_name, parse_qualified
     from ._transport._route import advertised_host

@@ -37,6 +37,7 @@ from .._config import CONNECT_TIMEOUT, SPIN_US
 from .._log import get_logger
 from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role, transport_key
 from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
+from .._transport._limits import PreAuthLimits
 from .._transport._route import pin_host
 from . import _outcome, _serial, _wire
 from ._early import EarlyCalls
@@ -156,6 +157,8 @@ class Router:
         listen = listen_address or transport.default_address(spans_hosts=spans_hosts)
         try:
             transport.use_key(transport_key(secret))  # before the first listen (Transport.use_key)
+            # The transport's own handshake (if any) is held to the kernel's bounds on strangers.
+            transport.limit_unauthenticated(PreAuthLimits(timeout=auth_timeout, max_pending=max_unauthenticated))
             self._listener = transport.listen(listen, self)
         except BaseException:
             with self._olock:  # no router: end the flusher thread

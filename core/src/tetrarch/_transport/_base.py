@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from .._errors import TetrarchError
+from ._limits import PreAuthLimits
 
 if TYPE_CHECKING:
     from ._loop import LeaderLoop
@@ -47,6 +48,7 @@ __all__ = [
     "ConnectionClosed",
     "ConnectionHandler",
     "Listener",
+    "PreAuthLimits",
     "SinkResolver",
     "Transport",
     "TransportError",
@@ -208,6 +210,24 @@ class Transport(abc.ABC):
         it unpickles a frame. A transport that uses the key makes ``connect`` to a listener
         with another key raise ``TransportError`` promptly. The default ignores it.
         """
+
+    #: The bounds on connections that have not authenticated, as the kernel last set them
+    #: (:meth:`limit_unauthenticated`); the defaults until then.
+    preauth_limits: PreAuthLimits = PreAuthLimits()
+
+    def limit_unauthenticated(self, limits: PreAuthLimits) -> None:
+        """The kernel's bounds on strangers, handed over before the first ``listen``.
+
+        A transport whose library runs a handshake of its own before ``on_open`` (so the
+        kernel can't see the connection yet) must hold that stage to ``limits``: close a
+        connection not opened within ``limits.timeout``, keep at most ``limits.max_pending``
+        waiting (closing the oldest), hold about ``limits.max_bytes`` for each, and keep at
+        most ``limits.connection_limit()`` connections open in all, refusing new ones with a
+        log line (see ``tetrarch._transport._limits``). A transport that calls ``on_open``
+        as soon as it accepts leaves this to the kernel and keeps the default, which stores
+        ``limits`` in :attr:`preauth_limits`.
+        """
+        self.preauth_limits = limits
 
     def close(self) -> None:  # noqa: B027 - optional: a transport without resources keeps this no-op
         """Release the transport's I/O resources (threads, contexts). Idempotent."""
