@@ -37,7 +37,7 @@ from .._config import CONNECT_TIMEOUT, SPIN_US
 from .._log import get_logger
 from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role, transport_key
 from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
-from .._transport._limits import PreAuthLimits
+from .._transport._limits import PreAuthLimits, raise_open_file_limit
 from .._transport._route import pin_host
 from . import _outcome, _serial, _wire
 from ._early import EarlyCalls
@@ -116,6 +116,9 @@ class Router:
             raise ValueError(f"auth_timeout must be a positive number of seconds, got {auth_timeout!r}")
         if max_unauthenticated < 1:
             raise ValueError(f"max_unauthenticated must be at least 1, got {max_unauthenticated!r}")
+        # Every process of tetrarch (client, host agent, proc) makes one router: a soft
+        # open-file limit of 1024 is too low for many peers, and the connection cap is half of it.
+        raise_open_file_limit()
         self.transport = transport
         self.secret = secret
         self.name = name

@@ -20,6 +20,7 @@ what :meth:`IpcTransport.default_address` hands out on Linux.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import select
@@ -27,6 +28,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import cast
 
@@ -38,6 +40,7 @@ from ._framing import nbytes
 from ._framing import receive_buffers as _receive_buffers
 from ._framing import resolve_sinks as _resolve_sinks
 from ._framing import sink_lead as _sink_lead
+from ._limits import PreAuthLimits
 from ._loop import IoLoop
 from ._route import advertised_host
 
@@ -72,6 +75,14 @@ def parse_address(address: str) -> tuple[str, object]:
             raise ValueError(f"ipc address {address!r} needs a path, e.g. ipc:///tmp/x.sock or ipc://@name")
         return scheme, ("\0" + rest[1:]) if rest.startswith("@") else rest
     raise ValueError(f"address {address!r}: scheme {scheme!r} is not served by the builtin transport (tcp, ipc)")
+
+
+def _open_spare() -> int | None:
+    """A descriptor held in reserve for accepting (and closing) a connection when none is left."""
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
 class _SocketConnection(Connection):
@@ -270,13 +281,26 @@ class _SocketConnection(Connection):
 
 
 class _SocketListener(Listener):
-    def __init__(self, io: _IoLoop, sock: socket.socket, address: str, handler: ConnectionHandler, path: str | None):
+    """Accepts connections; keeps the process under its connection cap and never spins on EMFILE.
+
+    A connection accepted while the loop already holds ``limits.connection_limit()`` is
+    closed at once (logged: the first, then one line per 1000). Should the process run
+    out of descriptors anyway, a spare descriptor kept for the purpose is given up to
+    accept and close the waiting connection, so the level-triggered listener does not
+    turn the I/O thread into a busy loop and the peer learns it was refused.
+    """
+
+    def __init__(self, io: _IoLoop, sock: socket.socket, address: str, handler: ConnectionHandler, path: str | None,
+                 limits: PreAuthLimits):
         self._io = io
         self._sock = sock
         self._address = address
         self._handler = handler
         self._path = path
         self._closed = False
+        self._limits = limits
+        self._refused = 0
+        self._spare: int | None = _open_spare()
 
     @property
     def address(self) -> str:
@@ -286,13 +310,20 @@ class _SocketListener(Listener):
         """``on_readable`` raised: the listener keeps listening (the error was logged)."""
 
     def on_readable(self) -> None:
+        cap = self._limits.connection_limit()
         while True:
             try:
                 sock, peer = self._sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    self._shed_without_descriptors(exc)
                 return
+            if self._io.connection_count() >= cap:
+                sock.close()
+                self._refuse(f"this process holds {cap} connections already (half its open-file limit)")
+                continue
             sock.setblocking(False)
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -311,9 +342,30 @@ class _SocketListener(Listener):
         self._closed = True
         self._io.call(self._close_now)
 
+    def _refuse(self, why: str) -> None:
+        self._refused += 1
+        if self._refused % 1000 == 1:
+            _log.warning("%s: refused a new connection: %s (%d refused so far)", self._address, why, self._refused)
+
+    def _shed_without_descriptors(self, exc: OSError) -> None:
+        """accept() found no descriptor: accept and close one waiting connection with the spare."""
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+            try:
+                sock, _peer = self._sock.accept()
+                sock.close()
+            except OSError:
+                pass
+            self._spare = _open_spare()
+        self._refuse(f"no file descriptor left ({exc.strerror})")
+
     def _close_now(self) -> None:
         self._io.unregister(self._sock)
         self._sock.close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
         if self._path:
             try:
                 os.unlink(self._path)
@@ -341,6 +393,10 @@ class _IoLoop(IoLoop):
             self.watch(obj._sock, obj)
 
         self.call(do)
+
+    def connection_count(self) -> int:
+        """Connections open on this loop, accepted and dialed (reading thread)."""
+        return len(self._conns)
 
     def unregister(self, sock: socket.socket) -> None:
         self.unwatch(sock)
@@ -418,7 +474,7 @@ class SocketTransport(Transport):
                 path = str(sockaddr)
         try:
             sock.bind(sockaddr)  # type: ignore[arg-type]
-            sock.listen(512)
+            sock.listen(socket.SOMAXCONN)
         except OSError as exc:
             sock.close()
             raise TransportError(f"cannot listen on {address}: {exc}") from exc
@@ -429,7 +485,7 @@ class SocketTransport(Transport):
             real = f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
         else:
             real = address
-        listener = _SocketListener(io, sock, real, handler, path)
+        listener = _SocketListener(io, sock, real, handler, path, self.preauth_limits)
         io.register(listener)
         return listener
 
@@ -443,13 +499,7 @@ class SocketTransport(Transport):
                 raise TransportError(f"cannot connect to {address}: {exc}") from exc
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         else:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(timeout)
-            try:
-                sock.connect(sockaddr)  # type: ignore[arg-type]
-            except OSError as exc:
-                sock.close()
-                raise TransportError(f"cannot connect to {address}: {exc}") from exc
+            sock = _connect_unix(address, sockaddr, timeout)
         sock.setblocking(False)
         conn = _SocketConnection(io, sock, handler, address)
         handler.on_open(conn)
@@ -461,6 +511,37 @@ class SocketTransport(Transport):
             if self._io is not None:
                 self._io.shut()
                 self._io = None
+
+
+def _connect_unix(address: str, sockaddr: object, timeout: float) -> socket.socket:
+    """Dial a Unix socket, retrying while its listen backlog is full, for up to ``timeout`` s.
+
+    A Unix-socket ``connect`` with a timeout fails with EAGAIN at once when the listener's
+    backlog is full (a burst of dials, or a flood of strangers), where TCP would retry the
+    SYN by itself. Retries back off from 1 ms to 50 ms.
+
+    Raises:
+        TransportError: nobody listens there, or the backlog stayed full for ``timeout`` s.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            sock.connect(sockaddr)  # type: ignore[arg-type]
+            return sock
+        except BlockingIOError as exc:  # EAGAIN: the backlog is full
+            sock.close()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TransportError(f"cannot connect to {address}: its listen backlog stayed full for "
+                                     f"{timeout:g} s (the listening process is flooded or stuck)") from exc
+            time.sleep(min(pause, left))  # a retry's back-off, not a synchronisation
+            pause = min(pause * 2, 0.05)
+        except OSError as exc:
+            sock.close()
+            raise TransportError(f"cannot connect to {address}: {exc}") from exc
 
 
 class TcpTransport(SocketTransport):
