@@ -127,9 +127,11 @@ def test_killed_peer_closes_its_connection_at_once(transport: NngTransport, addr
 
 def test_requesters_that_never_claim_stay_bounded_and_real_peers_still_connect(transport: NngTransport) -> None:
     """Many dialers asking the handshake socket for a connection and never dialing it, plus garbage there."""
-    from tetrarch.plugins import parse_qualified
-    from tetrarch_transport_nng._nng import _MAGIC, _MAX_PENDING, _TOKEN, _url
+    from tetrarch.plugins import PreAuthLimits, parse_qualified
+    from tetrarch_transport_nng._nng import _MAGIC, _TOKEN, _url
 
+    _MAX_PENDING = 16
+    transport.limit_unauthenticated(PreAuthLimits(timeout=scaled(60), max_pending=_MAX_PENDING))
     srec = Recorder()
     listener = transport.listen(transport.default_address(spans_hosts=False), srec)
     url = _url(parse_qualified(listener.address, "nng"))

@@ -10,9 +10,18 @@ is therefore one nng ``pair0`` socket holding exactly one pipe, on both sides:
   name), answers with its address and closes nothing else. The dialer dials it with its
   own ``pair0`` socket and sends the token as the first message; the listener's side
   opens the connection when the token matches (pipes that bring anything else are
-  closed, and a socket nobody claims within ``_CLAIM_TIMEOUT`` is closed; beyond
-  ``_MAX_PENDING`` unclaimed sockets the oldest is closed, so requesters that never dial
-  cannot pile up descriptors).
+  closed).
+* Strangers: until it opens, a would-be connection (its ``rep0`` pipe, then the ``pair0``
+  socket handed out for it) holds one ticket of the transport's :class:`~._gate.Gate`,
+  which holds that stage to the kernel's :class:`~tetrarch.plugins.PreAuthLimits`
+  (:meth:`NngTransport.limit_unauthenticated`): closed past ``timeout``, the oldest closed
+  past ``max_pending``, new pipes refused while open connections fill
+  ``connection_limit()``. nng buffers at most one rendezvous request per ``rep0`` pipe
+  (``recv_max_size``) and two ``CHUNK``-sized messages per unclaimed ``pair0`` socket (one
+  its pipe reads, one queued). nng itself closes a connection that does not finish the
+  8-byte SP header exchange within 10 s; those never reach this code.
+* Dials: a dial that finds the listener's backlog full (``NNG_EAGAIN``: a Unix socket's
+  ``connect`` does not wait for room as TCP's does) is retried until the connect timeout.
 * Why not one polyamorous ``pair1`` socket per listener with per-pipe sends, which
   nng offers: its per-pipe send queue holds two messages and the socket *drops*
   whatever does not fit (``pair1_poly.c``: "we just discard the message" to avoid
@@ -33,6 +42,7 @@ import contextlib
 import hmac
 import secrets
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -46,6 +56,7 @@ from tetrarch.plugins import (
     ConnectionHandler,
     IoLoop,
     Listener,
+    PreAuthLimits,
     QualifiedAddress,
     Transport,
     TransportError,
@@ -56,6 +67,7 @@ from tetrarch.plugins import (
 )
 
 from ._conn import CHUNK, NngConnection, new_msg
+from ._gate import Gate, Ticket
 
 __all__ = ["NngTransport"]
 
@@ -64,13 +76,16 @@ _log = get_logger("transport.nng")
 _MAGIC = b"TETRARCH-NNG/1"
 _TOKEN = 16
 _REQUEST = len(_MAGIC) + _TOKEN
-#: Seconds a listener keeps a connection's socket for the dialer that asked for it.
-_CLAIM_TIMEOUT = 10.0
-#: Connection sockets a listener keeps for dialers that have not claimed them yet (each holds a
-#: descriptor and a listening port or name); beyond it the oldest unclaimed one is closed.
-_MAX_PENDING = 64
+#: Bytes req0 puts in front of a request's body on the wire (its request id): the most a
+#: ``rep0`` pipe may bring in one message is ``_REQUEST + _REQ_ID``.
+_REQ_ID = 4
 #: Messages nng queues per socket before this side reads them (each at most ``CHUNK`` bytes).
 _RECV_BUFFER = 8
+#: The same for a connection's socket until its dialer has claimed it (nng's pipe reads one
+#: more message itself): what a stranger on an unclaimed socket can make nng hold.
+_UNCLAIMED_RECV_BUFFER = 1
+#: Longest pause between two tries of a dial that found the listener's backlog full.
+_BACKLOG_PAUSE_MAX = 0.05
 #: Messages nng queues per socket for sending (room for the kernel's small control messages,
 #: which the I/O thread sends without blocking: ``NngConnection._sendmsg``).
 _SEND_BUFFER = 64
@@ -88,9 +103,9 @@ if hasattr(lib, "nng_init_set_parameter"):  # nng 1.8+
 _threads_set = False
 
 
-def _pair(scheme: str) -> pynng.Pair0:
+def _pair(scheme: str, recv_buffer: int = _RECV_BUFFER) -> pynng.Pair0:
     global _threads_set
-    sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=_RECV_BUFFER, send_buffer_size=_SEND_BUFFER,
+    sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=recv_buffer, send_buffer_size=_SEND_BUFFER,
                        reconnect_time_min=_NEVER_MS, reconnect_time_max=_NEVER_MS)
     if not _threads_set:  # nng started its threads with its first socket (all of them, for good)
         batch_helper_threads("nng:")
@@ -111,14 +126,38 @@ def _err(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _dial(sock: pynng.Socket, url: str, deadline: float, address: str, timeout: float) -> None:
+    """Dial ``url`` (blocking), trying again while the listener's backlog is full until ``deadline``.
+
+    Raises:
+        TransportError: the backlog stayed full until ``deadline``.
+        pynng.NNGException: the dial failed otherwise (refused, closed, ...).
+    """
+    pause = 0.001
+    while True:
+        try:
+            sock.dial(url, block=True)
+            return
+        except pynng.TryAgain:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TransportError(f"cannot connect to {address}: its listen backlog stayed full "
+                                     f"for {timeout:g} s") from None
+            time.sleep(min(pause, left))  # back off while the listener drains its backlog (not synchronization)
+            pause = min(2 * pause, _BACKLOG_PAUSE_MAX)
+
+
 class _Accepted(NngConnection):
     """The listener's side: opens when the dialer that asked for it brings its token."""
 
     def __init__(self, loop: IoLoop, sock: pynng.Pair0, handler: ConnectionHandler, peer: str, token: bytes,
-                 owner: _NngListener) -> None:
+                 owner: _NngListener, ticket: Ticket, rep_pipe: Any) -> None:
         super().__init__(loop, sock, handler, peer)
         self._token = token
         self._owner = owner
+        self._gate = owner.gate
+        self._ticket: Ticket | None = ticket
+        self._rep_pipe = rep_pipe  # the rendezvous pipe (nng_pipe): closed once this opens or goes
         self._pipe_id: int | None = None
         self._removed: set[int] = set()  # pipes gone before they were claimed
         self._claim_lock = threading.Lock()
@@ -142,14 +181,26 @@ class _Accepted(NngConnection):
 
     # I/O thread
     def claim_or_expire(self) -> None:
+        """The gate closes this (past its deadline, or the oldest past the cap) unless it opened."""
         if self._pipe_id is None and not self._closed:
             self._closed = True
             self.drop_unopened()
 
+    def _close_rep_pipe(self) -> None:
+        if self._rep_pipe is not None:
+            lib.nng_pipe_close(self._rep_pipe)  # nng_pipe_close of a pipe gone already returns an error
+            self._rep_pipe = None
+
     def drop_unopened(self) -> None:
         self._owner.pending.pop(self, None)
+        self._gate.leave(self._ticket)
+        self._close_rep_pipe()
         self._close_reported = True  # never opened: nobody to tell
         self.drop(None)
+
+    def drop(self, error: BaseException | None) -> None:
+        super().drop(error)
+        self._gate.released(self)
 
     def on_readable(self) -> None:
         if self._pipe_id is not None:
@@ -170,10 +221,17 @@ class _Accepted(NngConnection):
             gone = self._pipe_id in self._removed
             self._removed.clear()
         self._owner.pending.pop(self, None)
+        if not self._gate.leave(self._ticket):  # the gate closed it meanwhile (its closer is queued)
+            self.drop_unopened()
+            return
+        self._ticket = None
         if gone:  # the dialer left right after claiming: nobody to open for
             self.pipe_alive = False
             self.drop_unopened()
             return
+        self._gate.opened(self)
+        self._close_rep_pipe()  # the dialer is done with the rendezvous
+        self._sock.recv_buffer_size = _RECV_BUFFER
         try:
             self._handler.on_open(self)
         except Exception:  # noqa: BLE001 - a faulty handler must not kill the I/O thread
@@ -182,8 +240,9 @@ class _Accepted(NngConnection):
 
 
 class _Dialed(NngConnection):
-    def __init__(self, loop: IoLoop, sock: pynng.Pair0, handler: ConnectionHandler, peer: str) -> None:
+    def __init__(self, loop: IoLoop, sock: pynng.Pair0, handler: ConnectionHandler, peer: str, gate: Gate) -> None:
         super().__init__(loop, sock, handler, peer)
+        self._gate = gate
         self._pipe_id: int | None = None
         self._lock = threading.Lock()
         sock.add_pre_pipe_connect_cb(self._pre_pipe)
@@ -201,6 +260,10 @@ class _Dialed(NngConnection):
             self.pipe_alive = False
             self._loop.call(self.pipe_gone)
 
+    def drop(self, error: BaseException | None) -> None:
+        super().drop(error)
+        self._gate.released(self)
+
 
 class _NngListener(Listener):
     def __init__(self, transport: NngTransport, where: QualifiedAddress, handler: ConnectionHandler) -> None:
@@ -210,10 +273,14 @@ class _NngListener(Listener):
         url = _url(where)
         self._handler = handler
         self._closed = False
-        self.pending: dict[_Accepted, None] = {}  # sockets handed out and not claimed yet, oldest first
-        self._rep = pynng.Rep0(recv_max_size=_REQUEST + 64, recv_buffer_size=_RECV_BUFFER)
+        self.gate = transport.gate
+        self.pending: dict[_Accepted, None] = {}  # sockets handed out and not claimed yet
+        self._tickets: dict[int, Ticket] = {}  # rep0 pipe id -> its ticket, until its request is answered
+        self._rep = pynng.Rep0(recv_max_size=_REQUEST + _REQ_ID, recv_buffer_size=_RECV_BUFFER)
         if scheme == "tcp":
             self._rep.tcp_keepalive = True
+        self._rep.add_pre_pipe_connect_cb(self._rep_pipe_added)
+        self._rep.add_post_pipe_remove_cb(self._rep_pipe_removed)
         try:
             listener = self._rep.listen(url)
         except pynng.NNGException as exc:
@@ -234,6 +301,22 @@ class _NngListener(Listener):
     def address(self) -> str:
         return self._address
 
+    # nng threads
+    def _rep_pipe_added(self, pipe: pynng.Pipe) -> None:
+        """A peer finished nng's header exchange: it waits for its opening, if the gate lets it in."""
+        if self._closed:
+            pipe.close()
+            return
+        peer = str(pipe.remote_address) if self._scheme == "tcp" else f"{self._address} (pipe {pipe.id})"
+        ticket = self.gate.admit(lambda: lib.nng_pipe_close(pipe.pipe), peer)
+        if ticket is None:
+            pipe.close()  # open connections fill the limit (the gate logged it)
+            return
+        self._tickets[pipe.id] = ticket
+
+    def _rep_pipe_removed(self, pipe: pynng.Pipe) -> None:
+        self.gate.leave(self._tickets.pop(pipe.id, None))
+
     # I/O thread
     def on_error(self, exc: BaseException) -> None:
         pass
@@ -250,13 +333,15 @@ class _NngListener(Listener):
             request = bytes(ffi.buffer(lib.nng_msg_body(msg), n)) if n == _REQUEST else b""
             pipe = lib.nng_msg_get_pipe(msg)
             lib.nng_msg_free(msg)
-            if not request.startswith(_MAGIC):
-                lib.nng_pipe_close(pipe)  # not one of ours
+            ticket = self._tickets.pop(lib.nng_pipe_id(pipe), None)
+            if not request.startswith(_MAGIC) or ticket is None or not self.gate.holds(ticket):
+                lib.nng_pipe_close(pipe)  # not one of ours, a second request, or closed by the gate meanwhile
+                self.gate.leave(ticket)
                 continue
-            self._accept(request[len(_MAGIC):], pipe)
+            self._accept(request[len(_MAGIC):], pipe, ticket)
 
-    def _accept(self, token: bytes, pipe: Any) -> None:
-        sock = _pair(self._scheme)
+    def _accept(self, token: bytes, pipe: Any, ticket: Ticket) -> None:
+        sock = _pair(self._scheme, _UNCLAIMED_RECV_BUFFER)
         where = (f"tcp://{self._bind_host}:0" if self._scheme == "tcp"
                  else _url(QualifiedAddress("nng", "ipc", path=fresh_ipc_name("nng"))))
         try:
@@ -264,6 +349,7 @@ class _NngListener(Listener):
         except pynng.NNGException as exc:
             sock.close()
             lib.nng_pipe_close(pipe)
+            self.gate.leave(ticket)
             _log.warning("nng listener %s cannot open a connection socket: %s", self._address, _err(exc))
             return
         if self._scheme == "tcp":
@@ -273,8 +359,12 @@ class _NngListener(Listener):
             peer = str(pynng.Pipe(pipe, self._rep).remote_address)
         else:
             peer = f"{self._address} (accepted)"
-        conn = _Accepted(self._loop, sock, self._handler, peer, token, self)
+        conn = _Accepted(self._loop, sock, self._handler, peer, token, self, ticket, pipe)
         self._transport.track(conn)
+        self.pending[conn] = None
+        if not self.gate.hand_over(ticket, conn.claim_or_expire):  # closed by the gate meanwhile
+            conn.drop_unopened()
+            return
         reply, body = new_msg(len(where))
         ffi.memmove(body, where.encode(), len(where))
         lib.nng_msg_set_pipe(reply, pipe)
@@ -282,11 +372,7 @@ class _NngListener(Listener):
             lib.nng_msg_free(reply)
             conn.drop_unopened()
             return
-        self.pending[conn] = None
-        while len(self.pending) > _MAX_PENDING:  # requesters that never dial: the oldest gives way
-            next(iter(self.pending)).drop_unopened()
         conn.start()
-        self._loop.later(_CLAIM_TIMEOUT, conn.claim_or_expire)
 
     def close(self) -> None:
         if self._closed:
@@ -299,6 +385,9 @@ class _NngListener(Listener):
         self._closed = True
         self._loop.unwatch(self._fd)
         self._rep.close()  # nng removes an ipc path it created
+        for ticket in list(self._tickets.values()):
+            self.gate.leave(ticket)
+        self._tickets.clear()
         for conn in list(self.pending):
             conn.drop_unopened()
 
@@ -313,7 +402,14 @@ class NngTransport(Transport):
         self._loop: IoLoop | None = None
         self._lock = threading.Lock()
         self._objects: weakref.WeakSet[NngConnection | _NngListener] = weakref.WeakSet()
+        #: Would-be connections waiting for their opening, and open ones (the kernel's bounds).
+        self.gate = Gate(self.loop)
         _live.add(self)
+
+    def limit_unauthenticated(self, limits: PreAuthLimits) -> None:
+        """Hold the rendezvous (``rep0`` pipes, unclaimed ``pair0`` sockets) to ``limits`` (see ``_gate``)."""
+        super().limit_unauthenticated(limits)
+        self.gate.limits = limits
 
     def loop(self) -> IoLoop:
         with self._lock:
@@ -341,27 +437,32 @@ class NngTransport(Transport):
         scheme, url = target.scheme, _url(target)
         token = secrets.token_bytes(_TOKEN)
         ms = max(1, int(timeout * 1000))
+        deadline = time.monotonic() + timeout
         with _exit_gate.inside(address):
             loop = self.loop()
             try:
                 with _exit_gate.closing(pynng.Req0(recv_timeout=ms, send_timeout=ms, recv_max_size=4096)) as req:
-                    req.dial(url, block=True)
+                    _dial(req, url, deadline, address, timeout)
                     req.send(_MAGIC + token)
                     where = req.recv().decode()
             except pynng.NNGException as exc:
                 raise TransportError(f"cannot connect to {address}: {_err(exc)}") from exc
             sock = _pair(scheme)
-            conn = _Dialed(loop, sock, handler, address)
+            conn = _Dialed(loop, sock, handler, address, self.gate)
             self.track(conn)
             try:
                 with _exit_gate.closing(sock, keep=True):
-                    sock.dial(where, block=True)
+                    _dial(sock, where, deadline, address, timeout)
                     sock.send_timeout = ms
                     sock.send(token)
                     sock.send_timeout = -1
             except pynng.NNGException as exc:
                 sock.close()
                 raise TransportError(f"cannot connect to {address} ({where}): {_err(exc)}") from exc
+            except TransportError:
+                sock.close()
+                raise
+        self.gate.opened(conn)
         handler.on_open(conn)
         loop.call(conn.start)
         return conn
@@ -385,6 +486,7 @@ class NngTransport(Transport):
                     obj.drop(None)
 
         loop.stop(close_all)
+        self.gate.reset()
         for obj in objects:  # a thread inside nng_sendmsg has returned (its socket is closed)
             if isinstance(obj, NngConnection):
                 obj.wait_senders(_EXIT_WAIT)

@@ -1,0 +1,288 @@
+"""The nng transport's stage before ``on_open`` under strangers (issue 28, items 5, 6 and 10).
+
+A stranger that completes nng's SP header exchange and then sends nothing used to hold a
+pipe on the listener's ``rep0`` socket for good: no deadline, no cap (1100 of them locked
+real peers out). The transport now holds that stage to the kernel's
+:class:`~tetrarch.plugins.PreAuthLimits`: a deadline, the oldest closed past a cap, a
+limit on connections in all; and a dial into a full listen backlog waits for room
+within its timeout instead of failing at once.
+
+Strangers here are raw sockets to 127.0.0.1 or an abstract Unix socket, bounded in count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tetrarch._runtime._router import Router
+from tetrarch._runtime._wire import sys_header
+from tetrarch.plugins import PreAuthLimits, TransportError
+from tetrarch.testing import Collector, scaled
+from tetrarch.testing.transport import Recorder
+
+pytest.importorskip("pynng")
+
+from tetrarch_transport_nng._nng import NngTransport
+
+pytestmark = pytest.mark.timeout(scaled(120))
+
+SECRET = b"p" * 32
+#: nng's SP header (TCP and IPC alike) as a req0 peer sends it: ``\0SP\0``, protocol 0x30, reserved.
+REQ0_HEADER = b"\0SP\0" + struct.pack("!H", 0x30) + b"\0\0"
+ADDRESSES = ["ipc", "tcp"]
+
+
+def _listen_address(kind: str) -> str | None:
+    return "nng+tcp://127.0.0.1:0" if kind == "tcp" else None
+
+
+def _sockaddr(address: str) -> tuple[int, Any]:
+    if address.startswith("nng+tcp://"):
+        host, _, port = address[len("nng+tcp://"):].rpartition(":")
+        assert host == "127.0.0.1", address
+        return socket.AF_INET, (host, int(port))
+    assert address.startswith("nng+ipc://@"), address
+    return socket.AF_UNIX, "\0" + address[len("nng+ipc://@"):]
+
+
+def _stranger(address: str) -> socket.socket:
+    """A raw socket that completes nng's header exchange with ``address`` and then says nothing."""
+    family, where = _sockaddr(address)
+    s = socket.socket(family)
+    try:
+        s.settimeout(scaled(10))
+        s.connect(where)
+        s.sendall(REQ0_HEADER)
+        got = b""
+        while len(got) < 8:
+            chunk = s.recv(8 - len(got))
+            assert chunk, "the listener closed before its SP header"
+            got += chunk
+        assert got[:4] == b"\0SP\0", got
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def _closed_by_peer(s: socket.socket, timeout: float) -> bool:
+    s.settimeout(max(0.001, timeout))
+    try:
+        while s.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _closed_now(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        while s.recv(4096):
+            pass
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _open_after(socks: list[socket.socket], timeout: float) -> list[int]:
+    """Indexes of ``socks`` still open after waiting up to ``timeout`` s for all of them to close."""
+    deadline = time.monotonic() + timeout
+    return [i for i, s in enumerate(socks) if not _closed_by_peer(s, deadline - time.monotonic())]
+
+
+def _settle(socks: list[socket.socket], cap: int, timeout: float) -> list[int]:
+    """Indexes of ``socks`` still open once at most ``cap`` are (or ``timeout`` s passed).
+
+    The listener adds the last pipes asynchronously, after their sockets got its header:
+    wait on the oldest open socket until the count settles.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        open_now = [i for i, s in enumerate(socks) if not _closed_now(s)]
+        left = deadline - time.monotonic()
+        if len(open_now) <= cap or left <= 0:
+            return open_now
+        _closed_by_peer(socks[open_now[0]], min(left, 0.1))
+
+
+@pytest.fixture
+def stack() -> Iterator[contextlib.ExitStack]:
+    with contextlib.ExitStack() as es:
+        yield es
+
+
+def _router(stack: contextlib.ExitStack, name: str, kind: str, **kwargs: Any) -> Router:
+    transport = NngTransport()
+    stack.callback(transport.close)
+    router = Router(transport, SECRET, name=name, listen_address=_listen_address(kind), **kwargs)
+    stack.callback(router.close)
+    return router
+
+
+def _probed(stack: contextlib.ExitStack, kind: str, **kwargs: Any) -> tuple[Router, Collector[str]]:
+    calls: Collector[str] = Collector("probe messages")
+    server = _router(stack, "server", kind, **kwargs)
+    server.add_service("probe", lambda hdr, _payload, _conn: calls.add(hdr.op))
+    return server, calls
+
+
+def _strangers(stack: contextlib.ExitStack, address: str, n: int) -> list[socket.socket]:
+    socks = [_stranger(address) for _ in range(n)]
+    stack.callback(lambda: [s.close() for s in socks])
+    return socks
+
+
+@pytest.mark.parametrize("kind", ADDRESSES)
+def test_half_open_pipes_are_closed_at_the_deadline(stack: contextlib.ExitStack, kind: str) -> None:
+    timeout = 0.5
+    server, calls = _probed(stack, kind, auth_timeout=timeout)
+    started = time.monotonic()
+    socks = _strangers(stack, server.address, 10)
+    still_open = _open_after(socks, timeout + scaled(5))
+    assert not still_open, f"strangers that sent nng's header and nothing more outlived the deadline: {still_open}"
+    assert time.monotonic() - started >= timeout * 0.9, "closed before the deadline"
+    friend = _router(stack, "friend", kind)
+    friend.send(server.address, [sys_header("probe", "after")])
+    assert calls.wait(1) == ["after"]
+
+
+@pytest.mark.parametrize("kind", ADDRESSES)
+def test_past_the_cap_the_oldest_half_open_pipes_are_closed(stack: contextlib.ExitStack, kind: str) -> None:
+    cap, n = 16, 80
+    server, calls = _probed(stack, kind, auth_timeout=scaled(60), max_unauthenticated=cap)
+    socks = _strangers(stack, server.address, n)
+    # Pipes are added in connection order but asynchronously: allow a little reordering.
+    slack = 4
+    still_open = _open_after(socks[: n - cap - slack], scaled(10))
+    assert not still_open, f"past a cap of {cap}, the oldest strangers were kept: {still_open}"
+    open_now = _settle(socks, cap, scaled(10))
+    assert len(open_now) == cap, f"expected the newest {cap} strangers open, found {open_now}"
+    assert all(i >= n - cap - slack for i in open_now), open_now
+    friend = _router(stack, "friend", kind)
+    friend.send(server.address, [sys_header("probe", "real peer")])
+    assert calls.wait(1) == ["real peer"]
+
+
+@pytest.mark.parametrize("kind", ADDRESSES)
+def test_a_real_peer_is_served_quickly_during_a_flood(stack: contextlib.ExitStack, kind: str) -> None:
+    """The issue's reproduction, bounded: hundreds of half-open pipes while real peers come and go."""
+    cap, n = 32, 400
+    server, calls = _probed(stack, kind, auth_timeout=scaled(60), max_unauthenticated=cap)
+    friend = _router(stack, "friend", kind)
+    sent: list[str] = []
+    socks: list[socket.socket] = []
+    stack.callback(lambda: [s.close() for s in socks])
+    for i in range(n):
+        socks.append(_stranger(server.address))
+        if i % 100 == 99:
+            newcomer = _router(stack, f"newcomer-{i}", kind)
+            started = time.monotonic()
+            newcomer.send(server.address, [sys_header("probe", f"newcomer {i}")])
+            friend.send(server.address, [sys_header("probe", f"friend {i}")])
+            sent += [f"newcomer {i}", f"friend {i}"]
+            assert sorted(calls.wait(len(sent))) == sorted(sent)
+            assert time.monotonic() - started < scaled(5), "a real peer waited behind the strangers"
+    open_now = _open_after(socks[: n - cap - 4], scaled(10))
+    assert not open_now, f"{len(open_now)} of the oldest strangers are still open (cap {cap})"
+    assert len(_settle(socks, cap, scaled(10))) <= cap
+
+
+def test_connections_past_the_limit_are_refused_with_a_log_line(
+        stack: contextlib.ExitStack, caplog: pytest.LogCaptureFixture) -> None:
+    limit = 6
+    server_t, client_t = NngTransport(), NngTransport()
+    stack.callback(client_t.close)
+    stack.callback(server_t.close)
+    server_t.limit_unauthenticated(PreAuthLimits(timeout=scaled(60), max_connections=limit))
+    srec = Recorder()
+    listener = server_t.listen(server_t.default_address(spans_hosts=False), srec)
+    stack.callback(listener.close)
+    # A stranger waits; real connections arriving later close it when they need its room.
+    early = _strangers(stack, listener.address, 1)
+    conns = [client_t.connect(listener.address, Recorder(), timeout=scaled(10)) for _ in range(limit)]
+    srec.wait(lambda: len(srec.opened) == limit, f"{limit} opened connections")
+    assert _closed_by_peer(early[0], scaled(5)), "a waiting stranger kept its room from a real peer"
+    with caplog.at_level(logging.WARNING, logger="tetrarch.transport.nng"):
+        late = _strangers(stack, listener.address, 3)
+        still_open = _open_after(late, scaled(5))
+    assert not still_open, f"connections past the limit of {limit} were kept: {still_open}"
+    assert any("refused" in r.getMessage() for r in caplog.records), caplog.text
+    with pytest.raises(TransportError):
+        client_t.connect(listener.address, Recorder(), timeout=scaled(1))
+    conns[0].close()
+    srec.wait_closed(srec.opened[0])
+    again = client_t.connect(listener.address, Recorder(), timeout=scaled(10))
+    again.send([b"in again"])
+    assert [[bytes(f) for f in m] for m in srec.wait_messages(srec.wait_opened(limit + 1), 1)] == [[b"in again"]]
+
+
+def test_a_dial_into_a_full_backlog_waits_for_its_timeout() -> None:
+    name = f"tetrarch-nng-full-backlog-{time.monotonic_ns()}"
+    transport = NngTransport()
+    fillers: list[socket.socket] = []
+    with socket.socket(socket.AF_UNIX) as full:
+        full.bind("\0" + name)
+        full.listen(0)  # nobody accepts: the backlog fills with a connection or two
+        try:
+            while True:
+                s = socket.socket(socket.AF_UNIX)
+                s.setblocking(False)
+                fillers.append(s)
+                s.connect("\0" + name)
+        except BlockingIOError:
+            pass
+        try:
+            timeout = scaled(1.0)
+            started = time.monotonic()
+            with pytest.raises(TransportError, match="backlog stayed full"):
+                transport.connect(f"nng+ipc://@{name}", Recorder(), timeout=timeout)
+            assert time.monotonic() - started >= timeout * 0.9, "the dial gave up before its timeout"
+        finally:
+            for s in fillers:
+                s.close()
+            transport.close()
+
+
+def test_a_burst_of_dials_all_get_in() -> None:
+    server_t, client_t = NngTransport(), NngTransport()
+    srec = Recorder()
+    listener = server_t.listen(server_t.default_address(spans_hosts=False), srec)
+    errors: list[BaseException] = []
+    conns: list[object] = []
+    lock = threading.Lock()
+
+    def dial() -> None:
+        try:
+            c = client_t.connect(listener.address, Recorder(), timeout=scaled(20))
+            with lock:
+                conns.append(c)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=dial) for _ in range(64)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(scaled(60))
+        assert not errors, errors[:3]
+        assert len(conns) == 64
+    finally:
+        client_t.close()
+        listener.close()
+        server_t.close()
