@@ -30,10 +30,11 @@ Transports (:class:`tetrarch.testing.transport.TransportConformance`)::
             yield t
             t.close()
 
-That is all: the subclass inherits seventeen tests (connect, multi-frame messages
+That is all: the subclass inherits the contract tests (connect, multi-frame messages
 including empty and 16 MiB frames, ordering, concurrent senders, close semantics,
 ``max_message_size`` over the frames and over the header, abrupt and garbage clients,
-dialing nobody). Optional fixtures a subclass may override:
+dialing nobody, and what strangers may cost a listener before they authenticate:
+deadline, count, memory, descriptors). Optional fixtures a subclass may override:
 
 ``address``
     Where to listen; defaults to ``transport.default_address(spans_hosts=False)``.
@@ -44,10 +45,12 @@ dialing nobody). Optional fixtures a subclass may override:
     An address nobody listens on; by default derived from ``address`` (a reserved,
     non-listening port for ``...:0`` addresses, else the fresh address itself).
 
-and one method: ``raw_frame_count(transport, count)`` returns the bytes that open a
+and methods: ``raw_frame_count(transport, count)`` returns the bytes that open a
 message of ``count`` frames on your wire (None, the default for a transport other than
 the builtin one, skips the raw-socket check that a frame count alone whose header would
-exceed ``max_message_size`` closes the connection).
+exceed ``max_message_size`` closes the connection); ``preauth_flood(address)``, the bytes
+a stalled stranger sends your listener (default: the builtin framing's; see
+:mod:`tetrarch.testing._preauth`).
 
 The ``transport`` fixture must be function scoped (one fresh transport per test): a
 test may close it. Every test is bounded (``pytest.mark.timeout(30)`` when

@@ -27,6 +27,12 @@ check the contract the kernel relies on, as written in the docstrings of
 * A transport whose connections offer receive sinks (``supports_sinks``; optional, see
   :data:`~tetrarch._transport._base.SinkResolver`) passes the sink tests of
   :class:`~tetrarch.testing._sinks.ReceiveSinkConformance`; the others skip them.
+* Strangers cost a listener little (:class:`~tetrarch.testing._preauth.PreAuthConformance`,
+  against a kernel ``Router`` on the transport in a child process, raw sockets to it): a
+  stalled connection is closed at ``PreAuthLimits.timeout``, at most ``max_pending`` wait
+  (oldest closed first), each holds about ``max_bytes``, and a flood at an open-file limit
+  of 1024 neither kills nor spins the listener, is logged, and real peers get in after.
+  Hooks: ``preauth_flood(address)`` (your wire's stalled opening), ``preauth_factory``.
 """
 
 from __future__ import annotations
@@ -44,12 +50,13 @@ import pytest
 
 from tetrarch._transport._base import Connection, ConnectionClosed, Listener, Transport, TransportError
 
-from ._kit import TEST_TIMEOUT, WAIT, bounded, pattern
+from ._kit import TEST_TIMEOUT, WAIT, bounded, pattern, raw_sockaddr
+from ._preauth import PreAuthConformance
 from ._sinks import ReceiveSinkConformance
 
 __all__ = ["Recorder", "TransportConformance"]
 
-_bounded, _pattern = bounded, pattern
+_bounded, _pattern, _raw_sockaddr = bounded, pattern, raw_sockaddr
 
 
 class Recorder:
@@ -146,25 +153,7 @@ def _as_bytes(frames: Sequence[Any]) -> list[bytes]:
     return [bytes(f) for f in frames]
 
 
-def _raw_sockaddr(address: str) -> tuple[int, object] | None:
-    """``(family, sockaddr)`` for tcp/ipc-like addresses a raw socket can dial, else None."""
-    scheme, sep, rest = address.partition("://")
-    if not sep:
-        return None
-    base = scheme.rsplit("+", 1)[-1]
-    if base == "tcp":
-        host, colon, port = rest.rpartition(":")
-        if not colon or not port.isdigit():
-            return None
-        if host.startswith("["):
-            return socket.AF_INET6, (host.strip("[]"), int(port))
-        return socket.AF_INET, (host or "127.0.0.1", int(port))
-    if base == "ipc" and rest:
-        return socket.AF_UNIX, ("\0" + rest[1:]) if rest.startswith("@") else rest
-    return None
-
-
-class TransportConformance(ReceiveSinkConformance):
+class TransportConformance(ReceiveSinkConformance, PreAuthConformance):
     """Contract tests every transport must pass. Subclass and provide ``transport``."""
 
     # -- fixtures a subclass provides or may override -------------------------
