@@ -32,6 +32,8 @@ class TestTcpTransport(TransportConformance):
 class TestTcpTransportTwoInstances(TransportConformance):
     """Client and server on separate transport objects (separate I/O threads)."""
 
+    preauth_skip = "the pre-auth tests use no client_transport: TestTcpTransport runs them on this listener"
+
     @pytest.fixture
     def transport(self) -> Iterator[Transport]:
         t = TcpTransport()
