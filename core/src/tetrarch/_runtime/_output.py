@@ -8,10 +8,12 @@ them over the authenticated connection (``output``/``lines``). The owner's
 :class:`OutputPrinter` writes each line to its own stdout or stderr, as the proc did,
 after the prefix, in the order each proc wrote them.
 
-Flow control is back-pressure, never loss: the owner answers each batch once it wrote
-it, a host agent has at most :data:`IN_FLIGHT` unanswered batches per owner and holds
-at most :data:`MAX_PENDING` bytes; past that, the procs' writes block, as they would on
-a slow terminal. Output bound for an owner that is gone is dropped.
+Flow control is back-pressure: the owner answers each batch once it wrote it, a host
+agent has at most :data:`IN_FLIGHT` unanswered batches per owner and holds at most
+:data:`MAX_PENDING` bytes; past that it stops reading its procs' pipes. A proc's Python
+streams never block on a full pipe (``_stdio``: they hold up to 4 MiB each, then drop and
+count), so an agent that stops reading costs output, never a hung call. Output bound for
+an owner that is gone is dropped.
 
 Nothing is lost at the end: a host agent hands on every line a proc wrote before
 reporting its exit, on the same connection, and ``ProcMesh.stop()`` waits for the

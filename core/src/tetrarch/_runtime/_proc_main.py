@@ -11,6 +11,7 @@ import threading
 from .._config import ENV_OWNER_ADDR, ENV_PROC_COORDS, ENV_PROC_ID, ENV_PROC_MESH
 from .._log import get_logger
 from .._plugins import BackendNotFound, BackendUnavailable
+from . import _stdio
 from ._launch import announce_ready, start_heartbeat
 from ._output import set_process_title
 from ._root import adopt_client_sys_path, install_root, launched_root
@@ -28,9 +29,11 @@ def main() -> int:
     ident = os.environ[ENV_PROC_ID.name]
     set_process_title(" ".join(filter(None, ("tetrarch proc", os.environ.get(ENV_PROC_MESH.name, ident),
                                              os.environ.get(ENV_PROC_COORDS.name)))))
-    # stdout is a pipe to the host agent: write each line when printed, not when a block fills
-    # (an actor's print shows at once, and none waits in a buffer that a hard exit would lose).
-    if isinstance(sys.stdout, io.TextIOWrapper):
+    # stdout and stderr are pipes to the host agent: Python's writes to them never block on an
+    # agent that does not read (_stdio), and each line is written when printed, not when a
+    # block fills (an actor's print shows at once, and none waits in a buffer a hard exit loses).
+    _stdio.install()
+    if isinstance(sys.stdout, io.TextIOWrapper) and not sys.stdout.line_buffering:
         sys.stdout.reconfigure(line_buffering=True)
     faulthandler.enable()  # a crash (segfault, abort) writes the Python stacks to stderr, which is forwarded
     adopt_client_sys_path()
@@ -66,9 +69,9 @@ def main() -> int:
     done.wait()
     heartbeat.set()  # a ping that fails from here on is our own closing, not a lost owner
     root.close()
-    if orphaned:
-        sys.stdout.flush()
-        os._exit(0)  # owner gone: do not wait on actors that may be blocked
+    if orphaned or root.proc_agent.exit_reason:
+        _stdio.flush_held()  # bounded: the agent may be the one that stopped reading
+        os._exit(0 if orphaned else 1)  # owner or host agent gone: do not wait on actors that may be blocked
     return 0
 
 
