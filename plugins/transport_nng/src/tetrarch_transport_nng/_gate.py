@@ -16,6 +16,12 @@ rendezvous and the token). A :class:`Gate` (one per transport) bounds that stage
 * when open connections alone fill ``connection_limit()``, a new arrival is refused
   (its pipe closed at once) with a log line at most every :data:`_LOG_EVERY` seconds.
 
+Below the pipes lies a stage this code cannot see: nng accepts a connection and keeps it
+until the 8-byte SP header exchange completes or its own 10 s timeout passes, with no
+callback and no cap. So while a listener is open the gate also counts the process's open
+descriptors every :data:`_FD_CHECK_EVERY` seconds and logs a warning when they exceed the
+connection limit (a flood of connections that never send nng's header).
+
 What each waiting connection may make nng buffer is bounded where the sockets are made
 (``_nng.py``: the ``rep0`` socket's ``recv_max_size`` is one rendezvous request; an unclaimed
 ``pair0`` socket queues one message of at most ``CHUNK`` bytes besides the one its pipe reads).
@@ -24,6 +30,7 @@ What each waiting connection may make nng buffer is bounded where the sockets ar
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -41,19 +48,38 @@ _log = logging.getLogger("tetrarch.transport.nng")
 
 #: Seconds between two log lines about refused or closed strangers (the count in between is reported).
 _LOG_EVERY = 10.0
+#: Seconds between two counts of the process's open descriptors while a listener is open.
+_FD_CHECK_EVERY = 1.0
+
+
+def descriptors_open() -> int:
+    """How many descriptors this process has open (Linux; -1 where it can't be told). Never raises."""
+    try:
+        n = os.stat("/proc/self/fd").st_size  # the count itself on Linux 6.2+, 0 before
+        return n if n > 0 else len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return -1
 
 
 class Ticket:
     """One would-be connection waiting for its opening: what closes it, and when it must be open."""
 
-    __slots__ = ("closer", "deadline", "peer")
+    __slots__ = ("closer", "deadline", "order", "peer")
 
-    def __init__(self, closer: Callable[[], None], deadline: float, peer: str) -> None:
+    def __init__(self, closer: Callable[[], None], deadline: float, peer: str, order: int) -> None:
         #: Closes whatever the connection holds now (called once, on the I/O thread); swapped
         #: when the ticket passes from the ``rep0`` pipe to the connection's ``pair0`` socket.
         self.closer = closer
         self.deadline = deadline
         self.peer = peer
+        #: Arrival order for shedding, oldest lowest: nng numbers a pipe when it accepts the
+        #: connection, before the header exchange (whose end, when the pipe reaches this code,
+        #: can come in another order under a burst).
+        self.order = order
+
+
+def _order(ticket: Ticket) -> int:
+    return ticket.order
 
 
 class _Throttled:
@@ -89,6 +115,9 @@ class Gate:
         self._armed = False  # a deadline timer is scheduled on the loop
         self._refused = _Throttled("nng: connections refused at the connection limit")
         self._shed = _Throttled("nng: connections closed before they opened")
+        self._crowded = _Throttled("nng: descriptors in use exceed the connection limit")
+        self._listeners = 0
+        self._fd_armed = False  # a descriptor count is scheduled on the loop
 
     @property
     def waiting(self) -> int:
@@ -100,8 +129,11 @@ class Gate:
         """How many connections count as open now."""
         return len(self._open)
 
-    def admit(self, closer: Callable[[], None], peer: str) -> Ticket | None:
+    def admit(self, closer: Callable[[], None], peer: str, order: int) -> Ticket | None:
         """A ticket for a new arrival, or None when open connections fill the limit (refuse it).
+
+        ``order`` ranks arrivals (the nng pipe id: lower arrived first); past the caps the
+        waiting ticket of lowest order is closed.
 
         Admitting may close the oldest waiting tickets (their closers run on the I/O thread).
         Never raises.
@@ -112,10 +144,14 @@ class Gate:
             if len(self._open) >= limit:
                 self._refused.note(1, f"{len(self._open)} connections are open (limit {limit}); refused {peer}")
                 return None
-            ticket = Ticket(closer, time.monotonic() + limits.timeout, peer)
+            ticket = Ticket(closer, time.monotonic() + limits.timeout, peer, order)
             self._waiting[ticket] = None
             room = min(limits.max_pending, limit - len(self._open))
-            shed = [self._waiting.popitem(last=False)[0] for _ in range(len(self._waiting) - room)]
+            shed = []
+            while len(self._waiting) > room:  # past a cap only (a scan of at most max_pending + 1)
+                oldest = min(self._waiting, key=_order)
+                del self._waiting[oldest]
+                shed.append(oldest)
             if shed:
                 self._shed.note(len(shed), f"{room} wait for their opening; closing the oldest, {shed[0].peer}")
             arm = not self._armed
@@ -156,14 +192,38 @@ class Gate:
         with self._lock:
             self._open.discard(conn)
 
+    def listening(self, delta: int) -> None:
+        """A listener opened (+1) or closed (-1); the descriptor count runs while any is open."""
+        with self._lock:
+            self._listeners += delta
+            start = self._listeners > 0 and not self._fd_armed
+            self._fd_armed = self._fd_armed or start
+        if start:
+            self._loop().call(lambda: self._loop().later(_FD_CHECK_EVERY, self._check_descriptors))
+
     def reset(self) -> None:
         """Forget every ticket and connection (the transport closed them; its loop is gone)."""
         with self._lock:
             self._waiting.clear()
             self._open.clear()
             self._armed = False
+            self._listeners = 0
+            self._fd_armed = False
 
     # I/O thread
+    def _check_descriptors(self) -> None:
+        with self._lock:
+            if self._listeners <= 0:
+                self._fd_armed = False
+                return
+        n, limit = descriptors_open(), self.limits.connection_limit()
+        if n > limit:
+            with self._lock:
+                self._crowded.note(1, f"{n} open, connection limit {limit} ({len(self._open)} connections open, "
+                                      f"{len(self._waiting)} waiting for their opening); connections that never "
+                                      "finish nng's SP header are closed by nng after 10 s")
+        self._loop().later(_FD_CHECK_EVERY, self._check_descriptors)
+
     def _close(self, ticket: Ticket) -> None:
         self._loop().call(ticket.closer)
 

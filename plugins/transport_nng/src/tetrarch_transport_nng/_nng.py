@@ -273,6 +273,7 @@ class _NngListener(Listener):
         url = _url(where)
         self._handler = handler
         self._closed = False
+        self._rep_closed = False
         self.gate = transport.gate
         self.pending: dict[_Accepted, None] = {}  # sockets handed out and not claimed yet
         self._tickets: dict[int, Ticket] = {}  # rep0 pipe id -> its ticket, until its request is answered
@@ -296,6 +297,7 @@ class _NngListener(Listener):
             self._address = f"nng+ipc://{where.path}"
         self._fd = self._rep.recv_fd
         self._loop.call(lambda: self._loop.watch(self._fd, self))
+        self.gate.listening(+1)
 
     @property
     def address(self) -> str:
@@ -308,7 +310,7 @@ class _NngListener(Listener):
             pipe.close()
             return
         peer = str(pipe.remote_address) if self._scheme == "tcp" else f"{self._address} (pipe {pipe.id})"
-        ticket = self.gate.admit(lambda: lib.nng_pipe_close(pipe.pipe), peer)
+        ticket = self.gate.admit(lambda: lib.nng_pipe_close(pipe.pipe), peer, pipe.id)
         if ticket is None:
             pipe.close()  # open connections fill the limit (the gate logged it)
             return
@@ -382,8 +384,11 @@ class _NngListener(Listener):
 
     def close_now(self) -> None:
         """Stop listening (I/O thread); connections not claimed yet go too."""
-        self._closed = True
         self._loop.unwatch(self._fd)
+        if not self._rep_closed:
+            self._rep_closed = True
+            self.gate.listening(-1)
+        self._closed = True
         self._rep.close()  # nng removes an ipc path it created
         for ticket in list(self._tickets.values()):
             self.gate.leave(ticket)
