@@ -33,6 +33,14 @@ class Staller(Actor):
         return time.monotonic() - start
 
     @endpoint
+    def shout(self, nbytes: int) -> int:
+        """Print ``nbytes`` bytes to stdout in lines of 1 KiB; returns how many were printed."""
+        line = "x" * 1023
+        for _ in range(nbytes // 1024):
+            print(line)
+        return nbytes
+
+    @endpoint
     def sleep(self, seconds: float) -> float:
         time.sleep(seconds)
         return seconds

@@ -99,18 +99,59 @@ class _Warnings(logging.Handler):
             self.found.add(record.getMessage())
 
 
-def test_procs_that_still_ping_outlive_their_frozen_agent(faults: Collector[MeshFailure]) -> None:
-    """Only the agent stopped: it is declared unreachable, its procs (pinging) keep working."""
+def _gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids of ``pids`` still running (zombies count as gone) after waiting up to ``timeout`` s."""
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _gone, alive = psutil.wait_procs(procs, timeout=timeout)
+    return [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_frozen_agent_takes_its_procs_with_it_and_no_print_blocks_a_call(faults: Collector[MeshFailure]) -> None:
+    """Only the agent stopped. A call that prints far more than a pipe holds still returns;
+    once the agent is declared unreachable its procs are declared lost too (calls fail with
+    ``SupervisionError`` naming the agent) and they exit, whether or not the agent resumes."""
     log = logging.getLogger("tetrarch.launch")
     seen = _Warnings("is unreachable")
     log.addHandler(seen)
     try:
         with tetrarch.configured(host_timeout=HOST_S), one_host() as (agent, mesh):
+            pids = mesh.pid.call().get(timeout=scaled(10)).values()
             _stop([agent])
+            # 256 KiB is four times what the pipe to the frozen agent holds: it used to block forever.
+            assert mesh.slice(gpus=0).shout.call_one(256 * 1024).get(timeout=scaled(10)) == 256 * 1024
             (message,) = seen.found.wait(1, timeout=scaled(HOST_S + 30))
             assert message.startswith("host agent") and f"pid {agent}" in message, message
-            time.sleep(2 * HEARTBEAT_S)  # a few more heartbeat rounds of the procs, not a synchronization
-            assert mesh.ok.call().get(timeout=scaled(10)).values() == ["alive", "alive"]
-            assert faults.items == []
+            with pytest.raises(SupervisionError) as info:
+                mesh.ok.call().get(timeout=scaled(10))
+            assert "lost with its host agent" in str(info.value), info.value
+            failures = faults.wait(2, timeout=scaled(10))
+            assert sorted(f.pid for f in failures) == sorted(pids), failures
+            assert _gone(pids, scaled(10)) == [], "the procs of a lost agent exit (told to by the client)"
     finally:
         log.removeHandler(seen)
+
+
+def test_spawn_procs_on_a_frozen_agent_fails_when_the_agent_is_declared_lost() -> None:
+    with tetrarch.configured(host_timeout=HOST_S, heartbeat_interval=HEARTBEAT_S, frozen_timeout=float("inf")):
+        job = AllocatorJob({"node": 1}, allocator="local")
+        try:
+            hosts = job.state().node
+            agent = hosts._host_records[0].pid
+            _stop([agent])
+            start = time.monotonic()
+            with pytest.raises(tetrarch.ProcessStartError) as info:
+                hosts.spawn_procs(per_host={"gpus": 1})
+            elapsed = time.monotonic() - start
+            assert elapsed < scaled(HOST_S + SLACK_S), f"failed after {elapsed:.1f} s, not when the agent was lost"
+            assert "lost with its host agent" in str(info.value) and "unreachable" in str(info.value), info.value
+        finally:
+            try:
+                os.kill(agent, signal.SIGCONT)
+            except (OSError, UnboundLocalError):
+                pass
+            job.kill()

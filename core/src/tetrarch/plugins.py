@@ -90,7 +90,7 @@ _LAZY = {
     "settle": "tetrarch._rdma._backend",
     "ExitInfo": "tetrarch._runtime._spawn",
     "WatchedProcess": "tetrarch._runtime._spawn",
-    "process_gone": "tetrarch._runtime._launch",
+    "process_gone": "tetrarch._runtime._procstate",
     "helper_thread_policy": "tetrarch._transport._sched",
     "batch_helper_threads": "tetrarch._transport._sched",
 }
@@ -156,7 +156,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 if TYPE_CHECKING:  # pragma: no cover
     from ._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion, settle
     from ._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
-    from ._runtime._launch import process_gone
+    from ._runtime._procstate import process_gone
     from ._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
     from ._transport._base import (
         Connection,

@@ -39,6 +39,7 @@ from .._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, HOST_TIMEOUT, ORPHAN_T
 from .._errors import ProcessStartError, _describe_exit
 from .._log import get_logger
 from . import _serial, _wire
+from ._procstate import StateMonitor, Ticker, proc_state, process_gone
 from ._router import PeerUnreachable, Router
 
 __all__ = [
@@ -57,10 +58,6 @@ __all__ = [
 
 _log = get_logger("launch")
 
-#: A periodic thread that wakes later than this many of its intervals was not running
-#: meanwhile (its process was stopped, or a C call held the GIL): it restarts its clocks
-#: instead of counting the gap against whoever it waits for.
-STALL_FACTOR = 2.0
 #: The launcher reports a proc as busy once it has been silent this many heartbeat
 #: intervals past its frozen timeout (by then a stopped proc would have been reported frozen).
 BUSY_MARGIN_INTERVALS = 4.0
@@ -88,6 +85,8 @@ class ProcRecord:
     frozen_s: float = FROZEN_TIMEOUT.default
     #: Why its host agent killed it, when it did (frozen).
     killed_because: str = ""
+    #: Why it was declared lost, when it was.
+    lost_reason: str = ""
 
     @property
     def gone(self) -> bool:
@@ -115,7 +114,7 @@ class ReadyWaiter:
         self._cond = threading.Condition(tracker._lock)
 
     def _update(self, rec: ProcRecord) -> None:  # tracker lock held
-        if rec.returncode is not None and not rec.ready and self.failed is None:
+        if (rec.returncode is not None or rec.lost) and not rec.ready and self.failed is None:
             self.failed = rec
         if rec.ready:
             self._pending.discard(rec.ident)
@@ -145,7 +144,7 @@ class ReadyWaiter:
                 self._cond.wait(left)
             if self.failed is not None:
                 rec = self.failed
-                raise ProcessStartError(rec.what, rec.returncode, rec.stderr_tail)
+                raise ProcessStartError(rec.what, rec.returncode, rec.stderr_tail, rec.lost_reason)
         return self.records
 
 
@@ -304,7 +303,7 @@ class LaunchTracker:
         not be handled meanwhile say nothing about their senders.
         """
         restart = time.monotonic()
-        clock = _Ticker()
+        clock = Ticker()
         while True:
             with self._lock:
                 live = [r for r in self._records.values()
@@ -367,12 +366,34 @@ class LaunchTracker:
         self._declare_lost(rec, reason)
 
     def _declare_lost(self, rec: ProcRecord, reason: str) -> None:
-        """``rec`` is gone without an exit report: fail what waits on it, and whoever waits for its exit stops."""
-        self.runtime.mark_dead(rec.address, reason)
+        """``rec`` is gone without an exit report: fail what waits on it, and whoever waits for its exit stops.
+
+        A host agent takes its procs with it (docs/supervision.md, "Liveness"): each is told
+        to exit and declared lost, and one still starting fails its ``spawn_procs``.
+        """
+        if rec.address:
+            self.runtime.mark_dead(rec.address, reason)
         with self._lock:
             rec.lost = True
+            rec.lost_reason = rec.lost_reason or reason
             for w in self._waiters.get(rec.ident, ()):
                 w._update(rec)
+            orphans = [r for r in self._records.values()
+                       if rec.kind != "proc" and rec.address and r.meta.get("agent") == rec.address and not r.gone]
+        for proc in orphans:
+            self._lose_with_agent(proc, rec, reason)
+
+    def _lose_with_agent(self, proc: ProcRecord, agent: ProcRecord, why: str) -> None:
+        """``agent`` was declared lost: so is ``proc``; a running one is told to exit first."""
+        reason = (f"{proc.what} is lost with its host agent: {why}. A proc whose host agent is lost is stopped "
+                  f"(nothing would report its exit, forward its output or start its successors)")
+        if proc.ready and proc.address and proc.address not in self.runtime.dead_peers:
+            try:
+                self.runtime.send(proc.address, [_wire.sys_header(_wire.SVC_PROC, "exit"),
+                                                  *_serial.dumps(f"its host agent ({agent.where()}) is lost: {why}")])
+            except PeerUnreachable:
+                pass
+        self._declare_lost(proc, reason)
 
     # -- the service (I/O thread) --------------------------------------------
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
@@ -422,27 +443,6 @@ def report_frozen(runtime: Router, owner: str, report: _wire.ProcFrozen) -> None
     _tell(runtime, owner, "frozen", report)
 
 
-class _Ticker:
-    """The clock of a periodic loop that notices its own stalls.
-
-    A tick that comes more than ``STALL_FACTOR`` periods late means this process was not
-    running meanwhile (stopped, or a C call held the GIL): whatever the loop measures
-    must restart rather than count that gap against someone else.
-    """
-
-    __slots__ = ("_last",)
-
-    def __init__(self) -> None:
-        self._last = time.monotonic()
-
-    def tick(self, period: float) -> tuple[float, bool]:
-        """``(now, stalled)`` for a tick of a loop running every ``period`` seconds."""
-        now = time.monotonic()
-        stalled = now - self._last > STALL_FACTOR * period
-        self._last = now
-        return now, stalled
-
-
 def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None]) -> threading.Event:
     """Ping ``owner`` (the process that started us) every ``TETRARCH_HEARTBEAT_INTERVAL`` s.
 
@@ -464,7 +464,7 @@ def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None
 
     def loop() -> None:
         asked: float | None = None  # when we sent the first ping that is still unanswered
-        clock = _Ticker()
+        clock = Ticker()
         while not stop.wait(interval):
             now, stalled = clock.tick(interval)
             if stalled:
@@ -486,115 +486,3 @@ def start_heartbeat(runtime: Router, owner: str, on_orphan: Callable[[str], None
 
     threading.Thread(target=loop, name="tetrarch-heartbeat", daemon=True).start()
     return stop
-
-
-def proc_state(pid: int) -> str | None:
-    """The OS's state letter for the process ``pid`` (the field after the name in ``/proc/<pid>/stat``).
-
-    ``R`` running, ``S`` sleeping, ``D`` uninterruptible wait (all alive), ``T`` stopped
-    (SIGSTOP), ``t`` stopped by a tracer (a debugger), ``Z`` zombie (ended, not reaped
-    yet), ``X`` dead; None when unknown: no such process, or no procfs (not Linux).
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    end = data.rfind(b")")  # the name (in parentheses) may hold spaces and parentheses
-    if end < 0 or end + 2 >= len(data):
-        return None
-    return chr(data[end + 2])
-
-
-#: States in which a process runs no code until someone resumes it.
-STOPPED_STATES = frozenset("Tt")
-
-
-@dataclass
-class _Watched:
-    pid: int
-    frozen_s: float
-    interval_s: float
-    stopped_since: float | None = None  # when first seen stopped (this stop)
-    reported: bool = False
-
-
-class StateMonitor:
-    """Watches the OS state of the procs a host agent started: one thread for all.
-
-    Every heartbeat interval (the shortest among the host agent's and its procs') it
-    reads each proc's state (:func:`proc_state`). A proc seen stopped (``T``/``t``) for
-    its frozen timeout, counted from the first sighting, is handed once to
-    ``on_frozen(ident, report)``; a proc seen in any other state restarts its count. So
-    does a stall of the monitor itself: it cannot vouch for a stop it did not watch.
-
-    A proc in a long C call that holds the GIL is ``R``, ``S`` or ``D``: alive, never
-    frozen, although its Python threads answer no heartbeat.
-    """
-
-    def __init__(self, on_frozen: Callable[[str, _wire.ProcFrozen], None]) -> None:
-        self._on_frozen = on_frozen
-        self._lock = threading.Lock()
-        self._procs: dict[str, _Watched] = {}
-        self._thread: threading.Thread | None = None
-
-    def add(self, ident: str, pid: int, frozen_s: float, interval_s: float) -> None:
-        """Watch the proc ``ident`` (process ``pid``) with its own frozen timeout and heartbeat interval."""
-        with self._lock:
-            self._procs[ident] = _Watched(pid, frozen_s, interval_s)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="tetrarch-proc-states", daemon=True)
-                self._thread.start()
-
-    def remove(self, ident: str) -> None:
-        with self._lock:
-            self._procs.pop(ident, None)
-
-    def _loop(self) -> None:
-        clock = _Ticker()
-        while True:
-            with self._lock:
-                if not self._procs:
-                    self._thread = None
-                    return
-                period = min([HEARTBEAT_INTERVAL(), *(w.interval_s for w in self._procs.values())])
-            time.sleep(period)  # a plain periodic tick; nothing waits on it
-            now, stalled = clock.tick(period)
-            with self._lock:
-                watched = list(self._procs.items())
-            for ident, w in watched:
-                report = self._check(w, now, stalled)
-                if report is not None:
-                    try:
-                        self._on_frozen(ident, _wire.ProcFrozen(ident, *report, w.frozen_s))
-                    except Exception:  # noqa: BLE001 - the monitor thread must survive
-                        _log.exception("reporting the frozen proc %s failed", ident)
-
-    @staticmethod
-    def _check(w: _Watched, now: float, stalled: bool) -> tuple[str, float] | None:
-        state = proc_state(w.pid)
-        if state is None or state not in STOPPED_STATES:
-            w.stopped_since = None
-            return None
-        if w.stopped_since is None or stalled:
-            w.stopped_since = now
-            return None
-        stopped = now - w.stopped_since
-        if w.reported or stopped < w.frozen_s:
-            return None
-        w.reported = True
-        return state, stopped
-
-
-def process_gone(pid: int) -> bool:
-    """Whether no process ``pid`` runs any more: none exists, or it ended and awaits reaping (a zombie).
-
-    Conservative: a process this one may not signal, or whose state cannot be read, counts as running.
-    """
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return proc_state(pid) in ("Z", "X")

@@ -1,8 +1,10 @@
 """The ``proc`` service: spawns and stops the actors of this process.
 
 Ops (``SYS`` messages): ``spawn`` (payload ``[SpawnMeta, *pickled (cls, args, kwargs)]``),
-``stop_actor`` (drain, ``__cleanup__``, then gone) and ``stop`` (every actor, then the
-process exits so interpreter finalizers run).
+``stop_actor`` (drain, ``__cleanup__``, then gone), ``stop`` (every actor, then the
+process exits so interpreter finalizers run) and ``exit`` (payload: the reason; the
+process exits at once, its actors as they are: its owner declared it lost because its
+host agent is unreachable, and nothing would report its exit or forward its output).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class ProcAgent:
         self.runtime = runtime
         self._on_exit = on_exit
         self.stopping = False
+        #: Why the owner told this process to exit at once (``exit``); empty otherwise.
+        self.exit_reason = ""
         self.runners: dict[str, ActorRunner] = {}  # actor key -> its runner
         self._owner_watches: dict[str, tuple[str, int]] = {}  # actor key -> its owner's death watch
         self._gone_hooks: list[Callable[[str], None]] = []
@@ -49,6 +53,10 @@ class ProcAgent:
             self._stop_actor(pickle.loads(payload[0]), raddr, rport)
         elif op == "stop":
             self._stop_all(raddr, rport)
+        elif op == "exit" and self._on_exit is not None and not self.exit_reason:  # procs only
+            self.exit_reason = str(_serial.loads(payload)) or "told to exit"
+            _log.warning("proc exiting at once: %s", self.exit_reason)
+            self._on_exit()
 
     def _spawn(self, payload: list, raddr: str | None, rport: int | None) -> None:
         meta: _wire.SpawnMeta = pickle.loads(payload[0])
