@@ -12,6 +12,10 @@ the transport's I/O threads: every handler callback runs on one of them, except
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
+import os
 import socket
 import struct
 import threading
@@ -27,6 +31,8 @@ from tetrarch.plugins import (
 )
 
 __all__ = ["ThreadedTransport"]
+
+_log = logging.getLogger("tetrarch_plugin_template")
 
 _COUNT = struct.Struct("!I")
 _LENGTH = struct.Struct("!Q")
@@ -194,12 +200,42 @@ class _Listener(Listener):
         return self._address
 
     def _accept_loop(self) -> None:
-        while not self._closed.is_set():
-            try:
-                sock, peer = self._sock.accept()
-            except OSError:
-                return  # closed
-            _Connection(self._owner, sock, self._handler, f"{peer[0]}:{peer[1]}")._start()
+        """Accept until closed, within the kernel's connection cap (``Transport.limit_unauthenticated``).
+
+        A connection past ``preauth_limits.connection_limit()`` is closed at once; when the
+        process has no descriptor left, a spare one is given up to accept and close the
+        waiting peer (instead of a busy loop, or an accept thread that ends).
+        """
+        spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        refused = 0
+        try:
+            while not self._closed.is_set():
+                try:
+                    sock, peer = self._sock.accept()
+                except OSError as exc:
+                    if self._closed.is_set():
+                        return
+                    if exc.errno in (errno.EMFILE, errno.ENFILE) and spare is not None:
+                        os.close(spare)
+                        with contextlib.suppress(OSError):
+                            self._sock.accept()[0].close()
+                        spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+                    elif exc.errno not in (errno.ECONNABORTED, errno.EINTR, errno.EPROTO):
+                        _log.error("%s: accept failed, no longer accepting: %s", self._address, exc)
+                        return
+                    refused += 1
+                    continue
+                if self._owner._connection_count() >= self._owner.preauth_limits.connection_limit():
+                    sock.close()
+                    refused += 1
+                    if refused % 1000 == 1:
+                        _log.warning("%s: refused a connection: the connection cap (%d) is reached (%d refused)",
+                                     self._address, self._owner.preauth_limits.connection_limit(), refused)
+                    continue
+                _Connection(self._owner, sock, self._handler, f"{peer[0]}:{peer[1]}")._start()
+        finally:
+            if spare is not None:
+                os.close(spare)
 
     def close(self) -> None:
         if self._closed.is_set():
@@ -275,3 +311,7 @@ class ThreadedTransport(Transport):
     def _untrack(self, item: _Connection | _Listener) -> None:
         with self._lock:
             self._open.discard(item)
+
+    def _connection_count(self) -> int:
+        with self._lock:
+            return sum(isinstance(item, _Connection) for item in self._open)
