@@ -8,10 +8,11 @@ is (the kernel's header always is: one part less to send and to receive per mess
 data tag ``b""``. The other tags: ``OPEN`` (the dialer's first message; the listener
 answers it with ``OPEN`` once ``on_open`` may run), ``CLOSE`` (orderly close).
 
-A *large* kernel message (over :data:`CHUNK` bytes, or over :data:`MAX_PARTS` frames)
-goes as ``[BIG, header]`` (the builtin framing's header: frame count and sizes) and
-then ``[PART, piece, ...]`` messages of at most :data:`CHUNK` bytes each, the pieces
-being views of the kernel's frames (still no concatenation). Why: zmq hands a received
+A *large* kernel message (over :data:`MESSAGE_BYTES` bytes, over :data:`MAX_PARTS`
+frames, or with a frame over :data:`CHUNK` bytes) goes as ``[BIG, header]`` (the builtin
+framing's header: frame count and sizes) and then ``[PART, piece, ...]`` messages of at
+most :data:`MESSAGE_BYTES` bytes each, in pieces of at most :data:`CHUNK` bytes that are
+views of the kernel's frames (still no concatenation). Why: zmq hands a received
 message out only in memory it allocated itself, so a ``bytes`` argument rebuilt from one
 big zmq frame would be a second copy (twice the payload at the peak). The receiver
 checks the header against ``max_message_size`` *before* allocating anything, reads the
@@ -20,6 +21,17 @@ lands in a fresh ``bytes`` object that becomes the argument without a copy), and
 each zmq piece as soon as it is copied. Every zmq frame of ours is thus at most
 :data:`CHUNK` bytes: the sockets' ``ZMQ_MAXMSGSIZE`` (see ``_loop.configure_socket``)
 makes libzmq drop a peer, authenticated or not, that announces a bigger one.
+
+Why 64 KiB: ``ZMQ_MAXMSGSIZE`` bounds every frame libzmq reads, the commands of its own
+handshake included, so it is also what a stranger's unfinished PLAIN HELLO may make libzmq
+allocate before anyone checks a key (``_gate``). At 1 MiB a stalled stranger cost a
+listener 1050 KiB of memory; at 64 KiB, 86-88 KiB (libzmq's own state for a connection in its
+handshake is 14-15 KiB), within ``PreAuthLimits.max_bytes``. A zmq message still carries up to
+:data:`MESSAGE_BYTES` in several frames (one 64 KiB frame per message was slower still), but
+each frame is a zero-copy send, a receive and a copy: on a loaded 2-core VM a 64 MiB argument
+took a median 205 ms against 100 ms with 1 MiB frames (``bench_transports.py``, 3 runs each),
+and a kernel frame between 64 KiB and 1 MiB, which went inline before, now goes the large
+way (one copy on receipt: 256 KiB round trips 0.4 -> 0.8 ms).
 """
 
 from __future__ import annotations
@@ -38,7 +50,7 @@ from tetrarch.plugins import Connection, ConnectionClosed, ConnectionHandler, Tr
 if TYPE_CHECKING:
     from ._loop import ZmqLoop
 
-__all__ = ["BIG", "CHUNK", "CLOSE", "DATA", "MAX_PARTS", "OPEN", "PART", "ZmqConnection", "split"]
+__all__ = ["BIG", "CHUNK", "CLOSE", "DATA", "MAX_PARTS", "MESSAGE_BYTES", "OPEN", "PART", "ZmqConnection", "split"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -48,8 +60,10 @@ CLOSE = b"\x02"
 BIG = b"\x03"
 PART = b"\x04"
 
-#: The most bytes one zmq message of ours carries (and the most one zmq frame may have).
-CHUNK = 1 << 20
+#: The most bytes one zmq frame of ours has: every socket's ``ZMQ_MAXMSGSIZE``.
+CHUNK = 64 << 10
+#: The most bytes one zmq message of ours carries (in frames of at most CHUNK bytes).
+MESSAGE_BYTES = 1 << 20
 #: The most kernel frames sent inline in one data message (more go the large way).
 MAX_PARTS = 64
 
@@ -106,6 +120,7 @@ class ZmqConnection(Connection):
         # set by the owner
         self.monitor: zmq.Socket[Any] | None = None  # dialing side: the DEALER's monitor
         self.fd = -1  # listening side: the accepted socket's descriptor (zmq SRCFD)
+        self.ticket: Any = None  # listening side: its record in the listener's gate (_gate)
         self.listener: Any = None
 
     @property
@@ -136,27 +151,30 @@ class ZmqConnection(Connection):
     def _zmq_messages(self, frames: Sequence[Buffer]) -> list[list[Any]]:
         """The zmq messages that carry one kernel message: one, or a large one's header and pieces."""
         if len(frames) <= MAX_PARTS:
-            total = sum(map(nbytes, frames))
-            if total <= CHUNK:
+            sizes = list(map(nbytes, frames))
+            total = sum(sizes)
+            if total <= CHUNK or (total <= MESSAGE_BYTES and max(sizes) <= CHUNK):
                 if frames and nbytes(frames[0]) > 1:  # untagged: see the module's docstring
                     return [[*self._head, *frames]]
                 return [[*self._head, DATA, *frames]]
         return self._large_parts(frames)
 
     def _large_parts(self, frames: Sequence[Buffer]) -> list[list[Any]]:
-        """``[BIG, header]``, then the frames' bytes as ``[PART, views...]`` of at most CHUNK bytes."""
+        """``[BIG, header]``, then the frames' bytes as ``[PART, views...]`` messages of at most
+        MESSAGE_BYTES bytes, in views of at most CHUNK bytes."""
         views = [memoryview(f).cast("B") for f in frames]
         msgs: list[list[Any]] = [[*self._head, BIG, header([v.nbytes for v in views])]]
         part: list[Any] = [*self._head, PART]
-        room = CHUNK
+        room = MESSAGE_BYTES
         for view in views:
             while view.nbytes:
-                piece, view = view[:room], view[room:]
+                n = min(room, CHUNK)
+                piece, view = view[:n], view[n:]
                 part.append(piece)
-                room -= piece.nbytes
+                room -= n
                 if room == 0 or len(part) > MAX_PARTS:
                     msgs.append(part)
-                    part, room = [*self._head, PART], CHUNK
+                    part, room = [*self._head, PART], MESSAGE_BYTES
         if len(part) > len(self._head) + 1:
             msgs.append(part)
         return msgs
