@@ -10,8 +10,10 @@ eventfd in the same ``zmq.Poller``).
 from __future__ import annotations
 
 import logging
+import math
 import select
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +35,7 @@ _log = logging.getLogger("tetrarch.transport")
 #: anyway (its OS closes the socket: the monitor reports DISCONNECTED).
 HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 30_000
-#: Messages (at most CHUNK bytes each) libzmq queues per peer before the I/O thread reads them.
+#: Messages (at most _conn.MESSAGE_BYTES each) libzmq queues per peer before the I/O thread reads them.
 #: 32 let a 128 MiB result raise the caller's peak RSS to 1.51x its size once in a loaded suite.
 RCV_HWM = 16
 #: How long an orderly close waits for its last messages (and CLOSE) to leave.
@@ -73,7 +75,8 @@ def configure_socket(sock: zmq.Socket[Any]) -> None:
     sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
     sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
     # No zmq frame of ours is bigger (large messages go in pieces): libzmq drops a peer,
-    # authenticated or not, that announces a bigger one before allocating it.
+    # authenticated or not, that announces a bigger one before allocating it. It bounds the
+    # commands of libzmq's own handshake too: what a stranger's HELLO may cost (_gate).
     sock.setsockopt(zmq.MAXMSGSIZE, CHUNK)
 
 
@@ -101,6 +104,8 @@ class ZmqLoop(LeaderLoop):
         self.retry: set[ZmqConnection] = set()  # connections whose sends zmq pushed back
         self.conns: set[ZmqConnection] = set()  # dialed connections (listeners keep their own)
         self.listeners: set[Any] = set()
+        #: When each listener's gate has its next deadline (``time.monotonic``): set_due.
+        self.timed: dict[Any, float] = {}
         self._start()
         if password is not None:  # posted first: it is bound before any listener (posted later)
             self.queue.call(ZapHandler(self, password).start)
@@ -230,6 +235,20 @@ class ZmqLoop(LeaderLoop):
             conn.monitor = None
         self.close_socket(conn.sock, linger)
 
+    def set_due(self, listener: Any, due: float) -> None:
+        """Call ``listener.expire()`` in the loop at ``due`` (``time.monotonic``; inf: never).
+
+        While one is pending the I/O thread reads (a standby only wakes on a readable
+        descriptor), so it is woken when the first is set. I/O thread.
+        """
+        if due == math.inf:
+            self.timed.pop(listener, None)
+            return
+        first = not self.timed
+        self.timed[listener] = due
+        if first:
+            self._unpark()
+
     def pushed_back(self, conn: ZmqConnection) -> None:
         """zmq pushed back ``conn``'s sends: retried every 2 ms by the I/O thread (a standby
         cannot wait with a timeout), which is woken for it."""
@@ -241,7 +260,7 @@ class ZmqLoop(LeaderLoop):
         return self._epoll.fileno()
 
     def _needs_thread(self) -> bool:
-        return bool(self.retry)
+        return bool(self.retry or self.timed)
 
     def lead_ready(self) -> None:
         super().lead_ready()
@@ -253,6 +272,9 @@ class ZmqLoop(LeaderLoop):
 
     def _wait(self, timeout: float | None) -> list:
         wait = 0.0 if self.ready else 0.002 if self.retry else None
+        if self.timed:
+            due = max(0.0, min(self.timed.values()) - time.monotonic())
+            wait = due if wait is None else min(wait, due)
         if timeout is not None:
             wait = timeout if wait is None else min(wait, timeout)
         return self._epoll.poll(-1 if wait is None else max(wait, 0.0))  # seconds, rounded up to ms
@@ -275,6 +297,14 @@ class ZmqLoop(LeaderLoop):
                 _log.exception("zmq transport: a reader failed")
         for conn in list(self.retry):
             conn.flush()
+        if self.timed:
+            now = time.monotonic()
+            for listener, due in list(self.timed.items()):
+                if due <= now:
+                    try:
+                        listener.expire()
+                    except Exception:  # noqa: BLE001 - the loop goes on
+                        _log.exception("zmq transport: a listener's deadlines failed")
 
     def stop(self) -> None:
         """Close every connection and listener, then end the thread (returns once it ended)."""

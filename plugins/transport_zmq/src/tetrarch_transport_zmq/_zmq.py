@@ -11,17 +11,21 @@ connection):
 * Closes: an orderly ``close`` sends ``CLOSE``; a peer that dies is noticed through
   socket monitors (``DISCONNECTED``; on the listening side the event's descriptor is
   matched to the identity that first spoke from it, zmq's ``SRCFD``) and ZMTP heartbeats.
-* Limits: every socket has ``ZMQ_MAXMSGSIZE`` = ``_conn.CHUNK`` (1 MiB): no zmq frame of
+* Limits: every socket has ``ZMQ_MAXMSGSIZE`` = ``_conn.CHUNK`` (64 KiB): no zmq frame of
   ours is bigger (large messages go as a header and pieces, see ``_conn``), and libzmq
   drops any peer, authenticated or not, that announces a bigger frame before it
   allocates it. ``max_message_size`` is checked per connection: on a large message's
-  header before anything is allocated, on a small message (at most 1 MiB) once zmq has
-  it. What libzmq does not bound by itself: a peer that never ends a multipart message
+  header before anything is allocated, on a small message (at most 1 MiB, in frames of at
+  most 64 KiB) once zmq has it. What libzmq does not bound by itself: a peer that never ends a multipart message
   (MORE on every frame) makes it buffer every frame until the peer hangs up; zmq has no
   option for the frame count. So only the allocation's processes get that far: given the
   allocation's key (``Transport.use_key``, as the kernel always does), every ROUTER is a
   ZMTP PLAIN server behind a ZAP handler and every DEALER presents the key (``_zap``);
   libzmq refuses anyone else in its handshake, before it reads a frame.
+* Strangers: until a peer's OPEN arrives, the listener holds it to the kernel's
+  ``PreAuthLimits`` (``Transport.limit_unauthenticated``, before ``listen``): a deadline,
+  a cap on connections waiting (oldest closed first) and on connections in all (new ones
+  refused, logged), 86-88 KiB of memory each at most (``_gate``).
 * Threads: any thread sends on a connection directly when nothing is queued on it (under
   the loop's lock); the I/O thread reads, and sends what was pushed back.
 * Exit: every transport closes before pyzmq's own atexit runs (:func:`_close_at_exit`):
@@ -31,18 +35,22 @@ connection):
 from __future__ import annotations
 
 import atexit
+import itertools
+import math
 import os
+import struct
+import time
 import weakref
 from typing import Any
 
 import zmq
 import zmq.utils.garbage  # registers pyzmq's atexit before ours (see _close_at_exit)
-from zmq.utils.monitor import parse_monitor_message
 
 from tetrarch.plugins import (
     Connection,
     ConnectionHandler,
     Listener,
+    PreAuthLimits,
     QualifiedAddress,
     Transport,
     TransportError,
@@ -53,22 +61,53 @@ from tetrarch.plugins import (
 
 from ._conn import CLOSE, OPEN, ZmqConnection, split
 from ._dial import dial
+from ._gate import Gate
 from ._loop import BATCH, PER_LOCK, ZmqLoop, configure_socket, readable
 from ._zap import password_of, secure_server
 
 __all__ = ["ZmqTransport"]
 
+_monitors = itertools.count()
+_ACCEPTED = int(zmq.EVENT_ACCEPTED)
+_DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
+_EVENT = struct.Struct("=HI")
+
+
+def _event(frames: list[bytes]) -> tuple[int, int]:
+    """A monitor message's event and value (``zmq.utils.monitor.parse_monitor_message``, without
+    the dict and the enum it builds per event: a flood of accepts is read one event at a time)."""
+    return _EVENT.unpack_from(frames[0])
+
+#: What a listener's monitor reports: accepts and ends of connections (``_gate``).
+_LISTEN_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+
+
+def monitor_of(sock: zmq.Socket[Any], events: int) -> zmq.Socket[Any]:
+    """A PAIR socket that receives ``sock``'s monitor ``events`` (``Socket.get_monitor_socket``,
+    but with no high-water mark on our end).
+
+    libzmq's I/O thread sends each event with a blocking send, holding the socket's monitor
+    lock: at a full pipe (a flood of accepts read late) it would stop every connection's I/O
+    until we read, and closing the socket meanwhile would wait on that lock for good.
+    """
+    addr = f"inproc://monitor.tetrarch-{id(sock):x}-{next(_monitors)}"
+    sock.monitor(addr, events)
+    pair = sock.context.socket(zmq.PAIR)
+    pair.setsockopt(zmq.RCVHWM, 0)
+    pair.connect(addr)
+    return pair
 
 
 class _ZmqListener(Listener):
-    def __init__(self, loop: ZmqLoop, sock: zmq.Socket[Any], address: str, handler: ConnectionHandler,
-                 path: str | None) -> None:
+    def __init__(self, loop: ZmqLoop, sock: zmq.Socket[Any], monitor: zmq.Socket[Any], address: str,
+                 handler: ConnectionHandler, path: str | None, limits: PreAuthLimits) -> None:
         self._loop = loop
         self._sock = sock
         self._address = address
         self._handler = handler
         self._path = path
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._monitor = monitor
+        self._gate = Gate(limits, address, lambda: len(loop.conns))
         self._conns: dict[bytes, ZmqConnection] = {}
         self._by_fd: dict[int, ZmqConnection] = {}
         self._closed = False
@@ -88,7 +127,7 @@ class _ZmqListener(Listener):
         # Disconnects first, then every message that arrived before them (a CLOSE makes
         # a close orderly); a descriptor reused by a new peer is told apart on its OPEN.
         gone: set[int] = set()
-        self._disconnects(gone)
+        self._events(gone)
         read = 0
         more = False
         while not self._gone:
@@ -103,18 +142,45 @@ class _ZmqListener(Listener):
                 self._message(frames, gone)
             if len(batch) < PER_LOCK:
                 break
+        if self._gated(gone) and not self._gone:
+            # Reading the monitor took the wake-up of messages that came meanwhile (a handler
+            # ran long, say): their reading would otherwise wait for the next event.
+            more = more or readable(self._sock)
+        return more
+
+    def expire(self) -> None:
+        """A deadline of the gate fell due (I/O thread: the loop's timer)."""
+        if self._gated(set()) and not self._gone:
+            self._loop.after_send(self._sock)  # read what came meanwhile (see on_readable)
+
+    def _gated(self, gone: set[int]) -> int:
+        """Read the monitor to the end, let the gate close what it must, then report the lost;
+        return how many events it read."""
+        if self._gone:
+            return 0
+        read = self._events(gone)
+        self._gate.enforce(time.monotonic())
+        self._loop.set_due(self, self._gate.due())
         for fd in gone:
             conn = self._by_fd.get(fd)
             if conn is not None:
                 self._loop.drop(conn, TransportError(f"connection from {conn.peer} was lost"))
-        return more
+        return read
 
-    def _disconnects(self, gone: set[int]) -> None:
-        """Add the descriptors of the disconnects the monitor reported so far to ``gone``."""
+    def _events(self, gone: set[int]) -> int:
+        """Read the monitor until it is empty (the number of events read): the gate learns of
+        accepts and ends, in order, and the descriptors of the ends are added to ``gone``."""
+        gate = self._gate
+        read = 0
         while readable(self._monitor):
-            event = parse_monitor_message(self._monitor.recv_multipart())
-            if event["event"] == zmq.EVENT_DISCONNECTED:
-                gone.add(int(event["value"]))
+            read += 1
+            event, value = _event(self._monitor.recv_multipart())
+            if event == _DISCONNECTED:
+                gone.add(value)
+                gate.disconnected(value)
+            elif event == _ACCEPTED:
+                gate.accepted(value, time.monotonic())
+        return read
 
     def _message(self, frames: list[zmq.Frame], gone: set[int]) -> None:
         if len(frames) < 2:
@@ -138,14 +204,18 @@ class _ZmqListener(Listener):
         # is an earlier peer's: read them all now, or one read later (the thread was busy,
         # say, with this batch) would close this connection instead (libzmq reports a
         # disconnect before it closes the descriptor, which it must close before reusing it).
-        self._disconnects(gone)
+        self._events(gone)
         gone.discard(fd)
+        ticket = self._gate.opened(fd)
+        if ticket is None:
+            return  # closed by the gate (past a limit) before its OPEN was read: dropped unread
         old = self._by_fd.get(fd)
         if old is not None:  # its descriptor now serves someone else: the old peer is gone
             self._loop.drop(old, TransportError(f"connection from {old.peer} was lost"))
         conn = ZmqConnection(self._loop, self._sock, self._handler, f"{self._address} (peer {route.hex()})", route)
         conn.listener = self
         conn.fd = fd
+        conn.ticket = ticket
         self._conns[route] = conn
         self._by_fd[fd] = conn
         self._send_now([route, OPEN])
@@ -167,6 +237,9 @@ class _ZmqListener(Listener):
             del self._conns[conn.route]
         if self._by_fd.get(conn.fd) is conn:
             del self._by_fd[conn.fd]
+        if conn.ticket is not None:  # closed by us: the gate closes it if the peer stays
+            self._gate.closed(conn.ticket, time.monotonic())
+            self._loop.set_due(self, self._gate.due())
         if self._closed and not self._conns:
             self.shutdown()
 
@@ -192,6 +265,7 @@ class _ZmqListener(Listener):
         for conn in list(self._conns.values()):
             self._loop.drop(conn, None, tell_peer=True)
         self._loop.listeners.discard(self)
+        self._loop.set_due(self, math.inf)
         self._loop.unwatch(self._sock)
         self._loop.unwatch(self._monitor)
         with self._loop.lock_of(self._sock):
@@ -238,6 +312,12 @@ class ZmqTransport(Transport):
                 raise TransportError("zmq transport: use_key() must come before its first listen or connect")
             self._password = password_of(key)
 
+    def limit_unauthenticated(self, limits: PreAuthLimits) -> None:
+        """Hold every later listener's connections to ``limits`` until their OPEN (``_gate``):
+        ``limits.timeout`` is also libzmq's handshake deadline (``ZMQ_HANDSHAKE_IVL``); a
+        listener made before keeps the limits it was made with. Never raises."""
+        self.preauth_limits = limits
+
     def leader_loop(self) -> ZmqLoop:
         return self._loop()
 
@@ -264,12 +344,18 @@ class ZmqTransport(Transport):
         if loop.password is not None:
             secure_server(sock)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        limits = self.preauth_limits
+        # libzmq ends a handshake (greeting, HELLO, ZAP) that takes longer (``_gate``).
+        sock.setsockopt(zmq.HANDSHAKE_IVL, max(1, math.ceil(limits.timeout * 1000)))
+        monitor = monitor_of(sock, _LISTEN_EVENTS)  # before the bind: no accept goes unreported
         native = where.native()
         if where.scheme == "tcp" and where.port == 0:
             native = native.rsplit(":", 1)[0] + ":*"
         try:
             sock.bind(native)
         except zmq.ZMQError as exc:
+            sock.disable_monitor()
+            monitor.close(0)
             sock.close(0)
             raise TransportError(f"cannot listen on zmq+{native}: {exc}") from exc
         path = None
@@ -281,7 +367,7 @@ class ZmqTransport(Transport):
         else:
             real = f"zmq+ipc://{where.path}"
             path = None if where.path.startswith("@") else where.path
-        listener = _ZmqListener(loop, sock, real, handler, path)
+        listener = _ZmqListener(loop, sock, monitor, real, handler, path, limits)
         listener.start()
         return listener
 
