@@ -1,7 +1,18 @@
-"""Dialing: one DEALER socket (and its monitor) per connection."""
+"""Dialing: one DEALER socket (and its monitor) per connection.
+
+A dial fails at once when nobody listens (libzmq reports ``EVENT_CONNECT_RETRIED``), except
+into a full Unix-socket backlog: there ``connect`` fails with ``EAGAIN`` (a listener busy
+with a burst of connections, or stopped), which libzmq reports the same way. A dial over
+``ipc`` that sees the retry probes the address once (:func:`backlog_full`) and, if the
+backlog is what refused it, waits for libzmq's own retries (every ``ZMQ_RECONNECT_IVL``,
+100 ms) within its timeout. Over TCP a full backlog drops the SYN, which the kernel resends:
+no retry event comes.
+"""
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 
 import zmq
@@ -32,6 +43,7 @@ class _Dial:
         self.phase = "dialing"  # -> "accepted" (OPEN came back) -> "open" (on_open ran), or "failed"
         self.error = ""
         self.lost = False  # the peer vanished between OPEN and on_open
+        self.backlogged = False  # a connect found the listener's backlog full (libzmq retries)
         self.done = threading.Event()
 
     # -- I/O thread --------------------------------------------------------------
@@ -71,13 +83,17 @@ class _Dial:
         while conn.monitor is not None and readable(conn.monitor):
             event = parse_monitor_message(conn.monitor.recv_multipart())["event"]
             if event == zmq.EVENT_CONNECT_RETRIED and self.phase == "dialing":
-                self.fail("nobody listens there (connection refused)")
+                if backlog_full(self.native):
+                    self.backlogged = True
+                else:
+                    self.fail("nobody listens there (connection refused)")
             elif event in HANDSHAKE_FAILED and self.phase == "dialing":
                 self.fail("the listener refused this process in zmq's handshake: it belongs to another "
                           "allocation (another transport key), or one of the two has no key")
             elif event == zmq.EVENT_DISCONNECTED:
                 if self.phase == "dialing":
-                    self.fail("the listener hung up during the zmq handshake")
+                    self.fail("the listener hung up during the zmq handshake (a wrong key, or a "
+                              "listener at its connection limit: see its log)")
                 elif self.phase == "accepted":
                     self.lost = True
                 elif self.phase == "open":
@@ -133,6 +149,25 @@ class _Dial:
             self.loop.drop(conn, TransportError(f"connection to {self.address} was lost"))
 
 
+def backlog_full(native: str) -> bool:
+    """Whether the Unix socket at ``native`` (``ipc://PATH``, ``@`` for the abstract namespace)
+    refuses connections because its backlog is full (``EAGAIN``). False for anything else: no
+    listener, another scheme, or a connect that went through (the probe closes it at once)."""
+    if not native.startswith("ipc://"):
+        return False
+    path = native[len("ipc://"):]
+    where = "\0" + path[1:] if path.startswith("@") else path
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        try:
+            probe.connect(where)
+        except BlockingIOError as exc:
+            return exc.errno == errno.EAGAIN
+        except OSError:
+            return False
+    return False
+
+
 def dial(loop: ZmqLoop, address: str, native: str, handler: ConnectionHandler, timeout: float) -> Connection:
     """Connect a DEALER to ``native`` and wait for the listener's OPEN (``address`` for messages).
 
@@ -146,7 +181,8 @@ def dial(loop: ZmqLoop, address: str, native: str, handler: ConnectionHandler, t
         gave_up = threading.Event()
 
         def give_up() -> None:
-            attempt.fail(f"no answer within {timeout:g} s")
+            full = " (the listener's backlog was full: it is flooded with connections, or stopped)"
+            attempt.fail(f"no answer within {timeout:g} s{full if attempt.backlogged else ''}")
             gave_up.set()
 
         loop.queue.call(give_up)
