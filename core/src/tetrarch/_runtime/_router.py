@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
-from time import monotonic as _monotonic
 from time import perf_counter as _perf_counter
 from typing import Any, Protocol
 
@@ -39,6 +37,7 @@ from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role, transport_
 from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
 from .._transport._limits import PreAuthLimits, raise_open_file_limit
 from .._transport._route import pin_host
+from .._transport._waiting import WaitingRoom
 from . import _outcome, _serial, _wire
 from ._early import EarlyCalls
 from ._future import use_loop
@@ -144,17 +143,9 @@ class Router:
         self._flush_queue: list[_Outbox] = []
         self._flusher = threading.Thread(target=self._flush_loop, name=f"tetrarch-flush-{name}", daemon=True)
         self._flusher.start()
-        # Accepted connections not authenticated yet, oldest first, with their deadlines
-        # (one timeout for all, so arrival order is deadline order): one thread closes
-        # the overdue ones, and a new arrival past the cap closes the oldest.
-        self._auth_timeout = auth_timeout
-        self._max_unauthenticated = max_unauthenticated
-        self._unauthenticated: OrderedDict[Connection, float] = OrderedDict()
-        self._ulock = threading.Lock()
-        self._ucond = threading.Condition(self._ulock)
-        self._ustopped = False
-        self._shed = 0  # connections closed to keep under the cap, for the log
-        self._deadlines = threading.Thread(target=self._expire_loop, name=f"tetrarch-auth-{name}", daemon=True)
+        # Accepted connections not authenticated yet: a deadline each, the oldest closed past the cap.
+        self._waiting = WaitingRoom(name, auth_timeout, max_unauthenticated,
+                                    lambda c: bool(getattr(c.context, "done", False)))
         self.address = ""  # set before the listener can accept anything we would answer
         self.spans_hosts = spans_hosts
         listen = listen_address or transport.default_address(spans_hosts=spans_hosts)
@@ -172,7 +163,7 @@ class Router:
         if self.leader_loop is not None:
             self.leader_loop.spin_s = SPIN_US() / 1e6
         use_loop(self.leader_loop)
-        self._deadlines.start()  # a connection accepted already waits in the table for it
+        self._waiting.start()  # a connection accepted already waits in the table for it
         self._listeners = [self._listener]
         self.address = self._listener.address
         self._own_addresses = {self.address}
@@ -371,59 +362,6 @@ class Router:
                 self._routes[address] = conn
             return conn
 
-    # -- connections waiting to authenticate ----------------------------------
-    def _await_auth(self, conn: Connection) -> None:
-        """Put an accepted connection in the deadline table, closing the oldest past the cap."""
-        shed: list[Connection] = []
-        with self._ucond:
-            if self._ustopped:
-                shed.append(conn)  # the router is closing: nothing will serve it
-            else:
-                if not self._unauthenticated:
-                    self._ucond.notify()  # the deadline thread sleeps without a deadline
-                self._unauthenticated[conn] = _monotonic() + self._auth_timeout
-                while len(self._unauthenticated) > self._max_unauthenticated:
-                    shed.append(self._unauthenticated.popitem(last=False)[0])
-                so_far = self._shed = self._shed + len(shed)
-        if shed and conn not in shed and (so_far - len(shed)) % 1000 == 0:  # the first, then one line per 1000
-            _log.warning("%d connections are waiting to authenticate: closing the oldest, %s (%d closed so far)",
-                         self._max_unauthenticated, shed[0].peer, so_far)
-        for c in shed:
-            c.close()
-
-    def _drop_deadline(self, conn: Connection) -> None:
-        """``conn`` authenticated or closed: it has no deadline any more."""
-        with self._ulock:
-            self._unauthenticated.pop(conn, None)
-
-    def _expire_loop(self) -> None:
-        """Close connections that did not authenticate in time (the deadline thread)."""
-        while True:
-            overdue: list[Connection] = []
-            with self._ucond:
-                while not self._ustopped:
-                    if not self._unauthenticated:
-                        self._ucond.wait()
-                        continue
-                    now = _monotonic()
-                    while self._unauthenticated:
-                        conn, deadline = next(iter(self._unauthenticated.items()))
-                        if deadline > now:
-                            break
-                        del self._unauthenticated[conn]
-                        overdue.append(conn)
-                    if overdue:
-                        break
-                    self._ucond.wait(deadline - now)
-                if self._ustopped:
-                    return
-            overdue = [c for c in overdue if not getattr(c.context, "done", False)]
-            if overdue:
-                _log.warning("closing %d connection(s) that did not authenticate within %g s (%s%s)",
-                             len(overdue), self._auth_timeout, overdue[0].peer, ", ..." if len(overdue) > 1 else "")
-            for conn in overdue:
-                conn.close()
-
     # -- ConnectionHandler ------------------------------------------------
     def on_open(self, conn: Connection) -> None:
         conn.max_message_size = PRE_AUTH_LIMIT
@@ -437,7 +375,7 @@ class Router:
             conn.send(auth.hello())
         except ConnectionClosed:
             return
-        self._await_auth(conn)
+        self._waiting.add(conn)
 
     def on_message(self, conn: Connection, frames: list[memoryview]) -> None:
         auth: Auth = conn.context  # type: ignore[assignment]
@@ -466,7 +404,7 @@ class Router:
             if conn.supports_sinks:
                 conn.sinks = self._resolve_sink
             if auth.role is Role.LISTENER:
-                self._drop_deadline(conn)
+                self._waiting.discard(conn)
                 with self._lock:
                     existing = self._routes.get(auth.peer_address)
                     if existing is None or existing.closed:
@@ -478,7 +416,7 @@ class Router:
         if not isinstance(auth, Auth):
             return
         if auth.role is Role.LISTENER and not auth.done:
-            self._drop_deadline(conn)
+            self._waiting.discard(conn)
         auth.event.set()
         peer = auth.peer_address
         if not peer or not auth.done:
@@ -587,12 +525,7 @@ class Router:
         self._flusher.join(timeout=2.0)  # let queued messages go out first
         for listener in self._listeners:
             listener.close()
-        with self._ucond:
-            self._ustopped = True
-            waiting = list(self._unauthenticated)
-            self._unauthenticated.clear()
-            self._ucond.notify()
-        self._deadlines.join(timeout=2.0)
+        waiting = self._waiting.close()
         with self._lock:
             conns = list(self._routes.values())
             self._routes.clear()
