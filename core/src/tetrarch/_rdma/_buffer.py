@@ -145,7 +145,7 @@ def _ping(runtime: Any, owner: str) -> None:
     try:
         runtime.router.send(owner, [_wire.sys_header("rdma", "ping")])
     except PeerUnreachable as exc:
-        runtime.owner_died(owner, str(exc))
+        runtime.owner_died(owner, str(exc))  # a refusal (another allocation) is reported as one
 
 
 def as_future(cfs: list[CFuture[None]]) -> Future[None]:

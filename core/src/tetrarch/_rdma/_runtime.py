@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from .._config import CONNECT_TIMEOUT
 from .._errors import RDMAError, SupervisionError
 from .._log import get_logger
 from .._plugins import BackendKind, get_registry
@@ -86,6 +88,7 @@ class RdmaRuntime:
         self._failed: dict[str, str] = {}
         self._ops: dict[str, OpHandler] = {"call": self._on_call, "drop": self._on_drop, "ping": lambda h, f: None}
         self._pending: dict[str, set[Callable[[BaseException], None]]] = {}
+        self._refused: dict[str, str] = {}  # owner address -> why it refused this process (another allocation)
         router.add_service(SERVICE, self._dispatch)
         router.on_peer_lost(lambda peer, _err: self.owner_died(peer, f"lost the connection to {peer}"))
 
@@ -259,11 +262,42 @@ class RdmaRuntime:
         self.watch(owner, fut)
         self.deadlines.fail_after(fut, timeout, f"RDMA request {op!r} to {owner}")
         fut.add_done_callback(lambda _f: router.close_port(port))
-        try:
-            router.send(owner, [_wire.sys_header(SERVICE, op, router.address, port), *_serial.dumps(payload)])
-        except PeerUnreachable as exc:
-            settle(fut, SupervisionError(f"the owner of the RDMA buffer at {owner} is unreachable: {exc}"))
+        error = self.send(owner, [_wire.sys_header(SERVICE, op, router.address, port), *_serial.dumps(payload)])
+        if error is not None:
+            settle(fut, error)
         return fut
+
+    def send(self, owner: str, frames: list) -> BaseException | None:
+        """Send ``frames`` to ``owner``; None, or the error a transfer to it fails with: an
+        :class:`RDMAError` when the owner refused this process (it is not of the buffer's
+        allocation), a :class:`SupervisionError` when it cannot be reached. Never raises."""
+        start = time.monotonic()
+        try:
+            self.router.send(owner, frames)
+            return None
+        except PeerUnreachable as exc:
+            return self.unreachable(owner, str(exc), time.monotonic() - start)
+
+    def unreachable(self, owner: str, why: str, waited: float | None = None) -> BaseException:
+        """The error for ``owner`` that could not be reached (``why``: the router's words).
+
+        A handshake the owner ended before the connect timeout is a refusal: the owner did not
+        accept this process's proof of the allocation's secret (it is of another allocation).
+        """
+        refused = self._refused.get(owner)
+        if refused is None and "authentication handshake" in why:
+            limit = CONNECT_TIMEOUT()
+            if waited is not None and waited >= 0.9 * limit:
+                return SupervisionError(f"the owner of the RDMA buffer at {owner} did not answer the authentication "
+                                        f"handshake within {limit:g} s (connect_timeout): it is stopped, hung or "
+                                        f"overloaded ({why})")
+            refused = self._refused[owner] = (
+                f"the owner of the RDMA buffer at {owner} refused this process: it is not of the buffer's allocation "
+                f"(the owner did not accept its proof of the allocation's secret: {why}); only processes of the "
+                f"allocation that made the buffer can read or write it: pass the data through one of them")
+        if refused is not None:
+            return RDMAError(refused)
+        return SupervisionError(f"the owner of the RDMA buffer at {owner} is unreachable: {why}")
 
     def _dispatch(self, hdr: _wire.SysHeader, frames: list, _conn: object) -> None:
         handler = self._ops.get(hdr.op)
@@ -318,10 +352,14 @@ class RdmaRuntime:
         fut.add_done_callback(done)
 
     def owner_died(self, owner: str, why: str) -> None:
+        """Fail the transfers waiting on ``owner``, which died (or refused this process: then
+        they fail with that refusal, see :meth:`unreachable`)."""
         with self._lock:
             waiting = self._pending.pop(owner, set())
+        refused = owner in self._refused or "authentication handshake" in why
+        error = self.unreachable(owner, why) if refused else None
         for fail in waiting:
-            fail(SupervisionError(f"the owner of the RDMA buffer ({owner}) died during the transfer: {why}"))
+            fail(error or SupervisionError(f"the owner of the RDMA buffer ({owner}) died during the transfer: {why}"))
 
     def close(self) -> None:
         with self._lock:

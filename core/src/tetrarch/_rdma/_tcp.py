@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from .._config import RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW
-from .._errors import RDMAError, SupervisionError
+from .._errors import RDMAError
 from .._runtime import _serial, _wire
 from .._runtime._router import PeerUnreachable
 from ._backend import LocalRegion, RdmaBackend, RdmaHost, RemoteRegion, settle
@@ -60,12 +60,10 @@ class TcpRdmaBackend(RdmaBackend):
         return fut, port
 
     def _send(self, fut: Future[None], owner: str, frames: list) -> bool:
-        try:
-            self.runtime.router.send(owner, frames)
-            return True
-        except PeerUnreachable as exc:
-            settle(fut, SupervisionError(f"the owner of the RDMA buffer ({owner}) is unreachable: {exc}"))
-            return False
+        error = self.runtime.send(owner, frames)
+        if error is not None:
+            settle(fut, error)
+        return error is None
 
     def read(self, remote: RemoteRegion, offset: int, dst: LocalRegion, deadline: float) -> Future[None]:
         view = dst.view

@@ -1,14 +1,24 @@
-"""The actor the RDMA suite puts in owner procs (importable by the procs: it lives in tetrarch)."""
+"""The actor the RDMA suite puts in owner procs (importable by the procs: it lives in tetrarch), and
+the *outsider*: ``python -m tetrarch.testing._rdma_actors TIMEOUT`` is a tetrarch client of its own
+(a fresh allocation secret) that reads a pickled ``RDMABuffer`` (hex on stdin) and writes to it,
+and prints what happened as JSON (see :func:`outsider`)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import pickle
+import sys
+import time
 from typing import Any
 
 from tetrarch import Actor, endpoint
 
-__all__ = ["Holder", "digest", "pattern"]
+__all__ = ["SENTINEL", "Holder", "digest", "outsider", "pattern"]
+
+#: The byte an outsider's destination is filled with: any other byte there came from the owner.
+SENTINEL = 0xEE
 
 
 def pattern(nbytes: int, seed: int) -> bytearray:
@@ -59,3 +69,31 @@ class Holder(Actor):
     @endpoint
     def pid(self) -> int:
         return os.getpid()
+
+
+def outsider(handle: bytes, timeout: float) -> list[dict[str, Any]]:
+    """In a process of another allocation: read the buffer pickled in ``handle`` into a
+    destination full of :data:`SENTINEL`, then write :data:`SENTINEL` bytes to it. One dict per
+    attempt: ``op``, ``error`` (``"Type: message"`` or None), ``seconds``, ``untouched`` (the
+    destination holds only :data:`SENTINEL`). Never raises for a failed transfer."""
+    buf = pickle.loads(handle)
+    out = []
+    for op in ("read", "read", "write"):
+        local = bytearray([SENTINEL]) * buf.size()
+        start = time.monotonic()
+        error = None
+        try:
+            fut = buf.read_into(local, timeout=timeout) if op == "read" else buf.write_from(local, timeout=timeout)
+            fut.get(timeout=timeout + 30)
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            error = f"{type(exc).__name__}: {exc}"
+        out.append({"op": op, "error": error, "seconds": time.monotonic() - start,
+                    "untouched": local.count(SENTINEL) == len(local)})
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(outsider(bytes.fromhex(sys.stdin.read().strip()), float(sys.argv[1]))), flush=True)
+    from tetrarch import shutdown_context
+
+    shutdown_context().get(timeout=30)

@@ -27,8 +27,12 @@ The suite needs ``pytest``, ``psutil`` (``tetrarch[test]``) and, for the dtype t
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,9 +43,10 @@ import pytest
 import tetrarch
 from tetrarch import SupervisionError, this_host
 from tetrarch.testing import scaled
-from tetrarch.testing._rdma_actors import Holder, digest, pattern
+from tetrarch.testing._rdma_actors import SENTINEL, Holder, digest, pattern
 
-__all__ = ["Holder", "RdmaSuite", "digest", "holders", "pattern"]
+__all__ = ["Holder", "RdmaSuite", "close_backends", "digest", "holders", "outside_the_region", "pattern",
+           "run_outsider"]
 
 MiB = 1 << 20
 
@@ -181,6 +186,44 @@ class RdmaSuite:
                 fake.write_from(bytearray(forged.size)).get(timeout=scaled(30))
         assert owner.digest.call_one("forged").get() == digest(pattern(4096, 1))
 
+    # ------------------------------------------------------------ enforced by the owner
+    def test_a_reader_outside_the_allocation_gets_a_clear_error_and_no_byte(self, owner: Any, backend: str) -> None:
+        """A process of another allocation (its own secret) holding a real handle reads and writes
+        nothing: the owner refuses it, and the error says so (not a timeout, not a death)."""
+        nbytes = 64 * 1024
+        buf = self._make(owner, backend, nbytes, seed=7, key="outsider")
+        for attempt in run_outsider(buf):
+            assert attempt["error"] is not None, f"a process of another allocation moved bytes: {attempt}"
+            assert "not of the buffer's allocation" in attempt["error"], attempt
+            assert attempt["untouched"], f"bytes of the owner reached another allocation: {attempt}"
+            assert attempt["seconds"] < scaled(10), attempt
+        assert owner.digest.call_one("outsider").get() == digest(pattern(nbytes, 7))
+
+    def test_a_descriptor_outside_the_region_is_refused_at_once_with_no_byte(self, owner: Any, backend: str) -> None:
+        """A handle whose size or context was moved past the registration (or out of 64 bits)
+        fails at once with an error, and neither a byte from outside the region reaches the
+        reader nor a byte of the writer reaches the owner."""
+        from tetrarch._rdma._buffer import Descriptor
+        from tetrarch.rdma import RDMABuffer
+
+        buf = self._make(owner, backend, 4096, seed=8, key="outside")
+        desc = Descriptor(*buf.__reduce__()[1][0])
+        for forged in outside_the_region(desc, backend):
+            fake = RDMABuffer._from_descriptor(forged)
+            for write in (False, True):
+                local = bytearray([SENTINEL]) * forged.size
+                start = time.monotonic()
+                with pytest.raises(Exception) as caught:  # noqa: PT011 - which error depends on the backend
+                    _transfer(fake, local, write)
+                assert not isinstance(caught.value, TimeoutError), (forged, caught.value)
+                assert str(caught.value), forged
+                assert time.monotonic() - start < scaled(5), (forged, caught.value)
+                assert local.count(SENTINEL) == len(local), f"bytes from outside the region were read: {forged}"
+        assert owner.digest.call_one("outside").get() == digest(pattern(4096, 8))
+        dst = bytearray(4096)
+        buf.read_into(dst, timeout=scaled(30)).get(timeout=scaled(30))  # the real handle still works
+        assert dst == pattern(4096, 8)
+
     # ------------------------------------------------------------ concurrency and batches
     def test_many_concurrent_transfers_on_one_buffer_and_across_buffers(self, owner: Any, backend: str) -> None:
         one = self._make(owner, backend, 2 * MiB + 3, key="conc-one")
@@ -262,6 +305,52 @@ class RdmaSuite:
         for bad in (0, -1, float("inf"), "5"):
             with pytest.raises(ValueError, match="timeout"):
                 buf.read_into(bytearray(10), timeout=bad)
+
+
+def close_backends(*names: str) -> None:
+    """Close the RDMA backends ``names`` this process started (at the end of a test session: what
+    they hold, e.g. the efa backend's ``shm`` endpoints and the janitor watching them, goes now,
+    not at the interpreter's exit). Never raises."""
+    from tetrarch._rdma._runtime import get_runtime
+
+    for name in names:
+        backend = get_runtime()._backends.get(name)
+        if backend is not None:
+            backend.close()
+
+
+def run_outsider(buf: Any, timeout: float | None = None) -> list[dict[str, Any]]:
+    """Hand ``buf`` to a fresh tetrarch client of another allocation (``python -m
+    tetrarch.testing._rdma_actors``, this process's settings in its environment) that reads it
+    and writes to it; what each attempt gave (see ``_rdma_actors.outsider``)."""
+    from tetrarch._config import config_env
+
+    timeout = timeout or scaled(10)
+    proc = subprocess.run([sys.executable, "-m", "tetrarch.testing._rdma_actors", str(timeout)],
+                          input=pickle.dumps(buf).hex(), capture_output=True, text=True,
+                          env={**os.environ, **config_env()}, timeout=scaled(120), check=False)
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0, f"the outsider failed ({proc.returncode}): {proc.stderr[-3000:]}"
+    assert lines, f"the outsider failed ({proc.returncode}): {proc.stderr[-3000:]}"
+    result: list[dict[str, Any]] = json.loads(lines[-1])
+    return result
+
+
+def _transfer(buf: Any, local: bytearray, write: bool) -> None:
+    fut = buf.write_from(local, timeout=scaled(30)) if write else buf.read_into(local, timeout=scaled(30))
+    fut.get(timeout=scaled(30))
+
+
+def outside_the_region(desc: Any, backend: str) -> Iterator[Any]:
+    """Forgeries of ``desc``: its size moved past the registration, and (for a dict context)
+    each integer of ``backend``'s context moved 4 KiB on, to -1 and past 64 bits."""
+    yield desc._replace(size=desc.size + 4096)
+    ctx = desc.contexts.get(backend)
+    if isinstance(ctx, dict):
+        for key, value in ctx.items():
+            if type(value) is int:
+                for moved in (value + 4096, -1, value + (1 << 64)):
+                    yield desc._replace(contexts={backend: {**ctx, key: moved}})
 
 
 def _alive(pid: int) -> bool:
