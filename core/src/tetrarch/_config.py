@@ -34,6 +34,7 @@ __all__ = [
     "CONFIG_VARS",
     "CONNECT_TIMEOUT",
     "DISABLE_PLUGINS",
+    "EFA_ALLOW_UNCHECKED_ACCESS",
     "EFA_PROVIDER",
     "ENV_ALLOC_ID",
     "ENV_ALLOC_TRANSPORT",
@@ -354,6 +355,12 @@ EFA_PROVIDER: Setting[str] = Setting(
     "libfabric provider of the `efa` RDMA backend; any RMA-capable one (`shm`, `tcp;ofi_rxm`) runs it without EFA "
     "hardware, for tests (see docs/rdma.md)", probed=True,
 )
+EFA_ALLOW_UNCHECKED_ACCESS: Setting[bool] = Setting(
+    "efa_allow_unchecked_access", "TETRARCH_EFA_ALLOW_UNCHECKED_ACCESS", bool, False,
+    "let the `efa` backend register memory over a libfabric provider that does not check peers' accesses on the "
+    "owner's side (`shm`: any process of this user on this host may then read and write this process's memory "
+    "through it, outside the registered regions too); see docs/rdma.md", probed=True,
+)
 FORWARD_OUTPUT: Setting[bool] = Setting(
     "forward_output", "TETRARCH_FORWARD_OUTPUT", bool, True,
     "procs' stdout and stderr reach the client line by line, prefixed with mesh and rank (`0`: unprefixed, "
@@ -381,7 +388,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, HOST_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR,
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, RDMA_DEVICE,
-        RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, FORWARD_OUTPUT, STANDBY, SPIN_US,
+        RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, EFA_ALLOW_UNCHECKED_ACCESS, FORWARD_OUTPUT, STANDBY, SPIN_US,
         BATCH_IO_THREADS, AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
     )
 })
