@@ -36,7 +36,7 @@ HEADERS = Path("/usr/include/rdma/fabric.h")
 CDEF = """
 struct tf_ep;
 struct fid_mr;
-int tf_open(const char *prov, int hmem, struct tf_ep **out, const char **stage);
+int tf_open(const char *prov, int hmem, const char *node, struct tf_ep **out, const char **stage);
 void tf_close(struct tf_ep *t);
 const char *tf_prov_name(struct tf_ep *t);
 const char *tf_fabric_name(struct tf_ep *t);

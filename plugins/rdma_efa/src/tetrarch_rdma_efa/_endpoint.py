@@ -120,12 +120,12 @@ class Endpoint:
         EndpointError: the provider is absent or refused an RDM endpoint with RMA.
     """
 
-    def __init__(self, module: ModuleType, provider: str, hmem: bool = False) -> None:
+    def __init__(self, module: ModuleType, provider: str, hmem: bool = False, node: str | None = None) -> None:
         self.ffi, self.lib = module.ffi, module.lib
         ffi, lib = self.ffi, self.lib
         self.provider = provider
         out, stage = ffi.new("struct tf_ep **"), ffi.new("const char **")
-        rc = lib.tf_open(provider.encode(), int(hmem), out, stage)
+        rc = lib.tf_open(provider.encode(), int(hmem), node.encode() if node else ffi.NULL, out, stage)
         if rc:
             call = ffi.string(stage[0]).decode()
             hint = ("the efa provider needs an EFA device (an AWS instance with EFA enabled); elsewhere set "
@@ -140,6 +140,8 @@ class Endpoint:
         self.hmem = bool(lib.tf_has_hmem(self._t))
         self.fabric = ffi.string(lib.tf_fabric_name(self._t)).decode(errors="replace")
         key_size = int(lib.tf_mr_key_size(self._t))
+        #: Bytes of a memory key (requested keys are random values of this size).
+        self.key_size = key_size
         max_msg = int(lib.tf_max_msg_size(self._t))
         self.chunk = min(CHUNK, max_msg) if max_msg else CHUNK
         self.window = max(1, min(_WINDOW, int(lib.tf_tx_size(self._t)) or _WINDOW))
@@ -455,8 +457,15 @@ class Endpoint:
             local, length, remote = transfer.chunks[0]
             ctx = self.ffi.new("char[]", self._ctx_size)
             op = self.lib.tf_write if transfer.write else self.lib.tf_read
-            rc = op(self._t, self.ffi.cast("void *", local), length, transfer.desc, transfer.peer, remote,
-                    transfer.key, ctx)
+            try:
+                rc = op(self._t, self.ffi.cast("void *", local), length, transfer.desc, transfer.peer, remote,
+                        transfer.key, ctx)
+            except (OverflowError, TypeError) as exc:  # a value outside 64 bits: this transfer fails, not the thread
+                transfer.error = EndpointError(f"malformed efa transfer (remote address {remote!r}, key "
+                                               f"{transfer.key!r}): {exc}; ask the buffer's owner for a fresh handle")
+                del self._queue[i]
+                self._finish_if_idle(transfer)
+                continue
             if rc == -self.lib.FI_EAGAIN:
                 waiting.add(transfer.peer)  # progress the CQ, then post again
                 i += 1

@@ -26,11 +26,14 @@ struct tf_ep {
     struct fid_ep *ep;
 };
 
-/* The mr_mode bits tetrarch handles (hints: the provider may ask for any of these). */
-static const int TF_MR_MODE = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+/* The mr_mode bits tetrarch handles (hints: the provider may ask for any of these). FI_MR_PROV_KEY
+ * is offered only when the provider insists (tf_open asks without it first): with requested keys
+ * tetrarch picks random 64-bit ones, which a peer cannot guess. */
+static const int TF_MR_MODE = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
 
-/* `hmem`: also ask for device memory (FI_HMEM), registered with its iface (FI_MR_HMEM). */
-static struct fi_info *tf_hints(const char *prov, int hmem)
+/* `hmem`: also ask for device memory (FI_HMEM), registered with its iface (FI_MR_HMEM).
+ * `prov_key`: also accept keys the provider picks (FI_MR_PROV_KEY). */
+static struct fi_info *tf_hints(const char *prov, int hmem, int prov_key)
 {
     struct fi_info *hints = fi_allocinfo();
     if (!hints)
@@ -38,7 +41,7 @@ static struct fi_info *tf_hints(const char *prov, int hmem)
     hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | (hmem ? FI_HMEM : 0);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->ep_attr->type = FI_EP_RDM;
-    hints->domain_attr->mr_mode = TF_MR_MODE | (hmem ? FI_MR_HMEM : 0);
+    hints->domain_attr->mr_mode = TF_MR_MODE | (hmem ? FI_MR_HMEM : 0) | (prov_key ? FI_MR_PROV_KEY : 0);
     /* a write completes when its bytes are in the target's memory, not when they left ours */
     hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
     if (prov) {
@@ -64,36 +67,40 @@ void tf_close(struct tf_ep *t)
     free(t);
 }
 
+/* fi_getinfo for the hints (hmem, prov_key); `node` (or NULL) is the local address to bind. */
+static int tf_getinfo(const char *prov, int hmem, int prov_key, const char *node, struct fi_info **info)
+{
+    struct fi_info *hints = tf_hints(prov, hmem, prov_key);
+    int rc;
+
+    if (!hints)
+        return -FI_ENOMEM;
+    rc = fi_getinfo(TF_API, node, NULL, node ? FI_SOURCE : 0, hints, info);
+    fi_freeinfo(hints);
+    return rc;
+}
+
 /* Open an RDM endpoint of provider `prov`. On failure *stage names the call that failed.
  * `hmem`: first ask for an endpoint that also moves device memory (FI_HMEM); a provider
- * (or a libfabric built) without it answers FI_ENODATA, and the host-memory one is asked for. */
-int tf_open(const char *prov, int hmem, struct tf_ep **out, const char **stage)
+ * (or a libfabric built) without it answers FI_ENODATA, and the host-memory one is asked for.
+ * Each is asked for with requested keys first, then (a provider that insists) provider keys.
+ * `node`: the local address the endpoint binds (FI_SOURCE), e.g. "127.0.0.1"; NULL: the
+ * provider's choice (shm needs NULL; tcp would pick an interface itself). */
+int tf_open(const char *prov, int hmem, const char *node, struct tf_ep **out, const char **stage)
 {
-    struct fi_info *hints = tf_hints(prov, hmem);
     struct tf_ep *t = calloc(1, sizeof(*t));
     struct fi_cq_attr cq_attr;
     struct fi_av_attr av_attr;
-    int rc;
+    int rc = -FI_ENODATA, h, k;
 
     *out = NULL;
     *stage = "fi_allocinfo";
-    if (!hints || !t) {
-        fi_freeinfo(hints);
-        free(t);
+    if (!t)
         return -FI_ENOMEM;
-    }
     *stage = "fi_getinfo";
-    rc = fi_getinfo(TF_API, NULL, NULL, 0, hints, &t->info);
-    fi_freeinfo(hints);
-    if (rc == -FI_ENODATA && hmem) {
-        hints = tf_hints(prov, 0);
-        if (!hints) {
-            rc = -FI_ENOMEM;
-            goto fail;
-        }
-        rc = fi_getinfo(TF_API, NULL, NULL, 0, hints, &t->info);
-        fi_freeinfo(hints);
-    }
+    for (h = hmem ? 1 : 0; h >= 0 && rc == -FI_ENODATA; h--)
+        for (k = 0; k <= 1 && rc == -FI_ENODATA; k++)
+            rc = tf_getinfo(prov, h, k, node, &t->info);
     if (rc) goto fail;
     *stage = "fi_fabric";
     rc = fi_fabric(t->info->fabric_attr, &t->fabric, NULL);
