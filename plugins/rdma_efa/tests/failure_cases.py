@@ -115,7 +115,11 @@ class _Failures:
         from tetrarch_rdma_efa._endpoint import EndpointError, Transfer
 
         buf = healthy.make.call_one("stale", MiB, 8, "efa").get(timeout=scaled(60))
-        ctx: dict[str, Any] = Descriptor(*buf.__reduce__()[1][0]).contexts["efa"]
+        desc = Descriptor(*buf.__reduce__()[1][0])
+        ctx: dict[str, Any] = desc.contexts["efa"]
+        # the key and address, granted by the owner as to any reader of the allocation
+        _size, key, base = _backend().host.call(desc.owner.address, ("efa.check", desc.buffer_id, ctx["prov"], 0, MiB),
+                                                scaled(30)).result(timeout=scaled(30))
         ep = _endpoint(self.provider)
         dst = bytearray(MiB)
         local = int(ep.ffi.cast("uintptr_t", ep.ffi.from_buffer(dst)))
@@ -123,7 +127,7 @@ class _Failures:
 
         def stale(addr: int, gen: int) -> BaseException | None:
             ended: Future[BaseException | None] = Future()
-            transfer = Transfer(False, deque([(local, MiB, ctx["addr"])]), ep.ffi.NULL, addr, ctx["key"],
+            transfer = Transfer(False, deque([(local, MiB, base)]), ep.ffi.NULL, addr, key,
                                 time.monotonic() + scaled(10), ended.set_result, lambda: None, gen)
             ep.submit(transfer)
             return ended.result(timeout=scaled(10))

@@ -40,7 +40,7 @@ def hmem_shm() -> Iterator[Any]:
     if "shm" not in found.hmem:
         pytest.skip(f"libfabric {found.version or '(absent)'} offers FI_HMEM with no RMA provider here "
                     f"(FI_HMEM providers: {found.hmem or 'none'}; {found.error or 'no error'})")
-    with configured(efa_provider="shm"):
+    with configured(efa_provider="shm", efa_allow_unchecked_access=True):
         backend = _backend()
         plain = backend.endpoint("shm")
         ep = Endpoint(backend._module, "shm", hmem=True)

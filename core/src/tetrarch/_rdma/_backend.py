@@ -48,13 +48,15 @@ How the issue-13 backends fit
 
 * **libfabric (efa, tcp;ofi_rxm, shm providers)**: ``start`` opens the fabric, domain, an
   RDM endpoint and a completion queue, and starts one progress thread polling the CQ.
-  ``register`` does ``fi_mr_reg`` on ``region.address``/``region.nbytes`` and returns
-  ``{"addr": <endpoint name bytes>, "key": mr_key, "base": address}`` (builtins only). An
-  initiator ``fi_av_insert``s the owner's endpoint name once (cached per owner address),
-  registers its local memory (cache per ``(address, nbytes)``), posts ``fi_read`` /
-  ``fi_write`` chunks, and the progress thread completes the returned
-  ``concurrent.futures.Future`` when the last chunk's completion arrives (or sets an
-  exception on a CQ error). The NIC enforces the registered bounds through the key.
+  ``register`` does ``fi_mr_reg`` on ``region.address``/``region.nbytes`` with a random key and
+  returns ``{"prov", "name"}`` (the endpoint's name: builtins only, nothing secret); the
+  initiator asks the owner (``host.call``) for the key and remote address, which the owner
+  gives a peer of its allocation once ``host.lookup`` accepted the range. It
+  ``fi_av_insert``s the owner's endpoint name once, posts ``fi_read`` / ``fi_write`` chunks,
+  and the progress thread completes the returned ``concurrent.futures.Future`` when the last
+  chunk's completion arrives (or sets an exception on a CQ error). The owner's provider must
+  check each access against the key's registration (``tcp;ofi_rxm``, a NIC); libfabric 1.17's
+  ``shm`` does not, so the efa plugin refuses to register over it unless told otherwise.
 * **ibverbs (RC queue pairs)**: ``register`` does ``ibv_reg_mr`` and returns
   ``{"rkey": ..., "addr": ..., "gid": ..., "lid": ...}``; the first transfer to an owner
   needs a connected QP pair: the initiator calls ``host.call(owner.address, {"qp": ...})``

@@ -3,24 +3,27 @@
 Provider: ``TETRARCH_EFA_PROVIDER`` (setting ``efa_provider``, default ``efa``), read when
 a buffer is registered; the provider travels in the buffer's context, and an initiator
 opens an endpoint of that provider on first use (one endpoint per process and
-provider, see ``_endpoint``). The context is ``{"prov", "name" (the owner's endpoint
-name), "key", "addr" (remote address of the region's first byte: its virtual address
-under FI_MR_VIRT_ADDR, else 0)}``.
+provider, see ``_endpoint``). The context is ``{"prov", "name"}`` (the owner's endpoint
+name): nothing secret, nothing that locates memory.
 
-Trust: a context is untrusted. The provider checks every access against the key's
-registered bounds, and before its first transfer to a buffer an initiator confirms
-``(buffer id, provider, key)`` with the owner (one control request, then cached), which
-answers the region's real size; a forged buffer id or size is refused there. When a
-completion fails, the owner is asked again, so a dropped buffer is reported as dropped.
+Trust (issue 28): the owner decides. A reader gets a buffer's key and remote address only
+from the owner, in answer to a request through the kernel's connections, which only peers
+that proved the allocation's secret can make; the owner checks the request against its
+registration table (buffer, range) before answering. Keys are random 64-bit values where
+the provider takes requested keys, so a peer that skips the request cannot guess one, and
+the owner's provider checks every access against the key's registration. Providers known to
+do that check (``_plugin.OWNER_CHECKED``) have the answer cached per buffer; over any other
+(``shm``: its reader copies any address with ``process_vm_readv``) the backend registers
+nothing unless the user gives the check up (``efa_allow_unchecked_access``), and then asks the
+owner before every transfer. When a completion fails, the owner is asked again, so a dropped
+buffer is reported as dropped.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import itertools
 import os
-import re
+import secrets
 import sys
 import threading
 import time
@@ -30,28 +33,53 @@ from typing import Any
 
 from tetrarch import SupervisionError
 from tetrarch._rdma._gpu import GpuRuntime, gpu_runtime
-from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, process_gone, settle
+from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, settle
 from tetrarch.rdma import RDMAError
 
+from ._bind import bind_node
 from ._build import load
-from ._endpoint import Endpoint, EndpointError, Transfer, shm_pid
-from ._plugin import chosen_provider
+from ._endpoint import Endpoint, EndpointError, Transfer
+from ._janitor import start_janitor, stop_janitor, sweep_dead_shm, unlink_dead_shm
+from ._plugin import OWNER_CHECKED, chosen_provider, unchecked_refusal
 
 __all__ = ["EfaRdmaBackend"]
 
 _CHECK = "efa.check"
 _CONFIRM_TIMEOUT = 30.0
-#: Providers measured to refuse a closed memory key (tests/test_efa_bad_input.py); with any other
-#: (``shm`` of libfabric 1.17 accepts a closed key) the owner confirms the buffer before every transfer.
-KEYS_ENFORCED = frozenset({"efa", "tcp;ofi_rxm", "verbs;ofi_rxm"})
+#: Providers whose owner-side check of every access lets a reader cache the owner's answer
+#: (they also refuse a closed key, tests/test_efa_bad_input.py); with any other the owner
+#: checks each transfer (``shm`` of libfabric 1.17 accepts a closed key).
+KEYS_ENFORCED = frozenset(OWNER_CHECKED)
+_U64 = 1 << 64
+_NAME_MAX = 256
 
 
 def _context(remote: RemoteRegion) -> dict[str, Any]:
+    """The efa context of ``remote``, checked for shape only (it is a peer's word).
+
+    Raises:
+        RDMAError: anything but ``{"prov": str, "name": bytes}`` of sane lengths.
+    """
     ctx = remote.context
-    if not (isinstance(ctx, dict) and isinstance(ctx.get("prov"), str) and isinstance(ctx.get("name"), bytes)
-            and type(ctx.get("key")) is int and type(ctx.get("addr")) is int):
-        raise RDMAError(f"malformed efa context in the descriptor of RDMA buffer {remote.buffer_id}: {ctx!r:.200}")
+    if not (isinstance(ctx, dict) and set(ctx) == {"prov", "name"} and isinstance(ctx["prov"], str)
+            and 0 < len(ctx["prov"]) <= 64 and isinstance(ctx["name"], bytes) and 0 < len(ctx["name"]) <= _NAME_MAX):
+        raise RDMAError(f"malformed efa context in the descriptor of RDMA buffer {remote.buffer_id}: {ctx!r:.200}; "
+                        f"an efa handle holds only the provider and the owner's endpoint name (keys and addresses "
+                        f"come from the owner): a forged or corrupt handle, ask its owner for a fresh one")
     return ctx
+
+
+def _grant(value: object, buffer_id: int) -> tuple[int, int, int]:
+    """The owner's answer to a check, ``(size, key, remote address)``, checked to fit 64 bits.
+
+    Raises:
+        RDMAError: an answer of another shape (an owner of another tetrarch version, or a bug).
+    """
+    if not (isinstance(value, tuple) and len(value) == 3 and all(type(v) is int for v in value)
+            and value[0] > 0 and 0 <= value[1] < _U64 and value[2] >= 0 and value[2] + value[0] <= _U64):
+        raise RDMAError(f"the owner of RDMA buffer {buffer_id} answered the efa check with {value!r:.100}, not "
+                        f"(size, key, address): a tetrarch-rdma-efa of another version there? Use one version")
+    return value[0], value[1], value[2]
 
 
 class EfaRdmaBackend(RdmaBackend):
@@ -66,9 +94,9 @@ class EfaRdmaBackend(RdmaBackend):
         self._endpoints: dict[str, Endpoint] = {}
         self._retired: list[Endpoint] = []  # endpoints replaced after a dead owner stalled them
         self._failed: dict[str, str] = {}
-        self._mrs: dict[int, tuple[Endpoint, Any, int, int]] = {}  # buffer id -> (endpoint, mr, key, nbytes)
-        self._keys = itertools.count(1)
-        self._confirmed: dict[tuple[str, int, str, int], int] = {}  # (owner, buffer, prov, key) -> size
+        # buffer id -> (endpoint, mr, key, nbytes, remote address of its first byte)
+        self._mrs: dict[int, tuple[Endpoint, Any, int, int, int]] = {}
+        self._confirmed: dict[tuple[str, int, str], tuple[int, int, int]] = {}  # (owner, buffer, prov) -> grant
 
     def start(self, host: RdmaHost) -> None:
         """Build or load the libfabric binding and open the configured provider's endpoint.
@@ -104,8 +132,10 @@ class EfaRdmaBackend(RdmaBackend):
                 if self._module is None:
                     self._module = load()
                 if provider == "shm":
-                    _sweep_dead_shm()
-                found = self._endpoints[provider] = Endpoint(self._module, provider, hmem=_gpu_here())
+                    sweep_dead_shm()
+                    start_janitor()  # removes this process's segment however it ends
+                node = bind_node(provider, self.host.identity.address)
+                found = self._endpoints[provider] = Endpoint(self._module, provider, hmem=_gpu_here(), node=node)
             except RDMAError as exc:
                 self._failed[provider] = str(exc)
                 raise
@@ -122,24 +152,32 @@ class EfaRdmaBackend(RdmaBackend):
         Device memory (a CUDA or ROCm tensor) is registered with libfabric's HMEM interface
         where the provider offers ``FI_HMEM`` (:attr:`memory_kinds` then includes CUDA).
 
+        The key is a random 64-bit value (where the provider takes requested keys) that only
+        :meth:`on_request` hands out; the context holds none.
+
         Raises:
-            ValueError: device memory on a provider without FI_HMEM, or read-only memory whose
-                address is unknown (bytes).
+            ValueError: device memory on a provider without FI_HMEM, read-only memory whose
+                address is unknown (bytes), or a provider that does not check peers' accesses on
+                the owner's side while ``efa_allow_unchecked_access`` is off (the message says so).
             RDMAError: the provider's endpoint cannot open, or fi_mr_regattr failed.
         """
         if not region.address:
             raise ValueError("the efa backend needs the memory's address; pass writable memory (a bytearray)")
-        ep = self.endpoint(chosen_provider())
+        provider = chosen_provider()
+        refusal = unchecked_refusal(provider)
+        if refusal:
+            raise ValueError(refusal)
+        ep = self.endpoint(provider)
         lib = ep.lib
         iface = _iface(ep, region)
         readonly = region.view is not None and region.view.readonly
         access = lib.FI_REMOTE_READ | (0 if readonly else lib.FI_REMOTE_WRITE)
-        mr, key, _desc = ep.register(region.address, region.nbytes, access, next(self._keys), iface,
+        mr, key, _desc = ep.register(region.address, region.nbytes, access, _random_key(ep), iface,
                                      max(region.device, 0))
+        base = region.address if ep.mr_mode & lib.FI_MR_VIRT_ADDR else 0
         with self._lock:
-            self._mrs[buffer_id] = (ep, mr, key, region.nbytes)
-        addr = region.address if ep.mr_mode & lib.FI_MR_VIRT_ADDR else 0
-        return {"prov": ep.provider, "name": ep.name, "key": key, "addr": addr}
+            self._mrs[buffer_id] = (ep, mr, key, region.nbytes, base)
+        return {"prov": ep.provider, "name": ep.name}
 
     def deregister(self, buffer_id: int) -> None:
         """Close the buffer's registration: its key stops working. Never raises."""
@@ -149,26 +187,28 @@ class EfaRdmaBackend(RdmaBackend):
             found[0].close_mr(found[1])
 
     def on_request(self, peer: str, request: object) -> object:
-        """Confirm ``(efa.check, buffer id, provider, key)``: the buffer's size if it is live here with that key.
+        """Answer ``(efa.check, buffer id, provider, offset, nbytes)`` from ``peer`` (a process of
+        this allocation: the kernel's connections admit no other) with ``(size, key, remote
+        address)`` of the buffer, once the registration table says the range lies in it.
 
         Raises:
-            RDMAError: malformed request, a buffer dropped or unknown here (the owner's table
-                says which), or a key or provider that is not the buffer's.
+            RDMAError: malformed request, a buffer dropped or unknown here or a range outside it
+                (the owner's table says which), or a provider that is not the buffer's.
         """
-        if not (isinstance(request, tuple) and len(request) == 4 and request[0] == _CHECK):
+        if not (isinstance(request, tuple) and len(request) == 5 and request[0] == _CHECK):
             raise RDMAError(f"malformed efa request: {request!r:.200}")
-        _op, buffer_id, prov, key = request
+        _op, buffer_id, prov, offset, nbytes = request
         with self._lock:
             found = self._mrs.get(buffer_id) if type(buffer_id) is int else None
         if found is None:
             self.host.lookup(buffer_id, 0, 1)  # raises the table's precise RDMAError (released, dropped, unknown)
             raise RDMAError(f"RDMA buffer {buffer_id} is not registered with efa at {self.host.identity.address}")
-        ep, _mr, real_key, nbytes = found
-        self.host.lookup(buffer_id, 0, nbytes)
-        if prov != ep.provider or key != real_key:
-            raise RDMAError(f"RDMA buffer {buffer_id}'s descriptor does not match its registration (provider "
-                            f"{prov!r}, key {key!r}): a forged or corrupt handle; ask its owner for a fresh one")
-        return nbytes
+        ep, _mr, key, size, base = found
+        self.host.lookup(buffer_id, offset, nbytes)  # the range, checked by the owner's table
+        if prov != ep.provider:
+            raise RDMAError(f"RDMA buffer {buffer_id}'s descriptor names provider {prov!r}, but it is registered "
+                            f"over {ep.provider!r}: a forged or corrupt handle; ask its owner for a fresh one")
+        return size, key, base
 
     # ------------------------------------------------------------ initiator side
     def can_reach(self, remote: RemoteRegion) -> str | None:
@@ -209,48 +249,61 @@ class EfaRdmaBackend(RdmaBackend):
             staged = bytearray(local.view)
             keep, address = staged, ep.ffi.cast("uintptr_t", ep.ffi.from_buffer(staged)).__int__()
         fut: Future[None] = Future()
-        confirm = self._confirm(remote, ctx, deadline)
+        confirm = self._confirm(remote, ctx, offset, local.nbytes, deadline)
 
         def go(f: Future[object]) -> None:
             error = f.exception()
-            if error is None and offset + local.nbytes > _size(f.result()):
-                error = RDMAError(f"refused an access of {local.nbytes} bytes at offset {offset} of RDMA buffer "
-                                  f"{remote.buffer_id} ({f.result()} bytes at its owner): outside the registered "
-                                  f"region")
+            if error is None:
+                try:
+                    grant = _grant(f.result(), remote.buffer_id)
+                    if offset + local.nbytes > grant[0]:  # a cached grant: the owner checked another range
+                        raise RDMAError(f"refused an access of {local.nbytes} bytes at offset {offset} of RDMA "
+                                        f"buffer {remote.buffer_id} ({grant[0]} bytes at its owner): outside the "
+                                        f"registered region")
+                    # The endpoint now (it may have been replaced while the owner answered), and the
+                    # owner's address resolved just before the post (see _endpoint: generations).
+                    self._post(self.endpoint(ctx["prov"]), write, ctx, grant, remote, offset,
+                               (address, iface, max(local.device, 0)), local.nbytes, keep, deadline, fut)
+                except Exception as exc:  # noqa: BLE001 - reported through the future
+                    error = exc
             if error is not None:
                 settle(fut, error)
-                return
-            try:
-                # The endpoint now (it may have been replaced while the owner answered), and the
-                # owner's address resolved just before the post (see _endpoint: generations).
-                self._post(self.endpoint(ctx["prov"]), write, ctx, remote, offset,
-                           (address, iface, max(local.device, 0)), local.nbytes, keep, deadline, fut)
-            except Exception as exc:  # noqa: BLE001 - reported through the future
-                settle(fut, exc)
 
         confirm.add_done_callback(go)
         return fut
 
-    def _confirm(self, remote: RemoteRegion, ctx: dict[str, Any], deadline: float) -> Future[object]:
-        ident = (remote.owner.address, remote.buffer_id, ctx["prov"], ctx["key"])
+    def _check(self, remote: RemoteRegion, prov: str, offset: int, nbytes: int, timeout: float) -> Future[object]:
+        """Ask the owner for ``(size, key, address)`` of the buffer, range checked there."""
+        return self.host.call(remote.owner.address, (_CHECK, remote.buffer_id, prov, offset, nbytes), timeout)
+
+    def _confirm(self, remote: RemoteRegion, ctx: dict[str, Any], offset: int, nbytes: int,
+                 deadline: float) -> Future[object]:
+        """The owner's grant for this transfer: cached per buffer where the provider checks each
+        access on the owner's side (:data:`KEYS_ENFORCED`), else asked for every transfer."""
+        ident = (remote.owner.address, remote.buffer_id, ctx["prov"])
         known = self._confirmed.get(ident)
         if known is not None:
             done: Future[object] = Future()
             done.set_result(known)
             return done
-        timeout = max(0.1, min(_CONFIRM_TIMEOUT, deadline - time.monotonic()))
-        reply = self.host.call(remote.owner.address, (_CHECK, remote.buffer_id, ctx["prov"], ctx["key"]), timeout)
+        reply = self._check(remote, ctx["prov"], offset, nbytes, max(0.1, min(_CONFIRM_TIMEOUT,
+                                                                             deadline - time.monotonic())))
 
         def remember(f: Future[object]) -> None:
-            if ctx["prov"] in KEYS_ENFORCED and f.exception() is None and type(f.result()) is int:
-                self._confirmed[ident] = _size(f.result())
+            if ctx["prov"] in KEYS_ENFORCED and f.exception() is None:
+                try:
+                    self._confirmed[ident] = _grant(f.result(), remote.buffer_id)
+                except RDMAError:
+                    pass  # the transfer reports it
 
         reply.add_done_callback(remember)
         return reply
 
-    def _post(self, ep: Endpoint, write: bool, ctx: dict[str, Any], remote: RemoteRegion, offset: int,
-              local: tuple[int, int, int], nbytes: int, keep: object, deadline: float, fut: Future[None]) -> None:
-        """Queue the transfer on ``ep``; ``fut`` is settled when it ends.
+    def _post(self, ep: Endpoint, write: bool, ctx: dict[str, Any], grant: tuple[int, int, int],
+              remote: RemoteRegion, offset: int, local: tuple[int, int, int], nbytes: int, keep: object,
+              deadline: float, fut: Future[None]) -> None:
+        """Queue the transfer on ``ep`` with the owner's ``grant`` (size, key, address); ``fut`` is
+        settled when it ends.
 
         Raises:
             RDMAError: the AV refused the owner's name, the local registration failed, or the
@@ -262,12 +315,13 @@ class EfaRdmaBackend(RdmaBackend):
         desc, release = ffi.NULL, _nothing
         if ep.mr_mode & lib.FI_MR_LOCAL or (iface != lib.FI_HMEM_SYSTEM and ep.mr_mode & lib.FI_MR_HMEM):
             mr, _key, desc = ep.register(address, nbytes, lib.FI_WRITE if not write else lib.FI_READ,
-                                         next(self._keys), iface, device)
+                                         _random_key(ep), iface, device)
 
             def release() -> None:
                 ep.close_mr(mr)
 
-        base = ctx["addr"] + offset
+        _size, key, base = grant
+        base += offset
         chunks = deque((address + rel, min(ep.chunk, nbytes - rel), base + rel) for rel in range(0, nbytes, ep.chunk))
 
         def done(error: BaseException | None) -> None:
@@ -279,9 +333,9 @@ class EfaRdmaBackend(RdmaBackend):
             else:
                 if not isinstance(error, TimeoutError):
                     ep.forget(ctx["name"], gen)  # not an entry inserted again since
-                self._explain(remote, ctx, error, fut)
+                self._explain(remote, ctx, grant, (offset, nbytes), error, fut)
 
-        transfer = Transfer(write, chunks, desc, peer, ctx["key"], deadline, done, release, gen)
+        transfer = Transfer(write, chunks, desc, peer, key, deadline, done, release, gen)
 
         def ended(f: Future[None]) -> None:
             # The frontend fails this future when the owner dies: stop the transfer, so that it
@@ -291,31 +345,40 @@ class EfaRdmaBackend(RdmaBackend):
                 died = isinstance(error, SupervisionError)
                 ep.cancel(transfer, error or RDMAError("the efa transfer was cancelled"), owner_died=died)
                 if died and ep.provider == "shm":
-                    _unlink_dead_shm(ctx["name"])  # if it is not reaped yet, close() sweeps it
+                    unlink_dead_shm(ctx["name"])  # if it is not reaped yet, close() sweeps it
 
         fut.add_done_callback(ended)
         ep.submit(transfer)
 
-    def _explain(self, remote: RemoteRegion, ctx: dict[str, Any], error: BaseException, fut: Future[None]) -> None:
-        """Fail ``fut`` with the owner's word on the buffer (dropped, unknown) or else ``error``."""
-        self._confirmed.pop((remote.owner.address, remote.buffer_id, ctx["prov"], ctx["key"]), None)
+    def _explain(self, remote: RemoteRegion, ctx: dict[str, Any], grant: tuple[int, int, int],
+                 span: tuple[int, int], error: BaseException, fut: Future[None]) -> None:
+        """Fail ``fut`` with what happened: the owner's word on the buffer (dropped, unknown, the
+        range outside it), a registration that changed, or else the provider's ``error`` on a
+        buffer and range the owner confirms with the key and address the transfer used."""
+        self._confirmed.pop((remote.owner.address, remote.buffer_id, ctx["prov"]), None)
         if isinstance(error, TimeoutError):
             settle(fut, error)
             return
-        check = self.host.call(remote.owner.address, (_CHECK, remote.buffer_id, ctx["prov"], ctx["key"]), 5.0)
+        check = self._check(remote, ctx["prov"], span[0], span[1], 5.0)
+        what = (f"efa transfer of {span[1]} bytes at offset {span[0]} of RDMA buffer {remote.buffer_id} "
+                f"({remote.owner.address}) over {ctx['prov']!r}")
 
         def decide(f: Future[object]) -> None:
             owner_says = f.exception()
             if isinstance(owner_says, (RDMAError, SupervisionError)):
                 settle(fut, owner_says)  # the buffer is gone, or its owner (the connection reset was its death)
             elif owner_says is not None:
-                settle(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
-                                    f"failed: {error}; and its owner did not answer whether the buffer is live "
-                                    f"({owner_says!r}): retry once it answers, or select another backend"))
+                settle(fut, RDMAError(f"{what} failed in the provider ({error}), and its owner did not say whether "
+                                      f"the buffer is live ({owner_says!r}): retry once it answers, or select "
+                                      f"another backend"))
+            elif f.result() != grant:
+                settle(fut, RDMAError(f"{what} failed in the provider ({error}): the buffer's registration at its "
+                                      f"owner changed meanwhile; retry"))
             else:
-                settle(fut, RDMAError(f"efa transfer on RDMA buffer {remote.buffer_id} of {remote.owner.address} "
-                                    f"failed: {error}; the buffer is live at its owner, so the path is at fault: "
-                                    f"retry, or select another backend (RDMABuffer(..., backend='tcp'))"))
+                settle(fut, RDMAError(f"{what} failed in the provider ({error}), although the owner confirms the "
+                                      f"buffer, the range, the key and the address it used: a fault of the "
+                                      f"libfabric path between the two processes; retry, or select another backend "
+                                      f"(RDMABuffer(..., backend='tcp'))"))
 
         check.add_done_callback(decide)
 
@@ -326,14 +389,15 @@ class EfaRdmaBackend(RdmaBackend):
             endpoints, self._endpoints = list(self._endpoints.values()), {}
             endpoints += self._retired
             self._retired = []
-        for ep, mr, _key, _n in mrs:
+        for ep, mr, _key, _n, _base in mrs:
             ep.close_mr(mr)
         for ep in endpoints:
             ep.close()
         if any(ep.provider == "shm" for ep in endpoints):
             # Dead processes' segments, and ours: every endpoint of this process is closed now,
             # or abandoned in a stuck provider call, whose segment fi_close will never remove.
-            _sweep_dead_shm(including=os.getpid())
+            sweep_dead_shm(including=os.getpid())
+            stop_janitor()
 
 
 def _gpu_here() -> bool:
@@ -365,40 +429,11 @@ def _iface(ep: Endpoint, region: LocalRegion) -> int:
     return int(lib.FI_HMEM_ROCR if gpu_runtime() is GpuRuntime.ROCM else lib.FI_HMEM_CUDA)
 
 
-def _unlink_dead_shm(name: bytes) -> None:
-    """Remove a SIGKILLed shm owner's segment (``fi_shm://PID:...`` lives at ``/dev/shm/PID:...``),
-    which it could not remove itself; only when no process ``PID`` exists. Never raises."""
-    pid = shm_pid(name)
-    if pid is None or not process_gone(pid):
-        return  # not a shm name, or alive (or its pid reused): not ours to remove
-    segment = name.rstrip(b"\0").decode(errors="replace").removeprefix("fi_shm://")
-    with contextlib.suppress(OSError):
-        os.unlink(f"/dev/shm/{segment}")
-
-
-#: libfabric 1.17's shm provider names its segment ``/dev/shm/PID:EP:N``.
-_SHM_SEGMENT = re.compile(r"(\d+):\d+:\d+")
-
-
-def _sweep_dead_shm(including: int | None = None) -> None:
-    """Remove the shm provider's segments of processes that no longer run (a SIGKILLed process
-    cannot remove its own; each holds 16 MiB of /dev/shm until someone does), and those of the
-    process ``including`` (this one, once its endpoints are closed). Never raises."""
-    try:
-        names = os.listdir("/dev/shm")
-    except OSError:
-        return
-    for name in names:
-        match = _SHM_SEGMENT.fullmatch(name)
-        if match and (int(match.group(1)) == including or process_gone(int(match.group(1)))):
-            with contextlib.suppress(OSError):
-                os.unlink(f"/dev/shm/{name}")
-
-
 def _nothing() -> None:
     pass
 
 
-def _size(value: object) -> int:
-    """The owner's answer to a check: the buffer's size (anything else counts as 0: nothing fits)."""
-    return value if type(value) is int else 0
+def _random_key(ep: Endpoint) -> int:
+    """A requested key nobody can guess: random, as wide as the provider's keys (64 bits on
+    ``tcp;ofi_rxm``; ignored where the provider picks keys, FI_MR_PROV_KEY)."""
+    return secrets.randbits(8 * max(1, min(8, ep.key_size)))
