@@ -108,6 +108,7 @@ class _ZmqListener(Listener):
         self._path = path
         self._monitor = monitor
         self._gate = Gate(limits, address, lambda: len(loop.conns))
+        self._accepts = False  # the gate learnt of accepts it has not enforced its limits on
         self._conns: dict[bytes, ZmqConnection] = {}
         self._by_fd: dict[int, ZmqConnection] = {}
         self._closed = False
@@ -142,7 +143,9 @@ class _ZmqListener(Listener):
                 self._message(frames, gone)
             if len(batch) < PER_LOCK:
                 break
-        if self._gated(gone) and not self._gone:
+        if not self._accepts:  # the usual case: no accept to hold to the limits
+            self._lost(gone)
+        elif self._gated(gone) and not self._gone:
             # Reading the monitor took the wake-up of messages that came meanwhile (a handler
             # ran long, say): their reading would otherwise wait for the next event.
             more = more or readable(self._sock)
@@ -159,13 +162,18 @@ class _ZmqListener(Listener):
         if self._gone:
             return 0
         read = self._events(gone)
+        self._accepts = False
         self._gate.enforce(time.monotonic())
         self._loop.set_due(self, self._gate.due())
+        self._lost(gone)
+        return read
+
+    def _lost(self, gone: set[int]) -> None:
+        """Report the connections on the descriptors in ``gone`` lost."""
         for fd in gone:
             conn = self._by_fd.get(fd)
             if conn is not None:
                 self._loop.drop(conn, TransportError(f"connection from {conn.peer} was lost"))
-        return read
 
     def _events(self, gone: set[int]) -> int:
         """Read the monitor until it is empty (the number of events read): the gate learns of
@@ -180,6 +188,7 @@ class _ZmqListener(Listener):
                 gate.disconnected(value)
             elif event == _ACCEPTED:
                 gate.accepted(value, time.monotonic())
+                self._accepts = True
         return read
 
     def _message(self, frames: list[zmq.Frame], gone: set[int]) -> None:
