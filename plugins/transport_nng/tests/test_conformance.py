@@ -1,9 +1,9 @@
 """The transport conformance kit against the nng transport, on ipc and tcp addresses.
 
 The pre-authentication tests' stranger (:meth:`_NngStranger.preauth_flood`) gets as far
-into nng as anyone can without the key: the SP header of a ``req0`` peer (which the
-listener's ``rep0`` rendezvous socket accepts: the pipe is then open inside nng) and a
-genuine rendezvous request, all but its last byte.
+into nng as anyone can without the key: the SP header of a ``pair0`` peer (after which
+nng adds the pipe and the kernel's own pre-authentication stage takes over) and the
+largest message nng then takes in one piece (``CHUNK`` bytes), all but its last byte.
 """
 
 from __future__ import annotations
@@ -18,31 +18,26 @@ from tetrarch.testing.transport import TransportConformance
 
 pytest.importorskip("pynng")
 
+from tetrarch_transport_nng._conn import CHUNK, PAIR0_HEADER
 from tetrarch_transport_nng._nng import NngTransport
 
-#: nng's protocol number of req0, whose peers rep0 accepts (``NNI_PROTO(3, 0)``).
-REQ0 = 0x30
 
+def sp_message_flood(address: str) -> bytes:
+    """The SP header of a pair0 peer, then one ``CHUNK``-byte nng message less its last byte.
 
-def sp_request_flood(address: str) -> bytes:
-    """The SP header of a req0 peer, then a genuine rendezvous request less its last byte.
-
-    A req0 request on the wire is a 4-byte request id (top bit set) and the body, the
-    transport's magic and a 16-byte token; every rendezvous must take that much. On tcp
-    a message is an 8-byte length and the message; on ipc a 1-byte type (1) comes first.
+    The wire is nng's TCP framing on tcp and ipc addresses alike (nng's ``socket://``
+    transport): an 8-byte length, then the message.
     """
-    from tetrarch_transport_nng._nng import _MAGIC, _REQUEST
-
-    message = b"\x80\x00\x00\x01" + _MAGIC + b"t" * (_REQUEST - len(_MAGIC))
-    header = b"\0SP\0" + struct.pack("!H", REQ0) + b"\0\0"
-    length = struct.pack("!Q", len(message))
-    frame = length if address.startswith("nng+tcp://") else b"\x01" + length
-    return header + frame + message[:-1]
+    return PAIR0_HEADER + struct.pack("!Q", CHUNK) + bytes(CHUNK - 1)
 
 
 class _NngStranger(TransportConformance):
     def preauth_flood(self, address: str) -> bytes | None:
-        return sp_request_flood(address)
+        return sp_message_flood(address)
+
+    def raw_frame_count(self, transport: Transport, count: int) -> bytes | None:
+        """A pair0 peer's SP header and a 4-byte nng message: the frame count alone."""
+        return PAIR0_HEADER + struct.pack("!QI", 4, count)
 
 
 class TestNngIpc(_NngStranger):

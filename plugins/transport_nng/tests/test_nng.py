@@ -1,13 +1,13 @@
-"""What the nng transport adds to the contract: chunks, the pre-auth bound, stalls, peer death."""
+"""What the nng transport adds to the contract: chunks, the pre-auth bound, stalls, peer death, dials, exit."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 
@@ -15,12 +15,13 @@ import pytest
 
 from tetrarch._runtime._buffers import as_bytes
 from tetrarch._transport._auth import PRE_AUTH_LIMIT
+from tetrarch.plugins import TransportError
 from tetrarch.testing import scaled
 from tetrarch.testing.transport import Recorder
 
 pynng = pytest.importorskip("pynng")
 
-from tetrarch_transport_nng._conn import CHUNK, new_msg  # noqa: E402
+from tetrarch_transport_nng._conn import CHUNK, PAIR0_HEADER, new_msg  # noqa: E402
 from tetrarch_transport_nng._nng import NngTransport  # noqa: E402
 
 pytestmark = pytest.mark.timeout(scaled(60))
@@ -125,51 +126,60 @@ def test_killed_peer_closes_its_connection_at_once(transport: NngTransport, addr
         listener.close()
 
 
-def test_requesters_that_never_claim_stay_bounded_and_real_peers_still_connect(transport: NngTransport) -> None:
-    """Many dialers asking the handshake socket for a connection and never dialing it, plus garbage there."""
-    from tetrarch.plugins import PreAuthLimits, parse_qualified
-    from tetrarch_transport_nng._nng import _MAGIC, _TOKEN, _url
+@pytest.mark.parametrize("kind", ["ipc", "tcp"])
+def test_a_dial_to_something_else_fails_at_once_and_says_what_it_found(transport: NngTransport, kind: str) -> None:
+    """A listener of another nng protocol (the previous plugin's rep0 rendezvous, say) is named, not waited on."""
+    name = f"tetrarch-nng-other-{os.getpid()}-{time.monotonic_ns()}"
+    url, address = (("tcp://127.0.0.1:0", "") if kind == "tcp" else (f"abstract://{name}", f"nng+ipc://@{name}"))
+    with pynng.Rep0() as other:
+        listener = other.listen(url)
+        if kind == "tcp":
+            address = f"nng+tcp://{listener.local_address}"
+        started = time.monotonic()
+        with pytest.raises(TransportError, match="not a tetrarch nng listener"):
+            transport.connect(address, Recorder(), timeout=scaled(10))
+        assert time.monotonic() - started < scaled(5)
 
-    _MAX_PENDING = 16
-    transport.limit_unauthenticated(PreAuthLimits(timeout=scaled(60), max_pending=_MAX_PENDING))
+
+def test_silent_strangers_hold_one_descriptor_each_and_no_nng_pipe(transport: NngTransport) -> None:
+    """Until nng opens a connection it has no notification pipe (two descriptors more per connection)."""
+    from tetrarch.plugins import PreAuthLimits
+
+    transport.limit_unauthenticated(PreAuthLimits(timeout=scaled(60)))
     srec = Recorder()
     listener = transport.listen(transport.default_address(spans_hosts=False), srec)
-    url = _url(parse_qualified(listener.address, "nng"))
-    ms = int(scaled(5) * 1000)
-    with pynng.Req0(send_timeout=ms, recv_timeout=ms, dial=url, block_on_dial=True) as junk:
-        junk.send(b"not the magic")  # closed by the listener, unanswered
-    handed: set[str] = set()
-    for _ in range(3 * _MAX_PENDING):
-        with pynng.Req0(send_timeout=ms, recv_timeout=ms, dial=url, block_on_dial=True) as req:
-            req.send(_MAGIC + os.urandom(_TOKEN))
-            handed.add(req.recv().decode())
-    assert len(handed) == 3 * _MAX_PENDING
-    assert _pending(transport, listener) == _MAX_PENDING
-    conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))
-    conn.send([b"real"])
-    sconn = srec.wait_opened()
-    assert [[bytes(f) for f in m] for m in srec.wait_messages(sconn, 1)] == [[b"real"]]
-    assert _pending(transport, listener) <= _MAX_PENDING
-    listener.close()
-
-
-def _pending(transport: NngTransport, listener: object) -> int:
-    """How many handed-out sockets ``listener`` keeps, counted on the I/O thread (after what it is doing)."""
-    counted: list[int] = []
-    done = threading.Event()
-    transport.loop().call(lambda: (counted.append(len(listener.pending)), done.set()))  # type: ignore[attr-defined]
-    assert done.wait(scaled(5))
-    return counted[0]
+    conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))  # nng's threads and pipes exist
+    conn.send([b"started"])
+    srec.wait_messages(srec.wait_opened(), 1)  # both sides read: their notification pipes exist
+    sockaddr = "\0" + listener.address[len("nng+ipc://@"):]
+    before = len(os.listdir("/proc/self/fd"))
+    strangers = []
+    try:
+        for _ in range(20):
+            s = socket.socket(socket.AF_UNIX)
+            strangers.append(s)
+            s.settimeout(scaled(10))
+            s.connect(sockaddr)
+            assert s.recv(8, socket.MSG_WAITALL) == PAIR0_HEADER  # handed to nng, which waits for ours
+        held = len(os.listdir("/proc/self/fd")) - before - len(strangers)  # less the strangers' own ends
+        assert held == len(strangers), f"{len(strangers)} silent strangers hold {held} descriptors of the listener"
+        assert transport.gate.waiting == len(strangers)
+    finally:
+        for s in strangers:
+            s.close()
+        conn.close()
+        listener.close()
 
 
 _EXITING = """
-import sys, threading, time
-import pynng
+import socket, sys, threading, time
 from tetrarch.plugins import TransportError
 from tetrarch.testing.transport import Recorder
-from tetrarch_transport_nng import _nng
+from tetrarch_transport_nng import _exit, _nng
 
-silent = pynng.Rep0(listen="abstract://tetrarch-test-silent-" + sys.argv[1])  # takes requests, never answers
+silent = socket.socket(socket.AF_UNIX)  # takes connections into its backlog, never answers
+silent.bind("\\0tetrarch-test-silent-" + sys.argv[1])
+silent.listen(8)
 transport = _nng.NngTransport()
 errors = []
 
@@ -181,9 +191,10 @@ def dial():
 
 dialer = threading.Thread(target=dial)
 dialer.start()
-silent.recv()  # the dialer's request: it now waits for an answer that never comes
+silent.settimeout(30)
+silent.accept()  # the dialer's connection: it now waits for nng's header, which never comes
 started = time.monotonic()
-_nng._close_at_exit()  # what exit runs before pynng's nng_fini
+_exit._close_at_exit()  # what exit runs before pynng's nng_fini
 dialer.join(30)
 print("blocked dial returned after %.1f s: %s" % (time.monotonic() - started, errors))
 try:

@@ -1,13 +1,15 @@
 """The nng transport's stage before ``on_open`` under strangers (issue 28, items 5, 6 and 10).
 
-A stranger that completes nng's SP header exchange and then sends nothing used to hold a
-pipe on the listener's ``rep0`` socket for good: no deadline, no cap (1100 of them locked
-real peers out). The transport now holds that stage to the kernel's
-:class:`~tetrarch.plugins.PreAuthLimits`: a deadline, the oldest closed past a cap, a
-limit on connections in all; and a dial into a full listen backlog waits for room
-within its timeout instead of failing at once.
+A stranger that connects and sends nothing used to be held by nng itself for 10 s with no
+callback and no cap, and one that completed the SP header exchange then held a pipe on
+the listener's rendezvous socket for good. The transport now accepts connections itself
+and holds them to the kernel's :class:`~tetrarch.plugins.PreAuthLimits` until nng opens
+them (a deadline, the oldest closed past a cap, a limit on connections in all); one that
+sends a ``pair0`` peer's SP header opens at once and is the kernel's to bound. A dial into
+a full listen backlog waits for room within its timeout instead of failing at once.
 
-Strangers here are raw sockets to 127.0.0.1 or an abstract Unix socket, bounded in count.
+Strangers here are raw sockets to 127.0.0.1 or an abstract Unix socket, bounded in count:
+``silent`` ones connect and send nothing, ``header`` ones send a pair0 peer's SP header.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -31,14 +32,16 @@ from tetrarch.testing.transport import Recorder
 
 pytest.importorskip("pynng")
 
+from tetrarch_transport_nng._conn import PAIR0_HEADER
 from tetrarch_transport_nng._nng import NngTransport
 
 pytestmark = pytest.mark.timeout(scaled(120))
 
 SECRET = b"p" * 32
-#: nng's SP header (TCP and IPC alike) as a req0 peer sends it: ``\0SP\0``, protocol 0x30, reserved.
-REQ0_HEADER = b"\0SP\0" + struct.pack("!H", 0x30) + b"\0\0"
 ADDRESSES = ["ipc", "tcp"]
+#: What a stranger sends: nothing (it waits in the transport's gate), or a pair0 peer's SP
+#: header (nng opens it; the kernel's pre-authentication stage bounds it).
+OPENINGS = ["silent", "header"]
 
 
 def _listen_address(kind: str) -> str | None:
@@ -54,20 +57,35 @@ def _sockaddr(address: str) -> tuple[int, Any]:
     return socket.AF_UNIX, "\0" + address[len("nng+ipc://@"):]
 
 
-def _stranger(address: str) -> socket.socket:
-    """A raw socket that completes nng's header exchange with ``address`` and then says nothing."""
+def _stranger(address: str, opening: str = "header") -> socket.socket:
+    """A raw socket to ``address`` that sends ``opening`` (nothing, or a pair0 peer's SP header),
+    reads the header nng sends (the listener handed it to nng) and then says nothing."""
     family, where = _sockaddr(address)
     s = socket.socket(family)
     try:
         s.settimeout(scaled(10))
         s.connect(where)
-        s.sendall(REQ0_HEADER)
+        if opening == "header":
+            s.sendall(PAIR0_HEADER)
         got = b""
         while len(got) < 8:
             chunk = s.recv(8 - len(got))
             assert chunk, "the listener closed before its SP header"
             got += chunk
-        assert got[:4] == b"\0SP\0", got
+        assert got == PAIR0_HEADER, got
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def _refused(address: str) -> socket.socket:
+    """A raw socket to ``address`` that sends nothing (the listener may close it at once)."""
+    family, where = _sockaddr(address)
+    s = socket.socket(family)
+    try:
+        s.settimeout(scaled(10))
+        s.connect(where)
     except BaseException:
         s.close()
         raise
@@ -140,31 +158,34 @@ def _probed(stack: contextlib.ExitStack, kind: str, **kwargs: Any) -> tuple[Rout
     return server, calls
 
 
-def _strangers(stack: contextlib.ExitStack, address: str, n: int) -> list[socket.socket]:
-    socks = [_stranger(address) for _ in range(n)]
+def _strangers(stack: contextlib.ExitStack, address: str, n: int, opening: str = "header") -> list[socket.socket]:
+    socks = [_stranger(address, opening) for _ in range(n)]
     stack.callback(lambda: [s.close() for s in socks])
     return socks
 
 
+@pytest.mark.parametrize("opening", OPENINGS)
 @pytest.mark.parametrize("kind", ADDRESSES)
-def test_half_open_pipes_are_closed_at_the_deadline(stack: contextlib.ExitStack, kind: str) -> None:
+def test_half_open_connections_are_closed_at_the_deadline(stack: contextlib.ExitStack, kind: str, opening: str) -> None:
     timeout = 0.5
     server, calls = _probed(stack, kind, auth_timeout=timeout)
     started = time.monotonic()
-    socks = _strangers(stack, server.address, 10)
+    socks = _strangers(stack, server.address, 10, opening)
     still_open = _open_after(socks, timeout + scaled(5))
-    assert not still_open, f"strangers that sent nng's header and nothing more outlived the deadline: {still_open}"
+    assert not still_open, f"{opening} strangers that then said nothing outlived the deadline: {still_open}"
     assert time.monotonic() - started >= timeout * 0.9, "closed before the deadline"
     friend = _router(stack, "friend", kind)
     friend.send(server.address, [sys_header("probe", "after")])
     assert calls.wait(1) == ["after"]
 
 
+@pytest.mark.parametrize("opening", OPENINGS)
 @pytest.mark.parametrize("kind", ADDRESSES)
-def test_past_the_cap_the_oldest_half_open_pipes_are_closed(stack: contextlib.ExitStack, kind: str) -> None:
+def test_past_the_cap_the_oldest_half_open_connections_are_closed(
+        stack: contextlib.ExitStack, kind: str, opening: str) -> None:
     cap, n = 16, 80
     server, calls = _probed(stack, kind, auth_timeout=scaled(60), max_unauthenticated=cap)
-    socks = _strangers(stack, server.address, n)
+    socks = _strangers(stack, server.address, n, opening)
     # Pipes are added in connection order but asynchronously: allow a little reordering.
     slack = 4
     still_open = _open_after(socks[: n - cap - slack], scaled(10))
@@ -179,7 +200,8 @@ def test_past_the_cap_the_oldest_half_open_pipes_are_closed(stack: contextlib.Ex
 
 @pytest.mark.parametrize("kind", ADDRESSES)
 def test_a_real_peer_is_served_quickly_during_a_flood(stack: contextlib.ExitStack, kind: str) -> None:
-    """The issue's reproduction, bounded: hundreds of half-open pipes while real peers come and go."""
+    """The issue's reproduction, bounded: hundreds of half-open connections (silent ones and
+    ones that sent nng's header, alternately) while real peers come and go."""
     cap, n = 32, 400
     server, calls = _probed(stack, kind, auth_timeout=scaled(60), max_unauthenticated=cap)
     friend = _router(stack, "friend", kind)
@@ -187,7 +209,7 @@ def test_a_real_peer_is_served_quickly_during_a_flood(stack: contextlib.ExitStac
     socks: list[socket.socket] = []
     stack.callback(lambda: [s.close() for s in socks])
     for i in range(n):
-        socks.append(_stranger(server.address))
+        socks.append(_stranger(server.address, OPENINGS[i % 2]))
         if i % 100 == 99:
             newcomer = _router(stack, f"newcomer-{i}", kind)
             started = time.monotonic()
@@ -196,9 +218,12 @@ def test_a_real_peer_is_served_quickly_during_a_flood(stack: contextlib.ExitStac
             sent += [f"newcomer {i}", f"friend {i}"]
             assert sorted(calls.wait(len(sent))) == sorted(sent)
             assert time.monotonic() - started < scaled(5), "a real peer waited behind the strangers"
-    open_now = _open_after(socks[: n - cap - 4], scaled(10))
-    assert not open_now, f"{len(open_now)} of the oldest strangers are still open (cap {cap})"
-    assert len(_settle(socks, cap, scaled(10))) <= cap
+    # Silent strangers wait in the transport's gate, the others in the kernel: a cap each.
+    for first, opening in enumerate(OPENINGS):
+        mine = socks[first::2]
+        open_now = _open_after(mine[: len(mine) - cap - 4], scaled(10))
+        assert not open_now, f"{len(open_now)} of the oldest {opening} strangers are still open (cap {cap})"
+    assert len(_settle(socks, 2 * cap, scaled(10))) <= 2 * cap
 
 
 def test_connections_past_the_limit_are_refused_with_a_log_line(
@@ -212,17 +237,20 @@ def test_connections_past_the_limit_are_refused_with_a_log_line(
     listener = server_t.listen(server_t.default_address(spans_hosts=False), srec)
     stack.callback(listener.close)
     # A stranger waits; real connections arriving later close it when they need its room.
-    early = _strangers(stack, listener.address, 1)
+    early = _strangers(stack, listener.address, 1, "silent")
     conns = [client_t.connect(listener.address, Recorder(), timeout=scaled(10)) for _ in range(limit)]
     srec.wait(lambda: len(srec.opened) == limit, f"{limit} opened connections")
     assert _closed_by_peer(early[0], scaled(5)), "a waiting stranger kept its room from a real peer"
     with caplog.at_level(logging.WARNING, logger="tetrarch.transport.nng"):
-        late = _strangers(stack, listener.address, 3)
+        late = [_refused(listener.address) for _ in range(3)]
+        stack.callback(lambda: [s.close() for s in late])
         still_open = _open_after(late, scaled(5))
     assert not still_open, f"connections past the limit of {limit} were kept: {still_open}"
     assert any("refused" in r.getMessage() for r in caplog.records), caplog.text
-    with pytest.raises(TransportError):
-        client_t.connect(listener.address, Recorder(), timeout=scaled(1))
+    started = time.monotonic()
+    with pytest.raises(TransportError, match="connection limit"):
+        client_t.connect(listener.address, Recorder(), timeout=scaled(10))
+    assert time.monotonic() - started < scaled(5), "a refused dial waited for its timeout"
     conns[0].close()
     srec.wait_closed(srec.opened[0])
     again = client_t.connect(listener.address, Recorder(), timeout=scaled(10))

@@ -1,5 +1,11 @@
 """One tetrarch connection = one nng ``pair0`` socket with exactly one pipe.
 
+Both sides hand nng a connected stream descriptor (:func:`hand_over`: a ``socket://``
+listener on the connection's own ``pair0`` socket takes it), so nng runs its SP header
+exchange and its framing (nng's TCP framing: an 8-byte length per message, on Unix
+sockets too) over a connection this plugin accepted or dialed itself. The pipe that
+exchange adds is the connection's only one: nng neither redials nor accepts another.
+
 Framing: each tetrarch message is the core framing (``!I`` frame count, ``!Q`` lengths,
 frames; :mod:`tetrarch._transport._framing`) written into nng messages. A message of at
 most :data:`CHUNK` bytes (header included) is one nng message; several such messages of
@@ -22,26 +28,42 @@ the kernel adopts without another copy.
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import pynng
 from pynng import ffi, lib
 
 from tetrarch._transport._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, TransportError
 from tetrarch._transport._framing import COUNT, MAX_FRAMES, consume, header, nbytes, receive_buffers
+from tetrarch.plugins import batch_helper_threads
 
 if TYPE_CHECKING:
-    import pynng
-
     from tetrarch.plugins import IoLoop
 
-__all__ = ["CHUNK", "NngConnection"]
+__all__ = ["CHUNK", "PAIR0_HEADER", "RECV_BUFFER", "NngConnection", "hand_over", "pair_socket"]
 
 #: The largest nng message this transport sends, and every data socket's ``recv_max_size``.
 CHUNK = 1 << 16
+#: What nng sends first on a ``pair0`` socket's connection (SP header: protocol 0x10, pair v0).
+PAIR0_HEADER = b"\0SP\0\x00\x10\0\0"
+#: Messages nng queues per socket before this side reads them (each at most ``CHUNK`` bytes).
+RECV_BUFFER = 8
+#: Messages nng queues per socket for sending (room for the kernel's small control messages,
+#: which the I/O thread sends without blocking: ``NngConnection._sendmsg``).
+_SEND_BUFFER = 64
+#: nng's task threads in this process (nng's default: twice the CPUs). They run nng's internal
+#: completions only (every callback of ours runs on the transport's loop), and each message
+#: hands off to them about twice; with fewer, more hand-offs find one awake. 8-proc round on 2
+#: cores, 6 alternations: 1.13-1.24 ms with nng's 4, 1.07-1.14 ms with 2 (nng's minimum).
+#: Set before nng starts (it ignores the call once running, e.g. after a program's own use of pynng).
+_TASK_THREADS = 2
+if hasattr(lib, "nng_init_set_parameter"):  # nng 1.8+
+    lib.nng_init_set_parameter(lib.NNG_INIT_NUM_TASK_THREADS, _TASK_THREADS)
 #: Messages one socket takes per wake-up before others get their turn.
 _BATCH = 64
 _NONBLOCK = lib.NNG_FLAG_NONBLOCK
@@ -59,6 +81,41 @@ def body_view(msg: Any) -> memoryview:
     return memoryview(ffi.buffer(body, n))
 
 
+_threads_set = False
+
+
+def pair_socket(recv_buffer: int = RECV_BUFFER) -> pynng.Pair0:
+    """A fresh ``pair0`` socket for one connection (its descriptor comes with :func:`hand_over`)."""
+    global _threads_set
+    sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=recv_buffer, send_buffer_size=_SEND_BUFFER)
+    if not _threads_set:  # nng started its threads with its first socket (all of them, for good)
+        batch_helper_threads("nng:")
+        _threads_set = True
+    return sock
+
+
+def hand_over(sock: pynng.Socket, fd: int) -> None:
+    """Give nng the connected stream descriptor ``fd`` for ``sock``: nng owns it from here on.
+
+    nng sends its SP header at once, reads the peer's and then adds the pipe (``sock``'s pipe
+    callbacks run); closing ``sock`` closes ``fd``.
+
+    Raises:
+        OSError: nng refused the descriptor (``fd`` is closed then), e.g. a pynng whose nng
+            (older than 1.9) lacks the ``socket://`` transport.
+    """
+    lp = ffi.new("nng_listener *")
+    rv = lib.nng_listener_create(lp, sock.socket, b"socket://")
+    if rv == 0:
+        rv = lib.nng_listener_start(lp[0], 0)
+        if rv == 0:
+            rv = lib.nng_listener_set_int(lp[0], b"socket:fd", fd)
+    if rv != 0:
+        os.close(fd)
+        raise OSError(f"nng did not take the connection: {ffi.string(lib.nng_strerror(rv)).decode()} "
+                      "(the nng transport needs pynng with nng 1.9 or later: pip install -U pynng)")
+
+
 def new_msg(size: int) -> tuple[Any, Any]:
     """A fresh ``nng_msg *`` of ``size`` bytes and a ``char *`` to its body.
 
@@ -72,13 +129,13 @@ def new_msg(size: int) -> tuple[Any, Any]:
 
 
 class NngConnection(Connection):
-    """A connection over one pair0 socket (dialed, or accepted by a listener's rendezvous)."""
+    """A connection over one pair0 socket (dialed, or accepted by a listener)."""
 
     def __init__(self, loop: IoLoop, sock: pynng.Socket, handler: ConnectionHandler, peer: str) -> None:
         self._loop = loop
         self._sock = sock
         self._raw = sock.socket
-        self._fd = sock.recv_fd
+        self._fd = -1  # nng's readiness descriptor (a pipe: two), made in start(): none while a stranger waits
         self._handler = handler
         self._peer = peer
         self._wlock = threading.Lock()
@@ -87,6 +144,7 @@ class NngConnection(Connection):
         #: the I/O thread hears of it): a send on a pair0 socket without a pipe would wait forever.
         self.pipe_alive = True
         self._close_reported = False
+        self._started = False
         self._watched = False
         self.max_message_size = 1 << 62
         self.context = None
@@ -208,12 +266,20 @@ class NngConnection(Connection):
 
     # -- receive side (I/O thread) ----------------------------------------
     def start(self) -> None:
-        """Start delivering messages (I/O thread; after ``on_open``)."""
+        """Start delivering messages (I/O thread; after ``on_open``); a pipe gone meanwhile closes it."""
+        self._started = True
         if self._closed:
             self.drop(None)
             return
+        try:
+            self._fd = self._sock.recv_fd
+        except pynng.NNGException as exc:  # no descriptor left for nng's notification pipe
+            self.drop(TransportError(f"cannot read the connection to {self._peer}: {exc}"))
+            return
         self._loop.watch(self._fd, self)
         self._watched = True
+        if not self.pipe_alive:
+            self.pipe_gone()
 
     def recv_nowait(self) -> Any:
         """The next ``nng_msg *`` waiting on the socket, or None."""
@@ -238,8 +304,10 @@ class NngConnection(Connection):
         self.drop(exc)
 
     def pipe_gone(self) -> None:
-        """The peer's pipe went away (posted from nng's thread): deliver what it sent, then close."""
-        if self._closed:  # closed here: the drop that closed the socket reports it
+        """The peer's pipe went away (posted from nng's thread): deliver what it sent, then close.
+
+        Before :meth:`start` it waits for it (the handler may not have had ``on_open`` yet)."""
+        if self._closed or not self._started:  # closed here: the drop that closed the socket reports it
             return
         while not self._closed:
             msg = self.recv_nowait()
