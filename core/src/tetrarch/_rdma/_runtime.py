@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -19,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .._config import CONNECT_TIMEOUT
 from .._errors import RDMAError, SupervisionError
 from .._log import get_logger
 from .._plugins import BackendKind, get_registry
@@ -271,32 +269,30 @@ class RdmaRuntime:
         """Send ``frames`` to ``owner``; None, or the error a transfer to it fails with: an
         :class:`RDMAError` when the owner refused this process (it is not of the buffer's
         allocation), a :class:`SupervisionError` when it cannot be reached. Never raises."""
-        start = time.monotonic()
         try:
             self.router.send(owner, frames)
             return None
         except PeerUnreachable as exc:
-            return self.unreachable(owner, str(exc), time.monotonic() - start)
+            return self.unreachable(owner, str(exc))
 
-    def unreachable(self, owner: str, why: str, waited: float | None = None) -> BaseException:
+    def unreachable(self, owner: str, why: str) -> BaseException:
         """The error for ``owner`` that could not be reached (``why``: the router's words).
 
-        A handshake the owner ended before the connect timeout is a refusal: the owner did not
-        accept this process's proof of the allocation's secret (it is of another allocation).
+        A handshake that the owner ended, or that failed its proof, is a refusal: the owner
+        and this process are of different allocations. A handshake the owner never answered
+        is a :class:`SupervisionError` that says so.
         """
         refused = self._refused.get(owner)
-        if refused is None and "authentication handshake" in why:
-            limit = CONNECT_TIMEOUT()
-            if waited is not None and waited >= 0.9 * limit:
-                return SupervisionError(f"the owner of the RDMA buffer at {owner} did not answer the authentication "
-                                        f"handshake within {limit:g} s (connect_timeout): it is stopped, hung or "
-                                        f"overloaded ({why})")
+        if refused is None and ("closed the connection during the authentication handshake" in why
+                                or "failed the authentication handshake" in why):
             refused = self._refused[owner] = (
                 f"the owner of the RDMA buffer at {owner} refused this process: it is not of the buffer's allocation "
-                f"(the owner did not accept its proof of the allocation's secret: {why}); only processes of the "
-                f"allocation that made the buffer can read or write it: pass the data through one of them")
+                f"({why}); only processes of the allocation that made the buffer can read or write it: pass the "
+                f"data through one of them")
         if refused is not None:
             return RDMAError(refused)
+        if "did not answer the authentication handshake" in why:
+            return SupervisionError(f"the owner of the RDMA buffer at {owner} did not answer: {why}")
         return SupervisionError(f"the owner of the RDMA buffer at {owner} is unreachable: {why}")
 
     def _dispatch(self, hdr: _wire.SysHeader, frames: list, _conn: object) -> None:

@@ -350,10 +350,18 @@ class Router:
                 raise PeerUnreachable(f"cannot reach {address}: {exc}") from exc
             finally:
                 self._dialing.auth = None
-            if not auth.event.wait(CONNECT_TIMEOUT()) or not auth.done:
+            limit = CONNECT_TIMEOUT()
+            if not auth.event.wait(limit) or not auth.done:
                 conn.close()
-                why = auth.error or "timeout"
-                raise PeerUnreachable(f"{address} did not complete the authentication handshake ({why})")
+                if auth.error:
+                    raise PeerUnreachable(f"{address} failed the authentication handshake ({auth.error})")
+                if auth.event.is_set():  # on_close ended the wait
+                    raise PeerUnreachable(
+                        f"{address} closed the connection during the authentication handshake: it did not accept "
+                        f"this process's proof of the allocation's secret (the two are of different allocations), "
+                        f"or it is shutting down")
+                raise PeerUnreachable(f"{address} did not answer the authentication handshake within {limit:g} s "
+                                      f"(TETRARCH_CONNECT_TIMEOUT): it is stopped, hung or overloaded")
             auth.peer_address = address
             with self._lock:
                 existing = self._routes.get(address)
