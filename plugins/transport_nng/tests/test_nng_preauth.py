@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -26,8 +27,10 @@ import pytest
 
 from tetrarch._runtime._router import Router
 from tetrarch._runtime._wire import sys_header
+from tetrarch._transport._limits import raise_open_file_limit
 from tetrarch.plugins import PreAuthLimits, TransportError
 from tetrarch.testing import Collector, scaled
+from tetrarch.testing._preauth_target import Target
 from tetrarch.testing.transport import Recorder
 
 pytest.importorskip("pynng")
@@ -314,3 +317,38 @@ def test_a_burst_of_dials_all_get_in() -> None:
         client_t.close()
         listener.close()
         server_t.close()
+
+
+def test_strangers_that_open_stay_within_half_the_open_file_limit() -> None:
+    """A stranger that sends nng's header opens (the kernel then waits for its proof) and holds
+    three descriptors (its stream, nng's notification pipe): under the default connection cap
+    a flood of them must not take the listening process's descriptors beyond half its limit."""
+    nofile, n = 1024, 700
+    if raise_open_file_limit() < n + 256:
+        pytest.skip(f"this test process may not open {n + 256} files (RLIMIT_NOFILE)")
+    name = f"tetrarch-nng-openers-{time.monotonic_ns()}"
+    target = Target("tetrarch_transport_nng._nng:NngTransport", f"nng+ipc://@{name}", SECRET, timeout=scaled(60),
+                    max_pending=4 * nofile, nofile=nofile, start_timeout=scaled(30))
+    socks: list[socket.socket] = []
+    try:
+        family, where = _sockaddr(target.address)
+        peak = 0
+        for i in range(n):
+            s = socket.socket(family)
+            socks.append(s)
+            s.settimeout(scaled(10))
+            s.connect(where)
+            s.sendall(PAIR0_HEADER)
+            if i % 50 == 49:
+                peak = max(peak, len(os.listdir(f"/proc/{target.pid}/fd")))
+        for s in socks:  # each got nng's header (handed to nng) or was closed at once (refused)
+            with contextlib.suppress(ConnectionResetError):  # closed with our header unread
+                s.recv(8, socket.MSG_WAITALL)
+        peak = max(peak, len(os.listdir(f"/proc/{target.pid}/fd")))
+        assert target.alive(), target.describe()
+        assert peak <= nofile // 2 + 64, f"{n} strangers that opened took {peak} descriptors; {target.describe()}"
+        assert "refused" in target.stderr(), target.describe()
+    finally:
+        for s in socks:
+            s.close()
+        target.close(scaled(10))

@@ -15,6 +15,12 @@ transport) bounds that stage:
 * when open connections alone fill ``connection_limit()``, a new arrival is refused
   (closed at ``accept``) with a log line at most every :data:`_LOG_EVERY` seconds.
 
+The default limit (``max_connections`` None: :func:`~tetrarch.plugins.connection_cap`, half
+the open-file limit) is meant in descriptors, one per connection; an open nng connection
+holds :data:`OPEN_FDS` (its stream and nng's notification pipe), so against that default
+each counts :data:`OPEN_FDS` times, and a flood of strangers that open (send nng's header)
+stays within half the open-file limit too. An explicit ``max_connections`` counts connections.
+
 A waiting connection holds one descriptor and an nng socket that has read at most the
 8-byte header; nothing more is read before the pipe opens (``_listen.py``).
 """
@@ -28,17 +34,27 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tetrarch.plugins import PreAuthLimits
+from tetrarch.plugins import PreAuthLimits, connection_cap
 
 if TYPE_CHECKING:
     from tetrarch.plugins import Connection, IoLoop
 
-__all__ = ["Gate", "Ticket"]
+__all__ = ["OPEN_FDS", "Gate", "Ticket"]
 
 _log = logging.getLogger("tetrarch.transport.nng")
 
 #: Seconds between two log lines about refused or closed strangers (the count in between is reported).
 _LOG_EVERY = 10.0
+#: Descriptors an open connection holds: its stream and nng's notification pipe (two). A
+#: waiting one holds its stream only (``NngConnection.start`` asks for the pipe).
+OPEN_FDS = 3
+
+
+def _budget(limits: PreAuthLimits) -> tuple[int, int]:
+    """The limit on open plus waiting connections, and what one open connection counts toward it."""
+    if limits.max_connections is not None:
+        return limits.max_connections, 1
+    return connection_cap(), OPEN_FDS
 
 
 def _nothing() -> None:
@@ -110,14 +126,16 @@ class Gate:
         (on that thread too) has set the new ticket's. Never raises.
         """
         limits = self.limits
-        limit = limits.connection_limit()
+        limit, weight = _budget(limits)
         with self._lock:
-            if len(self._open) >= limit:
-                self._refused.note(1, f"{len(self._open)} connections are open (limit {limit}); refused {peer}")
+            used = weight * len(self._open)
+            if used >= limit:
+                held = f" (holding {used} descriptors)" if weight > 1 else ""
+                self._refused.note(1, f"{len(self._open)} connections are open{held}, limit {limit}; refused {peer}")
                 return None
             ticket = Ticket(time.monotonic() + limits.timeout, peer)
             self._waiting[ticket] = None
-            room = min(limits.max_pending, limit - len(self._open))
+            room = min(limits.max_pending, limit - used)
             shed = []
             while len(self._waiting) > room:
                 shed.append(self._waiting.popitem(last=False)[0])
@@ -144,8 +162,37 @@ class Gate:
         with self._lock:
             return self._waiting.pop(ticket, 1) is None
 
+    def open(self, ticket: Ticket | None, conn: Connection) -> bool:
+        """``ticket``'s connection ``conn`` opens: count it as open (until :meth:`released`) if it
+        still waits and there is room. Whether it may open (False: close it, unreported).
+
+        An open connection counts more than a waiting one against the default limit, so the
+        oldest waiting tickets are closed to make room; if open ones alone fill the limit,
+        ``conn`` is refused (logged). Never raises.
+        """
+        if ticket is None:
+            return False
+        limits = self.limits
+        limit, weight = _budget(limits)
+        shed = []
+        with self._lock:
+            if self._waiting.pop(ticket, 1) is not None:
+                return False  # the gate closed it meanwhile (its closer is queued)
+            used = weight * (len(self._open) + 1)
+            if used > limit:
+                self._refused.note(1, f"{len(self._open)} connections are open, limit {limit}; refused {ticket.peer}")
+                return False
+            while self._waiting and used + len(self._waiting) > limit:
+                shed.append(self._waiting.popitem(last=False)[0])
+            if shed:
+                self._shed.note(len(shed), f"room for an opening one; closing the oldest, {shed[0].peer}")
+            self._open.add(conn)
+        for old in shed:
+            self._close(old)
+        return True
+
     def opened(self, conn: Connection) -> None:
-        """Count ``conn`` as open (until :meth:`released`)."""
+        """Count ``conn`` as open (until :meth:`released`): a dialed connection."""
         with self._lock:
             self._open.add(conn)
 

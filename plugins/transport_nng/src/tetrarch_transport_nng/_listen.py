@@ -168,12 +168,11 @@ class _Accepted(NngConnection):
     def _open(self) -> None:
         if self._closed:
             return
-        if not self._gate.leave(self._ticket):  # the gate closed it meanwhile (its closer is queued)
+        if not self._gate.open(self._ticket, self):  # closed by the gate meanwhile, or no room
             self.drop_unopened()
             return
         self._ticket = None
         self._owner.pending.pop(self, None)
-        self._gate.opened(self)
         try:
             self._sock.recv_buffer_size = RECV_BUFFER
             self._handler.on_open(self)
