@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -217,3 +218,24 @@ def test_exit_stops_dials_before_nng_is_finalized() -> None:
     assert float(lines[0].split()[4]) < scaled(10), out.stdout
     assert "cannot connect" in lines[0], out.stdout
     assert "nng is shut down (this process is exiting)" in lines[1], out.stdout
+
+
+def test_a_path_listener_takes_over_a_stale_socket_file_and_removes_its_own(
+        transport: NngTransport, tmp_path: object) -> None:
+    path = os.path.join(str(tmp_path), "nng.sock")
+    with socket.socket(socket.AF_UNIX) as stale:
+        stale.bind(path)  # a socket file left behind: nobody listens on it
+    srec = Recorder()
+    listener = transport.listen(f"nng+ipc://{path}", srec)
+    assert listener.address == f"nng+ipc://{path}"
+    conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))
+    conn.send([b"over a path"])
+    assert [[bytes(f) for f in m] for m in srec.wait_messages(srec.wait_opened(), 1)] == [[b"over a path"]]
+    with pytest.raises(TransportError, match="cannot listen"):
+        transport.listen(f"nng+ipc://{path}", Recorder())  # in use: not taken over
+    conn.close()
+    listener.close()
+    closed = threading.Event()
+    transport.loop().call(closed.set)  # after the listener's close ran on the I/O thread
+    assert closed.wait(scaled(5))
+    assert not os.path.exists(path)
