@@ -7,10 +7,10 @@ a Unix path or an abstract name) watched by the transport's I/O loop, and each a
 descriptor is handed (``_conn.hand_over``) to a fresh ``pair0`` socket of its own:
 
 * ``accept`` takes a :class:`~._gate.Ticket` of the transport's gate: refused (closed at
-  once, logged) while open connections fill ``limits.connection_limit()``, the oldest
-  waiting one closed past ``limits.max_pending``, closed if nng has not added its pipe
-  within ``limits.timeout``. A stranger that sends nothing costs one descriptor and an
-  idle nng socket until then.
+  once, logged) while open connections fill ``limits.connection_limit()`` (the default
+  cap counts their descriptors: ``_gate``), the oldest waiting one closed past
+  ``limits.max_pending``, closed if nng has not added its pipe within ``limits.timeout``.
+  A stranger that sends nothing costs one descriptor and an idle nng socket until then.
 * Before its pipe is added nng reads only the 8-byte header; between the pipe's arrival
   and ``on_open`` (on the I/O thread right after) it holds at most two ``CHUNK``-sized
   messages (``recv_buffer_size`` 1 plus the one its pipe reads): about ``limits.max_bytes``.
