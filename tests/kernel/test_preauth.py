@@ -26,7 +26,7 @@ from tetrarch._runtime._wire import sys_header
 from tetrarch._transport._auth import PRE_AUTH_LIMIT, Auth, Role
 from tetrarch._transport._base import TransportError
 from tetrarch._transport._socket import IpcTransport
-from tetrarch.testing import Collector, scaled
+from tetrarch.testing import Collector, closed_now, scaled
 
 # Pins the ipc transport itself (run once, not per transport).
 pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(60))]
@@ -91,19 +91,6 @@ def _all_closed_by_peer(socks: list[socket.socket], timeout: float) -> list[int]
     """Indexes of the sockets in ``socks`` the router did not close within ``timeout`` s (in all)."""
     deadline = time.monotonic() + timeout
     return [i for i, s in enumerate(socks) if not _closed_by_peer(s, max(0.01, deadline - time.monotonic()))]
-
-
-def _closed_now(s: socket.socket) -> bool:
-    """Whether the router has closed ``s`` already (does not wait)."""
-    s.setblocking(False)
-    try:
-        while s.recv(65536):
-            pass
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _rss() -> int:
@@ -184,7 +171,7 @@ def test_flood_of_unauthenticated_connections_keeps_memory_bounded(stack):
     calls.wait(len(sent))  # delivered during the attack
     grown = _rss() - rss_before
     assert grown < 32 << 20, f"{n_idle} waiting connections grew the router's process by {grown / 2**20:.0f} MiB"
-    closed = [_closed_now(s) for s in idlers]
+    closed = [closed_now(s) for s in idlers]
     assert closed == [True] * (n_idle - cap) + [False] * cap, (
         f"expected the oldest {n_idle - cap} waiting connections closed and the newest {cap} open; "
         f"closed: {[i for i, c in enumerate(closed) if c]}"
@@ -226,7 +213,7 @@ def test_connection_that_never_authenticates_is_closed_after_the_timeout(stack):
     assert _closed_by_peer(silent, scaled(5)), "a connection that never authenticated was kept open"
     assert time.monotonic() - opened >= timeout * 0.9, "closed before the authentication timeout"
     # The authenticated connection had an earlier deadline, and it stays.
-    assert not _closed_now(authenticated)
+    assert not closed_now(authenticated)
     authenticated.setblocking(True)
     authenticated.sendall(_frame(sys_header("probe", "still here")))
     assert calls.wait(1) == ["still here"]

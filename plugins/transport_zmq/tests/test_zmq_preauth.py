@@ -26,7 +26,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from tetrarch.plugins import PreAuthLimits, Transport
-from tetrarch.testing import scaled
+from tetrarch.testing import closed_now, scaled
 from tetrarch.testing.transport import Recorder
 from tetrarch_transport_zmq._plugin import probe
 
@@ -69,19 +69,6 @@ def _unix(address: str) -> socket.socket:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect("\0" + path[1:] if path.startswith("@") else path)
     return s
-
-
-def _closed(s: socket.socket) -> bool:
-    """Whether the listener closed ``s`` (what it sent is skipped; does not wait)."""
-    s.setblocking(False)
-    try:
-        while s.recv(65536):
-            pass
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def test_a_peer_with_the_key_that_never_says_open_is_closed_at_the_deadline(make: Any) -> None:
@@ -132,9 +119,9 @@ def test_connections_past_the_cap_are_refused_newest_first_with_a_log_line(
                 strangers.append(_unix(listener.address))
             late = [_unix(listener.address) for _ in range(extra)]
             strangers += late
-            _until(lambda: all(_closed(s) for s in late), scaled(10),
+            _until(lambda: all(closed_now(s) for s in late), scaled(10),
                    f"the {extra} connections past a cap of {cap} to be closed")
-            assert not any(_closed(s) for s in strangers[:cap]), "a connection under the cap was closed"
+            assert not any(closed_now(s) for s in strangers[:cap]), "a connection under the cap was closed"
             _until(lambda: any("refused" in r.getMessage() for r in caplog.records), scaled(10), "the log line")
         # A real peer is refused too while the cap is full, and gets in once strangers leave.
         for s in strangers:

@@ -66,9 +66,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._collector import Collector
+from ._rawsock import closed_now, raw_sockaddr, still_open
 from ._timing import SLOWDOWN_ENV, scaled, slowdown
 
-__all__ = ["SLOWDOWN_ENV", "Collector", "TransportConformance", "scaled", "slowdown"]
+__all__ = ["SLOWDOWN_ENV", "Collector", "TransportConformance", "closed_now", "raw_sockaddr", "scaled", "slowdown",
+           "still_open"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .transport import TransportConformance

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
-import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
 
-__all__ = ["TEST_TIMEOUT", "WAIT", "bounded", "pattern", "raw_sockaddr"]
+from ._rawsock import raw_sockaddr
+
+__all__ = ["TEST_TIMEOUT", "WAIT", "bounded", "pattern", "raw_sockaddr"]  # raw_sockaddr: see _rawsock
 
 #: Seconds any single expected event may take before a test fails.
 WAIT = 10.0
@@ -31,21 +32,3 @@ def pattern(size: int, seed: int = 0) -> bytes:
     block = bytes((i * 7 + seed) & 0xFF for i in range(251))  # prime length
     reps, rest = divmod(size, len(block))
     return block * reps + block[:rest]
-
-
-def raw_sockaddr(address: str) -> tuple[int, object] | None:
-    """``(family, sockaddr)`` for tcp/ipc-like addresses a raw socket can dial, else None."""
-    scheme, sep, rest = address.partition("://")
-    if not sep:
-        return None
-    base = scheme.rsplit("+", 1)[-1]
-    if base == "tcp":
-        host, colon, port = rest.rpartition(":")
-        if not colon or not port.isdigit():
-            return None
-        if host.startswith("["):
-            return socket.AF_INET6, (host.strip("[]"), int(port))
-        return socket.AF_INET, (host or "127.0.0.1", int(port))
-    if base == "ipc" and rest:
-        return socket.AF_UNIX, ("\0" + rest[1:]) if rest.startswith("@") else rest
-    return None

@@ -50,8 +50,8 @@ import pytest
 from tetrarch._transport._base import Transport
 from tetrarch._transport._limits import PreAuthLimits, raise_open_file_limit
 
-from ._kit import raw_sockaddr
 from ._preauth_target import SERVICE, Target
+from ._rawsock import closed_now, raw_sockaddr, still_open
 from ._timing import scaled
 
 __all__ = ["PreAuthConformance"]
@@ -75,31 +75,6 @@ def _until(predicate: Callable[[], bool], timeout: float, what: str, step: float
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(step)
-
-
-def _closed_now(s: socket.socket) -> bool:
-    """Whether the listener closed ``s`` already (what it sent is skipped; does not wait)."""
-    s.setblocking(False)
-    try:
-        while s.recv(65536):
-            pass
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def _wait_closed(socks: list[socket.socket], deadline: float) -> list[int]:
-    """Indexes of ``socks`` still open at ``deadline`` (monotonic), polling all of them."""
-    open_ = list(range(len(socks)))
-    while open_:
-        open_ = [i for i in open_ if not _closed_now(socks[i])]
-        left = deadline - time.monotonic()
-        if not open_ or left <= 0:
-            break
-        select.select([socks[i] for i in open_], [], [], min(left, 0.05))
-    return open_
 
 
 def _push(socks: list[socket.socket], payload: bytes, deadline: float) -> None:
@@ -208,7 +183,7 @@ class PreAuthConformance:
             opener = preauth.raw(target)
             _push([opener], preauth.flood, time.monotonic() + scaled(5))
             strangers.append(opener)
-        left = _wait_closed(strangers, opened + timeout + slack)
+        left = still_open(strangers, max(0.0, opened + timeout + slack - time.monotonic()))
         kinds = ["one that sent nothing", "one that sent preauth_flood()'s bytes and stalled"]
         assert not left, (
             f"the listener kept {', '.join(kinds[i] for i in left)} open {timeout + slack:g} s after it connected "
@@ -224,14 +199,14 @@ class PreAuthConformance:
         if preauth.flood is not None:
             _push(strangers, preauth.flood, time.monotonic() + scaled(10))
         oldest = strangers[:_EXTRA]
-        left = _wait_closed(oldest, time.monotonic() + scaled(5))
+        left = still_open(oldest, scaled(5))
         assert not left, (
             f"{_PENDING + _EXTRA} strangers with max_pending={_PENDING}: the oldest {_EXTRA} must be closed, "
             f"but #{left} of them are still open; {target.describe()}"
         )
-        still_open = [i for i, s in enumerate(strangers) if not _closed_now(s)]
-        assert len(still_open) <= _PENDING, f"{len(still_open)} strangers open with max_pending={_PENDING}"
-        assert len(strangers) - 1 in still_open, "the newest stranger was closed instead of the oldest"
+        open_now = [i for i, s in enumerate(strangers) if not closed_now(s)]
+        assert len(open_now) <= _PENDING, f"{len(open_now)} strangers open with max_pending={_PENDING}"
+        assert len(strangers) - 1 in open_now, "the newest stranger was closed instead of the oldest"
         preauth.served(target, friend, "an authenticated peer, while strangers wait")
         preauth.served_by_new_peer(target, "while max_pending strangers wait")
 
