@@ -142,34 +142,55 @@ def test_a_dial_to_something_else_fails_at_once_and_says_what_it_found(transport
         assert time.monotonic() - started < scaled(5)
 
 
-def test_silent_strangers_hold_one_descriptor_each_and_no_nng_pipe(transport: NngTransport) -> None:
-    """Until nng opens a connection it has no notification pipe (two descriptors more per connection)."""
-    from tetrarch.plugins import PreAuthLimits
+_LISTENING = """
+import sys
+from tetrarch.testing.transport import Recorder
+from tetrarch_transport_nng._nng import NngTransport
+transport = NngTransport()
+srec = Recorder()
+listener = transport.listen(transport.default_address(spans_hosts=False), srec)
+conn = transport.connect(listener.address, Recorder(), timeout=10)  # nng's threads and pipes exist
+conn.send([b"started"])
+srec.wait_messages(srec.wait_opened(), 1)  # both sides read: their notification pipes exist
+print(listener.address, flush=True)
+sys.stdin.read()  # until the test is done
+"""
 
-    transport.limit_unauthenticated(PreAuthLimits(timeout=scaled(60)))
-    srec = Recorder()
-    listener = transport.listen(transport.default_address(spans_hosts=False), srec)
-    conn = transport.connect(listener.address, Recorder(), timeout=scaled(10))  # nng's threads and pipes exist
-    conn.send([b"started"])
-    srec.wait_messages(srec.wait_opened(), 1)  # both sides read: their notification pipes exist
-    sockaddr = "\0" + listener.address[len("nng+ipc://@"):]
-    before = len(os.listdir("/proc/self/fd"))
-    strangers = []
+
+def test_silent_strangers_hold_one_descriptor_each_and_no_nng_pipe() -> None:
+    """Until nng opens a connection it has no notification pipe (two descriptors more per connection).
+
+    Counted in a listening child that does nothing else meanwhile (this process's own count
+    moves with what earlier tests left for the garbage collector and nng's reaper)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.Popen([sys.executable, "-c", _LISTENING], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env=env)
+    strangers: list[socket.socket] = []
     try:
+        assert child.stdout is not None
+        address = child.stdout.readline().decode().strip()
+        assert address.startswith("nng+ipc://@"), address
+        sockaddr = "\0" + address[len("nng+ipc://@"):]
+        before = len(os.listdir(f"/proc/{child.pid}/fd"))
         for _ in range(20):
             s = socket.socket(socket.AF_UNIX)
             strangers.append(s)
             s.settimeout(scaled(10))
             s.connect(sockaddr)
             assert s.recv(8, socket.MSG_WAITALL) == PAIR0_HEADER  # handed to nng, which waits for ours
-        held = len(os.listdir("/proc/self/fd")) - before - len(strangers)  # less the strangers' own ends
+        held = len(os.listdir(f"/proc/{child.pid}/fd")) - before
         assert held == len(strangers), f"{len(strangers)} silent strangers hold {held} descriptors of the listener"
-        assert transport.gate.waiting == len(strangers)
     finally:
         for s in strangers:
             s.close()
-        conn.close()
-        listener.close()
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.close()  # the child exits (closing its transport at exit)
+        child.stdout.close()
+        try:
+            child.wait(scaled(10))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(scaled(10))
 
 
 _EXITING = """
