@@ -2,8 +2,8 @@
 
 Whoever can reach a listener's address can open connections without the allocation's
 secret. The kernel bounds such a connection from ``on_open`` on; a transport whose library
-runs a handshake of its own first (zmq's ZMTP greeting and PLAIN HELLO, nng's SP header
-and rendezvous) holds the stranger *before* the kernel sees it, and must apply the same
+runs a handshake of its own first (zmq's ZMTP greeting and PLAIN HELLO, nng's SP header)
+holds the stranger *before* the kernel sees it, and must apply the same
 bounds, which the kernel hands it with :meth:`Transport.limit_unauthenticated
 <tetrarch.plugins.Transport.limit_unauthenticated>` (:class:`~tetrarch.plugins.PreAuthLimits`).
 
@@ -147,9 +147,9 @@ class PreAuthConformance:
         stalled stranger must not complete anything). The default is the builtin framing's
         (the kernel's stage starts at accept): one frame of ``PRE_AUTH_LIMIT`` bytes, less
         one. Override it for your wire: zmq's is a ZMTP 3.0 greeting for PLAIN and a HELLO
-        command announcing the largest frame the listener takes; nng's its SP header and a
-        rendezvous request. None: the memory test skips (the others still run, with silent
-        strangers only).
+        command announcing the largest frame the listener takes; nng's a pair0 SP header and
+        a message as large as the listener takes before the connection opens. None: the
+        memory test skips (the others still run, with silent strangers only).
         """
         from tetrarch._transport._auth import PRE_AUTH_LIMIT
 
