@@ -25,7 +25,7 @@ import tetrarch
 from liveness_actors import Staller
 from tetrarch import ActorMesh, MeshFailure, SupervisionError
 from tetrarch.job import AllocatorJob
-from tetrarch.testing import Collector, scaled
+from tetrarch.testing import Collector, scaled, still_running
 
 pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(90))]
 
@@ -99,18 +99,6 @@ class _Warnings(logging.Handler):
             self.found.add(record.getMessage())
 
 
-def _gone(pids: list[int], timeout: float) -> list[int]:
-    """The pids of ``pids`` still running (zombies count as gone) after waiting up to ``timeout`` s."""
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    _gone, alive = psutil.wait_procs(procs, timeout=timeout)
-    return [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
-
-
 def test_a_frozen_agent_takes_its_procs_with_it_and_no_print_blocks_a_call(faults: Collector[MeshFailure]) -> None:
     """Only the agent stopped. A call that prints far more than a pipe holds still returns;
     once the agent is declared unreachable its procs are declared lost too (calls fail with
@@ -131,7 +119,7 @@ def test_a_frozen_agent_takes_its_procs_with_it_and_no_print_blocks_a_call(fault
             assert "lost with its host agent" in str(info.value), info.value
             failures = faults.wait(2, timeout=scaled(10))
             assert sorted(f.pid for f in failures) == sorted(pids), failures
-            assert _gone(pids, scaled(10)) == [], "the procs of a lost agent exit (told to by the client)"
+            assert still_running(pids, scaled(10)) == [], "the procs of a lost agent exit (told to by the client)"
     finally:
         log.removeHandler(seen)
 

@@ -17,26 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
-from tetrarch.testing import scaled
+from tetrarch.testing import scaled, still_running
 
 pytestmark = [pytest.mark.isolated, pytest.mark.timeout(scaled(120))]
 
 SCENARIO = Path(__file__).parent / "scenarios" / "sandbox_job.py"
-
-
-def _alive(pids: list[int]) -> list[int]:
-    """Those of ``pids`` still running after a bounded wait."""
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=scaled(10))
-    return [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_a_job_on_the_sandbox_allocator_calls_actors_and_kill_leaves_nothing(
@@ -53,5 +40,5 @@ def test_a_job_on_the_sandbox_allocator_calls_actors_and_kill_leaves_nothing(
     folders = [Path(a["cwd"]) for a in agents]
     assert all(f.name.startswith("host") and f.parent.name.startswith("tetrarch-sandbox-") for f in folders), folders
     assert out["left"] == [], "kill() returned with processes of the job still running"
-    assert _alive(out["procs"] + [a["pid"] for a in agents]) == []
+    assert still_running(out["procs"] + [a["pid"] for a in agents], scaled(10)) == []
     assert not [f for f in folders if f.parent.exists()], "kill() left the sandbox's scratch folders"

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,7 +28,7 @@ from tetrarch._runtime._router import Router
 from tetrarch._runtime._wire import sys_header
 from tetrarch._transport._limits import raise_open_file_limit
 from tetrarch.plugins import PreAuthLimits, TransportError
-from tetrarch.testing import Collector, scaled
+from tetrarch.testing import Collector, closed_now, scaled, still_open
 from tetrarch.testing._preauth_target import Target
 from tetrarch.testing.transport import Recorder
 
@@ -107,24 +106,6 @@ def _closed_by_peer(s: socket.socket, timeout: float) -> bool:
     return True
 
 
-def _closed_now(s: socket.socket) -> bool:
-    s.setblocking(False)
-    try:
-        while s.recv(4096):
-            pass
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def _open_after(socks: list[socket.socket], timeout: float) -> list[int]:
-    """Indexes of ``socks`` still open after waiting up to ``timeout`` s for all of them to close."""
-    deadline = time.monotonic() + timeout
-    return [i for i, s in enumerate(socks) if not _closed_by_peer(s, deadline - time.monotonic())]
-
-
 def _settle(socks: list[socket.socket], cap: int, timeout: float) -> list[int]:
     """Indexes of ``socks`` still open once at most ``cap`` are (or ``timeout`` s passed).
 
@@ -133,7 +114,7 @@ def _settle(socks: list[socket.socket], cap: int, timeout: float) -> list[int]:
     """
     deadline = time.monotonic() + timeout
     while True:
-        open_now = [i for i, s in enumerate(socks) if not _closed_now(s)]
+        open_now = [i for i, s in enumerate(socks) if not closed_now(s)]
         left = deadline - time.monotonic()
         if len(open_now) <= cap or left <= 0:
             return open_now
@@ -174,8 +155,8 @@ def test_half_open_connections_are_closed_at_the_deadline(stack: contextlib.Exit
     server, calls = _probed(stack, kind, auth_timeout=timeout)
     started = time.monotonic()
     socks = _strangers(stack, server.address, 10, opening)
-    still_open = _open_after(socks, timeout + scaled(5))
-    assert not still_open, f"{opening} strangers that then said nothing outlived the deadline: {still_open}"
+    left_open = still_open(socks, timeout + scaled(5))
+    assert not left_open, f"{opening} strangers that then said nothing outlived the deadline: {left_open}"
     assert time.monotonic() - started >= timeout * 0.9, "closed before the deadline"
     friend = _router(stack, "friend", kind)
     friend.send(server.address, [sys_header("probe", "after")])
@@ -191,8 +172,8 @@ def test_past_the_cap_the_oldest_half_open_connections_are_closed(
     socks = _strangers(stack, server.address, n, opening)
     # Pipes are added in connection order but asynchronously: allow a little reordering.
     slack = 4
-    still_open = _open_after(socks[: n - cap - slack], scaled(10))
-    assert not still_open, f"past a cap of {cap}, the oldest strangers were kept: {still_open}"
+    left_open = still_open(socks[: n - cap - slack], scaled(10))
+    assert not left_open, f"past a cap of {cap}, the oldest strangers were kept: {left_open}"
     open_now = _settle(socks, cap, scaled(10))
     assert len(open_now) == cap, f"expected the newest {cap} strangers open, found {open_now}"
     assert all(i >= n - cap - slack for i in open_now), open_now
@@ -224,7 +205,7 @@ def test_a_real_peer_is_served_quickly_during_a_flood(stack: contextlib.ExitStac
     # Silent strangers wait in the transport's gate, the others in the kernel: a cap each.
     for first, opening in enumerate(OPENINGS):
         mine = socks[first::2]
-        open_now = _open_after(mine[: len(mine) - cap - 4], scaled(10))
+        open_now = still_open(mine[: len(mine) - cap - 4], scaled(10))
         assert not open_now, f"{len(open_now)} of the oldest {opening} strangers are still open (cap {cap})"
     assert len(_settle(socks, 2 * cap, scaled(10))) <= 2 * cap
 
@@ -247,8 +228,8 @@ def test_connections_past_the_limit_are_refused_with_a_log_line(
     with caplog.at_level(logging.WARNING, logger="tetrarch.transport.nng"):
         late = [_refused(listener.address) for _ in range(3)]
         stack.callback(lambda: [s.close() for s in late])
-        still_open = _open_after(late, scaled(5))
-    assert not still_open, f"connections past the limit of {limit} were kept: {still_open}"
+        left_open = still_open(late, scaled(5))
+    assert not left_open, f"connections past the limit of {limit} were kept: {left_open}"
     assert any("refused" in r.getMessage() for r in caplog.records), caplog.text
     started = time.monotonic()
     with pytest.raises(TransportError, match="connection limit"):
@@ -259,64 +240,6 @@ def test_connections_past_the_limit_are_refused_with_a_log_line(
     again = client_t.connect(listener.address, Recorder(), timeout=scaled(10))
     again.send([b"in again"])
     assert [[bytes(f) for f in m] for m in srec.wait_messages(srec.wait_opened(limit + 1), 1)] == [[b"in again"]]
-
-
-def test_a_dial_into_a_full_backlog_waits_for_its_timeout() -> None:
-    name = f"tetrarch-nng-full-backlog-{time.monotonic_ns()}"
-    transport = NngTransport()
-    fillers: list[socket.socket] = []
-    with socket.socket(socket.AF_UNIX) as full:
-        full.bind("\0" + name)
-        full.listen(0)  # nobody accepts: the backlog fills with a connection or two
-        try:
-            while True:
-                s = socket.socket(socket.AF_UNIX)
-                s.setblocking(False)
-                fillers.append(s)
-                s.connect("\0" + name)
-        except BlockingIOError:
-            pass
-        try:
-            timeout = scaled(1.0)
-            started = time.monotonic()
-            with pytest.raises(TransportError, match="backlog stayed full"):
-                transport.connect(f"nng+ipc://@{name}", Recorder(), timeout=timeout)
-            assert time.monotonic() - started >= timeout * 0.9, "the dial gave up before its timeout"
-        finally:
-            for s in fillers:
-                s.close()
-            transport.close()
-
-
-def test_a_burst_of_dials_all_get_in() -> None:
-    server_t, client_t = NngTransport(), NngTransport()
-    srec = Recorder()
-    listener = server_t.listen(server_t.default_address(spans_hosts=False), srec)
-    errors: list[BaseException] = []
-    conns: list[object] = []
-    lock = threading.Lock()
-
-    def dial() -> None:
-        try:
-            c = client_t.connect(listener.address, Recorder(), timeout=scaled(20))
-            with lock:
-                conns.append(c)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            with lock:
-                errors.append(exc)
-
-    threads = [threading.Thread(target=dial) for _ in range(64)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(scaled(60))
-        assert not errors, errors[:3]
-        assert len(conns) == 64
-    finally:
-        client_t.close()
-        listener.close()
-        server_t.close()
 
 
 def test_strangers_that_open_stay_within_half_the_open_file_limit() -> None:

@@ -66,11 +66,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._collector import Collector
+from ._procs import still_running
 from ._rawsock import closed_now, raw_sockaddr, still_open
 from ._timing import SLOWDOWN_ENV, scaled, slowdown
 
 __all__ = ["SLOWDOWN_ENV", "Collector", "TransportConformance", "closed_now", "raw_sockaddr", "scaled", "slowdown",
-           "still_open"]
+           "still_open", "still_running"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .transport import TransportConformance
