@@ -9,12 +9,11 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from kernel_actors import Sleeper
 from tetrarch import SupervisionError, this_host
-from tetrarch.testing import scaled
+from tetrarch.testing import scaled, still_running
 
 pytestmark = pytest.mark.timeout(scaled(60))
 
@@ -101,20 +100,6 @@ def test_dead_or_hung_client_leaves_no_orphans(start_scenario, how):
         client.wait(scaled(10))
     else:
         client.send_signal(signal.SIGSTOP)
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=scaled(ORPHANS_EXIT_WITHIN_S))
-    alive = [p for p in alive if _status(p) not in (psutil.STATUS_ZOMBIE, None)]  # a stopped client reaps none
+    alive = still_running(pids, scaled(ORPHANS_EXIT_WITHIN_S))  # zombies count as gone: a stopped client reaps none
     assert not alive, f"orphans outlived their {how} client: {alive}"
     # start_scenario kills the client (a stopped one too) at teardown
-
-
-def _status(proc: psutil.Process) -> str | None:
-    try:
-        return proc.status()
-    except psutil.NoSuchProcess:
-        return None
