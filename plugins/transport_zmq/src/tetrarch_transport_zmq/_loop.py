@@ -213,6 +213,11 @@ class ZmqLoop(LeaderLoop):
                         sock.send_multipart([*head, CLOSE], flags=zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass  # the peer is gone already
+                if conn.route is not None and not sock.closed:
+                    # The listener's ROUTER, which its other peers share: the send took the
+                    # wake-up of whatever arrived meanwhile (another peer's OPEN, say), and a
+                    # reader that is done with its batch would leave that unread for good.
+                    self.after_send(sock)
         if conn.route is None:
             self.close_dealer(conn, CLOSE_LINGER_MS if tell_peer else 0)
         elif conn.listener is not None:
