@@ -167,6 +167,26 @@ def test_the_gate_never_shuts_down_a_socket_that_took_a_recorded_number() -> Non
             s.close()
 
 
+def test_an_open_read_after_its_peers_hang_up_opens_nothing() -> None:
+    """A peer that said OPEN and hung up before the listener read the OPEN: the listener reads
+    the hang-up first (the monitor before the socket), and must not open a connection that
+    nothing would ever report lost (it counted such an OPEN as a new connection)."""
+    from tetrarch_transport_zmq._gate import Gate
+
+    gate = Gate(PreAuthLimits(), "test", lambda: 0)
+    a, b = socket.socketpair()
+    try:
+        gate.accepted(a.fileno(), time.monotonic())
+        gate.disconnected(a.fileno())
+        assert gate.opened(a.fileno()) is None
+        assert len(gate) == 0
+        gate.accepted(a.fileno(), time.monotonic())  # a new peer on that descriptor opens as usual
+        assert gate.opened(a.fileno()) is not None
+    finally:
+        a.close()
+        b.close()
+
+
 # A listener in its own process (so it can be stopped): prints its address, then waits for stdin's end.
 _LISTENER = r"""
 import sys

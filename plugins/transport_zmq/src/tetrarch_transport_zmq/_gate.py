@@ -156,15 +156,14 @@ class Gate:
     # -- the listener's own steps ----------------------------------------------------------
     def opened(self, fd: int) -> _Peer | None:
         """The peer on ``fd`` said OPEN: its record (keep it for :meth:`closed`), or None if the
-        gate closed it meanwhile (ignore the OPEN).
+        gate closed it meanwhile or it is gone already (ignore the OPEN).
 
-        Call it with the monitor read (libzmq reports an accept before any of its messages).
+        Call it with the monitor read (libzmq reports an accept before any of its messages, so
+        with no record its end was read after its accept: an OPEN read late, after the hang-up
+        of the peer that sent it).
         """
         peer = self._peers.get(fd)
-        if peer is None:  # not reported (cannot happen: the monitor starts before the bind): counted now
-            self._peers[fd] = peer = _Peer(fd, _identity(fd), 0.0, _OPEN)
-            return peer
-        if peer.state != _WAITING:
+        if peer is None or peer.state != _WAITING:
             return None
         del self._waiting[fd]
         peer.state = _OPEN

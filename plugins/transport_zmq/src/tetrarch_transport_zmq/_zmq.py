@@ -214,10 +214,13 @@ class _ZmqListener(Listener):
         # say, with this batch) would close this connection instead (libzmq reports a
         # disconnect before it closes the descriptor, which it must close before reusing it).
         self._events(gone)
-        gone.discard(fd)
         ticket = self._gate.opened(fd)
         if ticket is None:
-            return  # closed by the gate (past a limit) before its OPEN was read: dropped unread
+            # Closed by the gate (past a limit), or gone (its end was read after its accept),
+            # before its OPEN was read: dropped unread. A disconnect in ``gone`` is then this
+            # peer's or an earlier one's, whose connection (if any) is reported lost.
+            return
+        gone.discard(fd)
         old = self._by_fd.get(fd)
         if old is not None:  # its descriptor now serves someone else: the old peer is gone
             self._loop.drop(old, TransportError(f"connection from {old.peer} was lost"))
