@@ -199,6 +199,20 @@ sys.stdin.read()
 """
 
 
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Stop ``proc`` and return once every thread of it has stopped.
+
+    ``kill(SIGSTOP)`` returns before that: the kernel wakes one thread to take the signal and
+    the others stop only once it ran. On a loaded machine the listener's I/O thread went on
+    accepting for a while, so the backlog filled below had room again by the time the dial
+    came (the dial then connected, and waited for a greeting that never came).
+    ``waitpid(WUNTRACED)`` reports the stop once the whole process has stopped.
+    """
+    os.kill(proc.pid, signal.SIGSTOP)
+    pid, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert pid == proc.pid and os.WIFSTOPPED(status), f"the listener did not stop (wait status {status:#x})"
+
+
 def test_a_dial_into_a_full_backlog_waits_for_room(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 10: a Unix socket's connect fails with EAGAIN while the listener's backlog is full;
     libzmq reports that as a retry, which the dial took for 'nobody listens'."""
@@ -220,7 +234,7 @@ def test_a_dial_into_a_full_backlog_waits_for_room(make: Any, monkeypatch: pytes
     try:
         assert proc.stdout is not None
         address = proc.stdout.readline().strip()
-        os.kill(proc.pid, signal.SIGSTOP)
+        _stop(proc)
         path = address[len("zmq+ipc://"):]
         while True:  # fill its backlog: connects queue until it is full
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
