@@ -13,9 +13,9 @@ unauthenticated peer would:
 
 Adding a transport is one function returning its :class:`Wire`, registered in
 :data:`WIRES` under the transport's name. The zmq helper speaks that
-library's wire (a raw DEALER socket and ZMTP 3.0 greeting); the nng helper claims a
-connection through the transport's rep0 handshake, as its dialer does, after leaving
-garbage, unclaimed tokens and a never-completed dialer at that handshake socket.
+library's wire (a raw DEALER socket and ZMTP 3.0 greeting); the nng helper opens a
+pair0 connection as the transport's dialer does, after leaving a stalled stranger at the
+listener.
 """
 
 from __future__ import annotations
@@ -130,13 +130,13 @@ def zmq_wire() -> Wire:
     return Wire(_zmq_connect, _zmq_announce)
 
 
-# ------------------------------------------------------------------ nng (rep0 handshake, then a pair0 socket)
+# ------------------------------------------------------------------ nng (a pair0 socket per connection)
 
-_SP_REQ0 = 0x30  # nng's protocol number of req0: what a dialer of the listener's rep0 socket announces
+_SP_PAIR0 = 0x10  # nng's protocol number of pair0: what the listener's connections speak
 
 
 def _nng_message(pair: Any, data: bytes) -> None:
-    """``data`` as nng messages on a claimed socket, cut where the transport cuts (its chunk size).
+    """``data`` as nng messages on an open connection, cut where the transport cuts (its chunk size).
 
     Never waits: once the listener dropped the connection nothing would take them.
     """
@@ -150,55 +150,37 @@ def _nng_message(pair: Any, data: bytes) -> None:
 
 
 def _nng_connect(address: str) -> Attacker:
-    """Claim a connection the way the transport's dialer does, after abusing the handshake socket.
+    """Open a connection the way the transport's dialer does, after a stranger that stalls.
 
-    The listener is a rep0 socket: a request (magic + token) gets the address of a fresh
-    pair0 socket, which opens once the token comes back on it. Before claiming one, this
-    leaves garbage at the handshake socket: a request with the wrong magic, a request whose
-    token is never claimed (its socket waits and expires), and a raw stream that announces
-    req0 and then never completes a message (``raw`` data goes there too, read by nng as
-    SP sizes: huge ones among them). Then the claimed pair0 socket gets ``message`` (one
-    nng message holding the core framing) and ``raw`` (the same bytes, as nng messages).
+    The listener accepts each connection itself and hands it to a fresh pair0 socket of its
+    own (``socket://``). Before opening one, this leaves a raw stream that sends a pair0
+    peer's SP header and then never completes a message (``raw`` data goes there too, read
+    by nng as message sizes: huge ones among them). Then a pynng pair0 socket, handed a
+    connected stream as the dialer does (``_conn.hand_over``), gets ``message`` (one nng
+    message holding the core framing) and ``raw`` (the same bytes, as nng messages).
     """
-    import secrets
+    import threading
 
     import pynng
 
-    from tetrarch.plugins import parse_qualified
-    from tetrarch_transport_nng._nng import _MAGIC, _TOKEN, _url
+    from tetrarch.testing import scaled
+    from tetrarch_transport_nng._conn import hand_over
 
-    url = _url(parse_qualified(address, "nng"))
-    ms = 5000
-    handshake = raw_connect(address)  # a dialer that never completes a request
-    handshake.sendall(b"\x00SP\x00" + struct.pack("!H", _SP_REQ0) + b"\x00\x00")
-    owned: list[Any] = []
-
-    def request(body: bytes, *, answered: bool = True) -> str:
-        req = pynng.Req0(send_timeout=ms, recv_timeout=ms, recv_max_size=4096)
-        owned.append(req)
-        req.dial(url, block=True)
-        req.send(body)
-        return req.recv().decode() if answered else ""
-
-    request(b"garbage, not the magic", answered=False)  # the listener closes that pipe
-    request(_MAGIC + secrets.token_bytes(_TOKEN))  # a socket handed out and never claimed
-    token = secrets.token_bytes(_TOKEN)
-    where = request(_MAGIC + token)
-    pair: Any = pynng.Pair0(send_timeout=ms)
-    owned.append(pair)
-    pair.dial(where, block=True)
-    pair.send(token)
+    stalled = raw_connect(address)  # a peer that never completes a message
+    stalled.sendall(b"\x00SP\x00" + struct.pack("!H", _SP_PAIR0) + b"\x00\x00")
+    pair: Any = pynng.Pair0(send_timeout=5000)
+    opened = threading.Event()
+    pair.add_post_pipe_connect_cb(lambda _pipe: opened.set())
+    hand_over(pair, raw_connect(address).detach())
+    # nng adds the pipe once the SP headers were exchanged
+    assert opened.wait(scaled(10)), f"the nng listener at {address} never opened a connection"
 
     def raw(data: bytes) -> None:
         _nng_message(pair, data)
         with contextlib.suppress(OSError):  # nng may have closed it (a size over its limit)
-            handshake.sendall(data)
+            stalled.sendall(data)
 
-    def close() -> None:
-        for sock in owned:
-            sock.close()
-
-    return _NngAttacker(handshake, lambda frames: _nng_message(pair, _builtin_message(frames)), close, raw)
+    return _NngAttacker(stalled, lambda frames: _nng_message(pair, _builtin_message(frames)), pair.close, raw)
 
 
 class _NngAttacker(Attacker):
