@@ -66,6 +66,9 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_job``        jobs: named host meshes from an allocator (``tetrarch.job``)
     ``_channel``    Channel, send(), Accumulator
 
+``spmd`` (outside ``_runtime``; torchrun-style programs on a proc mesh, behind ``tetrarch.spmd``)
+    ``tetrarch._spmd``       SPMDActor, setup_torch_elastic_env, the rendezvous store, torchrun's variables
+
 ``programs`` (entry points of the processes tetrarch starts)
     ``_host_agent``  one per host: starts procs
     ``_proc_main``   one per proc
@@ -92,5 +95,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rdma", ("tetrarch._rdma",)),
     ("meshes", tuple(f"tetrarch._runtime.{m}" for m in (
         "_mesh", "_hostalloc", "_procmesh", "_shutdown", "_job", "_channel"))),
+    ("spmd", ("tetrarch._spmd",)),
     ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main")),
 )

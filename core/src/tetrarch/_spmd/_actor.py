@@ -1,0 +1,152 @@
+"""SPMDActor: one rank of a torchrun-style program, with Monarch's endpoints."""
+
+from __future__ import annotations
+
+import gc
+import os
+from typing import TYPE_CHECKING, Any
+
+from .._runtime._actor import Actor, endpoint
+from .._runtime._context import current_rank
+from ._env import RankInfo, torchrun_env
+from ._store import StorePort, connect, master_host, require_torch, start_store
+from ._target import Target, check_target, run_target
+
+if TYPE_CHECKING:
+    from torch.distributed import TCPStore
+
+__all__ = ["SPMDActor"]
+
+#: Runs whose stores rank 0 keeps: the current one and the one before (a slow peer may still close it).
+_KEEP_RUNS = 2
+
+
+def _rank_info() -> RankInfo:
+    """This actor's ranks in the mesh (or slice) the current message was sent to."""
+    point = current_rank()
+    extent = point.extent
+    return RankInfo.of(point.rank, extent.labels, extent.sizes)
+
+
+class SPMDActor(Actor):
+    """One rank of an SPMD (torchrun-style) program: sets torchrun's variables and runs the program.
+
+    Ranks come from the mesh coordinates of the message (``current_rank()``): the last
+    dimension is the local one (``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``), ``RANK`` is the
+    row-major rank, and a call on a slice uses the slice's ranks. See docs/spmd.md.
+
+    Typical use (Monarch's)::
+
+        am = procs.spawn("spmd", SPMDActor)
+        addr, port = am.slice(gpus=0).get_host_port.call_one(None).get()
+        am.main.call(addr, port, ["train.py", "--epochs", "2"]).get()
+    """
+
+    def __init__(self) -> None:
+        info = _rank_info()
+        self.rank: int = info.rank
+        self.local_rank: int = info.local_rank
+        self.world_size: int = info.world_size
+        self.local_world_size: int = info.local_world_size
+        self.nproc_per_node: int = info.local_world_size
+        self.group_rank: int = info.group_rank
+        self.group_world_size: int = info.group_world_size
+        self._holders: list[TCPStore] = []
+        self._run_stores: list[TCPStore] = []
+        self._kept: list[Any] = []  # the last run's globals, freed when the next run starts
+
+    def _setup_env(self, info: RankInfo, master_addr: str, master_port: int, *, agent_store: bool,
+                   restart_count: int = 0, run_id: str = "none") -> None:
+        os.environ.update(torchrun_env(info, master_addr, master_port, agent_store=agent_store,
+                                       restart_count=restart_count, run_id=run_id))
+
+    @endpoint
+    def get_host_port(self, use_ipaddr: Any = None) -> tuple[str, int]:
+        """Start a rendezvous store here and return ``(host, port)`` where it listens.
+
+        The store listens (on loopback unless the allocation spans hosts) for as long as
+        this actor lives: no other socket can take its port before ranks connect.
+        ``use_ipaddr`` is accepted for Monarch compatibility; the host is always an address.
+
+        Raises:
+            ImportError: torch is not installed in this proc (names ``pip install torch``).
+        """
+        require_torch()
+        store = start_store(master_host())
+        self._holders.append(store)
+        return master_host(), StorePort(store.port)
+
+    @endpoint
+    def setup_env(self, master_addr: str, master_port: int) -> None:
+        """Set torchrun's variables for this rank (``init_process_group("env://")`` then works).
+
+        A port from :meth:`get_host_port` makes every rank a client of that store
+        (``TORCHELASTIC_USE_AGENT_STORE=True``); any other port is bound by rank 0's
+        ``init_process_group``, as under plain torchrun.
+
+        Raises:
+            ValueError: the mesh has a dimension of size zero.
+        """
+        self._setup_env(_rank_info(), master_addr, master_port, agent_store=isinstance(master_port, StorePort))
+
+    @endpoint
+    def main(self, master_addr: str, master_port: int, script_args: Target) -> Any:
+        """Set torchrun's variables and run ``script_args`` on this rank as ``__main__``.
+
+        ``script_args``: ``["train.py", *args]`` (``runpy.run_path``, ``sys.argv`` = the list),
+        ``["-m", "pkg.mod", *args]`` (``runpy.run_module``, ``sys.argv = ["pkg.mod", *args]``),
+        or a callable taking no arguments. With a port from :meth:`get_host_port`, each run gets
+        a fresh store (rank 0 starts it; its address is exchanged through that port's store),
+        so consecutive runs on the same procs never see each other's keys. A process group
+        the program left initialized is destroyed when it returns.
+
+        Returns:
+            ``True`` for a script or module that ends (``sys.exit(0)`` included), else the callable's result.
+
+        Raises:
+            ValueError, FileNotFoundError, ModuleNotFoundError: the target cannot start
+                (checked on every rank before any rendezvous).
+            RankExitError: the program called ``sys.exit(status)`` with a status other than 0.
+            Exception: whatever the program raised.
+        """
+        check_target(script_args)
+        require_torch()
+        # The previous run's objects go now, long after its last collective (see run_target).
+        self._kept.clear()
+        gc.collect()
+        info = _rank_info()
+        if isinstance(master_port, StorePort):
+            master_addr, port, run = self._rendezvous(info, master_addr, int(master_port))
+            self._setup_env(info, master_addr, port, agent_store=True, restart_count=run,
+                            run_id=f"tetrarch-{int(master_port)}")
+        else:
+            self._setup_env(info, master_addr, master_port, agent_store=False)
+        try:
+            return run_target(script_args, info.rank, self._kept)
+        finally:
+            _destroy_default_group()
+
+    def _rendezvous(self, info: RankInfo, host: str, port: int) -> tuple[str, int, int]:
+        """This run's store: rank 0 starts it and publishes it in the store at ``host:port``; the others read it.
+
+        Runs are told apart by counting, per world size and rank, the arrivals at that store:
+        the n-th run of a group of W ranks finds every one of its ranks at arrival n (runs of one
+        group follow each other). Returns the run store's host and port, and ``n - 1``.
+        """
+        holder = connect(host, port)
+        arrival = holder.add(f"tetrarch/spmd/w{info.world_size}/rank{info.rank}", 1)
+        key = f"tetrarch/spmd/w{info.world_size}/run{arrival}"
+        if info.rank == 0:
+            store = start_store(master_host())
+            self._run_stores.append(store)
+            del self._run_stores[:-_KEEP_RUNS]
+            holder.set(key, f"{master_host()} {store.port}")
+        addr, run_port = holder.get(key).decode().split()
+        return addr, int(run_port), arrival - 1
+
+
+def _destroy_default_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
