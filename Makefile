@@ -7,6 +7,8 @@
 #                 default transport (ipc), then tests/kernel once more per plugin transport (zmq,
 #                 nng: skipped with the reason while unavailable); PYTEST_ARGS=--transports=all
 #                 adds builtin tcp, --transports=none drops them (tests/transport/test_every_transport.py)
+#   make test-stress  the long flood and chaos runs that make test leaves out (pytest -m stress;
+#                 about 2 minutes); CI runs it after make test
 #   make test-packaging  build the seven wheels; install each README install into a fresh venv
 #                 from them (and a third-party wheel cache, .cache/wheels) and run the quickstart
 #   make bench    every available transport next to its raw library (benchmarks/bench_transports.py);
@@ -46,7 +48,7 @@ PYPROJECTS := $(wildcard core/pyproject.toml) $(PLUGIN_PYPROJECTS)
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: venv deps-apt demo lint test test-packaging bench clean distclean
+.PHONY: venv deps-apt demo lint test test-stress test-packaging bench clean distclean
 
 # What the run targets need first: the venv, unless VPY names another interpreter.
 ifeq ($(origin VPY),command line)
@@ -100,6 +102,10 @@ lint: $(RUN_DEPS)
 
 test: bytecode
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The long flood and chaos runs (tests/conftest.py STRESS_TESTS), on the default transport.
+test-stress: bytecode
+	$(VPY) -m pytest -m stress $(PYTEST_ARGS)
 
 # Minutes, not seconds: kept out of `make test` (tests/packaging/conftest.py skips it there).
 # The first run downloads the third-party wheels into .cache/wheels through pip's configuration.

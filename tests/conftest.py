@@ -83,6 +83,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # --------------------------------------------------------------------------- leak check
 
 
+#: Long flood and chaos runs: left out unless ``-m`` names ``stress`` (``make test-stress``
+#: runs ``-m stress``); CI runs both. Marked here by name rather than in tetrarch.testing's
+#: kit, so that a third party's suite (perhaps under ``--strict-markers``) needs no marker.
+STRESS_TESTS = frozenset({
+    "test_preauth_descriptor_exhaustion_is_survived",  # 1100 strangers at an open-file limit of 1024
+    "test_preauth_memory_per_stalled_connection_is_bounded",  # 48 stalled floods, RSS sampled
+    "test_chaos_kills_during_call_stream_resolve_every_call",  # random kills during a call stream
+    "test_a_real_peer_is_served_quickly_during_a_flood",  # nng: 400 strangers
+    "test_strangers_that_open_stay_within_half_the_open_file_limit",  # nng: 700 strangers at nofile 1024
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark :data:`STRESS_TESTS` ``stress``; leave them out unless ``-m`` names ``stress``."""
+    stress = []
+    for item in items:
+        if getattr(item, "originalname", item.name) in STRESS_TESTS:
+            item.add_marker(pytest.mark.stress)
+            stress.append(item)
+    if stress and "stress" not in (config.getoption("markexpr", "") or ""):
+        chosen = set(map(id, stress))
+        items[:] = [item for item in items if id(item) not in chosen]
+        config.hook.pytest_deselected(items=stress)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     marker = f"{uuid.uuid4().hex}-{os.getpid()}"
     # A fresh marker per session, also when this session was itself started by another
