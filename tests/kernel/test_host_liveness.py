@@ -114,11 +114,12 @@ def test_a_frozen_agent_takes_its_procs_with_it_and_no_print_blocks_a_call(fault
             assert mesh.slice(gpus=0).shout.call_one(256 * 1024).get(timeout=scaled(10)) == 256 * 1024
             (message,) = seen.found.wait(1, timeout=scaled(HOST_S + 30))
             assert message.startswith("host agent") and f"pid {agent}" in message, message
+            # The warning comes just before the procs are declared lost; their failures, after.
+            failures = faults.wait(2, timeout=scaled(10))
+            assert sorted(f.pid for f in failures) == sorted(pids), failures
             with pytest.raises(SupervisionError) as info:
                 mesh.ok.call().get(timeout=scaled(10))
             assert "lost with its host agent" in str(info.value), info.value
-            failures = faults.wait(2, timeout=scaled(10))
-            assert sorted(f.pid for f in failures) == sorted(pids), failures
             assert still_running(pids, scaled(10)) == [], "the procs of a lost agent exit (told to by the client)"
     finally:
         log.removeHandler(seen)
