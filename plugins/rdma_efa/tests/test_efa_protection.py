@@ -33,15 +33,15 @@ SENTINEL = 0xEE
 
 
 def _backend() -> Any:
-    from tetrarch._rdma._runtime import get_runtime
+    from tetrarch.testing.rdma import backend_instance
 
-    return get_runtime().backend("efa")
+    return backend_instance("efa")
 
 
 def _context(buf: Any) -> dict[str, Any]:
-    from tetrarch._rdma._buffer import Descriptor
+    from tetrarch.testing.rdma import descriptor_of
 
-    ctx: dict[str, Any] = Descriptor(*buf.__reduce__()[1][0]).contexts["efa"]
+    ctx: dict[str, Any] = descriptor_of(buf).contexts["efa"]
     return ctx
 
 
@@ -116,12 +116,12 @@ class TestOwnerDecidesOverTcpRxm:
     def test_a_moved_or_overlong_address_fails_at_once_and_names_it(self, owner: Any) -> None:
         """Old-style contexts (key and address in the handle) and values outside 64 bits are
         malformed: refused before anything is posted, and the transfer thread goes on."""
-        from tetrarch._rdma._buffer import Descriptor
         from tetrarch.plugins import BackendUnavailable
         from tetrarch.rdma import RDMABuffer, RDMAError
+        from tetrarch.testing.rdma import descriptor_of
 
         buf = owner.make.call_one("moved", 4096, 12, "efa").get(timeout=scaled(60))
-        desc = Descriptor(*buf.__reduce__()[1][0])
+        desc = descriptor_of(buf)
         ctx = desc.contexts["efa"]
         for extra in ({"addr": 4096, "key": 1}, {"addr": 1 << 64, "key": 1}, {"name": b"\x02" * 4096}):
             fake = RDMABuffer._from_descriptor(desc._replace(contexts={"efa": {**ctx, **extra}}))

@@ -45,7 +45,8 @@ from tetrarch import SupervisionError, this_host
 from tetrarch.testing import scaled
 from tetrarch.testing._rdma_actors import SENTINEL, Holder, digest, pattern
 
-__all__ = ["Holder", "RdmaSuite", "close_backends", "digest", "holders", "outside_the_region", "pattern",
+__all__ = ["Holder", "RdmaSuite", "backend_instance", "close_backends", "descriptor_of",
+           "digest", "holders", "outside_the_region", "pattern",
            "run_outsider"]
 
 MiB = 1 << 20
@@ -61,6 +62,20 @@ def holders(name: str, procs: int = 1) -> Iterator[Any]:
     finally:
         mesh.stop().get(timeout=scaled(30))
 
+
+
+def descriptor_of(buf: Any) -> Any:
+    """The wire descriptor of an ``RDMABuffer`` (what a reader receives): for tests that forge one."""
+    from tetrarch._rdma._buffer import Descriptor
+
+    return Descriptor(*buf.__reduce__()[1][0])
+
+
+def backend_instance(name: str) -> Any:
+    """This process's started RDMA backend ``name`` (started on first use)."""
+    from tetrarch._rdma._runtime import get_runtime
+
+    return get_runtime().backend(name)
 
 class RdmaSuite:
     """The RDMA backend contract (see the module docstring)."""
@@ -173,11 +188,10 @@ class RdmaSuite:
             third.read_from.call_one(buf).get(timeout=scaled(30))
 
     def test_a_forged_handle_cannot_reach_outside_the_region(self, owner: Any, backend: str) -> None:
-        from tetrarch._rdma._buffer import Descriptor
         from tetrarch.rdma import RDMABuffer, RDMAError
 
         buf = self._make(owner, backend, 4096, key="forged")
-        desc = Descriptor(*buf.__reduce__()[1][0])
+        desc = descriptor_of(buf)
         for forged in (desc._replace(size=8192), desc._replace(buffer_id=desc.buffer_id + 10_000)):
             fake = RDMABuffer._from_descriptor(forged)
             with pytest.raises(RDMAError):
@@ -203,11 +217,10 @@ class RdmaSuite:
         """A handle whose size or context was moved past the registration (or out of 64 bits)
         fails at once with an error, and neither a byte from outside the region reaches the
         reader nor a byte of the writer reaches the owner."""
-        from tetrarch._rdma._buffer import Descriptor
         from tetrarch.rdma import RDMABuffer
 
         buf = self._make(owner, backend, 4096, seed=8, key="outside")
-        desc = Descriptor(*buf.__reduce__()[1][0])
+        desc = descriptor_of(buf)
         for forged in outside_the_region(desc, backend):
             fake = RDMABuffer._from_descriptor(forged)
             for write in (False, True):
