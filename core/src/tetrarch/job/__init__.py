@@ -15,6 +15,9 @@ Without ``allocator=``, the allocator is chosen as every backend is: the
 ``TETRARCH_ALLOCATOR`` setting, then ``tetrarch_select_backend`` hooks, then priority
 (docs/plugins.md §4). See docs/jobs.md.
 
+``tetrarch.job.spmd`` (a submodule) serves a torchrun command line on procs reserved once
+(``serve``, ``job_load``; docs/spmd.md).
+
 ``SlurmJob`` (as Monarch's ``monarch.job.SlurmJob``) comes from the Slurm plugin
 (``pip install "tetrarch[slurm]"``; docs/slurm.md); importing it without the plugin raises
 ``ImportError`` naming that command.
@@ -25,7 +28,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._lazy import lazy_exports
+from .._lazy import lazy_exports
 
 _EXPORTS = {
     "AllocatorJob": "tetrarch._runtime._job",
@@ -77,5 +80,5 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # pragma: no cover
     from tetrarch_alloc_slurm import SlurmJob
 
-    from ._errors import MeshNotFoundError
-    from ._runtime._job import AllocatorJob, JobState, JobTrait, LocalJob, ProcessJob
+    from .._errors import MeshNotFoundError
+    from .._runtime._job import AllocatorJob, JobState, JobTrait, LocalJob, ProcessJob
