@@ -10,6 +10,9 @@ a full listen backlog waits for room within its timeout instead of failing at on
 
 Strangers here are raw sockets to 127.0.0.1 or an abstract Unix socket, bounded in count:
 ``silent`` ones connect and send nothing, ``header`` ones send a pair0 peer's SP header.
+The listener is a kernel router on nng in a child process (the kit's
+:class:`~tetrarch.testing.PreAuthTarget`), and the real peers are
+:class:`~tetrarch.testing.PreAuthPeer`: core's public testing API, not its private router.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ from typing import Any
 
 import pytest
 
-from tetrarch._runtime._router import Router
-from tetrarch._runtime._wire import sys_header
-from tetrarch._transport._limits import raise_open_file_limit
 from tetrarch.plugins import PreAuthLimits, TransportError
-from tetrarch.testing import Collector, closed_now, scaled, still_open
-from tetrarch.testing._preauth_target import Target
+from tetrarch.testing import (
+    PreAuthPeer,
+    PreAuthTarget,
+    closed_now,
+    raise_open_file_limit,
+    raw_sockaddr,
+    scaled,
+    still_open,
+)
 from tetrarch.testing.transport import Recorder
 
 pytest.importorskip("pynng")
@@ -46,17 +53,21 @@ ADDRESSES = ["ipc", "tcp"]
 OPENINGS = ["silent", "header"]
 
 
-def _listen_address(kind: str) -> str | None:
-    return "nng+tcp://127.0.0.1:0" if kind == "tcp" else None
+FACTORY = "tetrarch_transport_nng._nng:NngTransport"
+#: The kernel's default ``max_unauthenticated`` (a Router's), where a test does not set its own.
+DEFAULT_PENDING = 512
+
+
+def _listen_address(kind: str) -> str:
+    if kind == "tcp":
+        return "nng+tcp://127.0.0.1:0"
+    return f"nng+ipc://@tetrarch-nng-preauth-{os.getpid()}-{time.monotonic_ns()}"
 
 
 def _sockaddr(address: str) -> tuple[int, Any]:
-    if address.startswith("nng+tcp://"):
-        host, _, port = address[len("nng+tcp://"):].rpartition(":")
-        assert host == "127.0.0.1", address
-        return socket.AF_INET, (host, int(port))
-    assert address.startswith("nng+ipc://@"), address
-    return socket.AF_UNIX, "\0" + address[len("nng+ipc://@"):]
+    where = raw_sockaddr(address)
+    assert where is not None and (where[0] == socket.AF_UNIX or where[1][0] == "127.0.0.1"), address  # type: ignore[index]
+    return where
 
 
 def _stranger(address: str, opening: str = "header") -> socket.socket:
@@ -127,19 +138,19 @@ def stack() -> Iterator[contextlib.ExitStack]:
         yield es
 
 
-def _router(stack: contextlib.ExitStack, name: str, kind: str, **kwargs: Any) -> Router:
-    transport = NngTransport()
-    stack.callback(transport.close)
-    router = Router(transport, SECRET, name=name, listen_address=_listen_address(kind), **kwargs)
-    stack.callback(router.close)
-    return router
+def _target(stack: contextlib.ExitStack, kind: str, *, timeout: float,
+            max_pending: int = DEFAULT_PENDING) -> PreAuthTarget:
+    """A listening child: a kernel router on nng with ``auth_timeout=timeout``, ``max_unauthenticated=max_pending``."""
+    target = PreAuthTarget(FACTORY, _listen_address(kind), SECRET, timeout=timeout, max_pending=max_pending,
+                           start_timeout=scaled(30))
+    stack.callback(target.close, scaled(10))
+    return target
 
 
-def _probed(stack: contextlib.ExitStack, kind: str, **kwargs: Any) -> tuple[Router, Collector[str]]:
-    calls: Collector[str] = Collector("probe messages")
-    server = _router(stack, "server", kind, **kwargs)
-    server.add_service("probe", lambda hdr, _payload, _conn: calls.add(hdr.op))
-    return server, calls
+def _peer(stack: contextlib.ExitStack, name: str) -> PreAuthPeer:
+    peer = PreAuthPeer(FACTORY, SECRET, name=name)
+    stack.callback(peer.close)
+    return peer
 
 
 def _strangers(stack: contextlib.ExitStack, address: str, n: int, opening: str = "header") -> list[socket.socket]:
@@ -152,15 +163,14 @@ def _strangers(stack: contextlib.ExitStack, address: str, n: int, opening: str =
 @pytest.mark.parametrize("kind", ADDRESSES)
 def test_half_open_connections_are_closed_at_the_deadline(stack: contextlib.ExitStack, kind: str, opening: str) -> None:
     timeout = 0.5
-    server, calls = _probed(stack, kind, auth_timeout=timeout)
+    target = _target(stack, kind, timeout=timeout)
     started = time.monotonic()
-    socks = _strangers(stack, server.address, 10, opening)
+    socks = _strangers(stack, target.address, 10, opening)
     left_open = still_open(socks, timeout + scaled(5))
     assert not left_open, f"{opening} strangers that then said nothing outlived the deadline: {left_open}"
     assert time.monotonic() - started >= timeout * 0.9, "closed before the deadline"
-    friend = _router(stack, "friend", kind)
-    friend.send(server.address, [sys_header("probe", "after")])
-    assert calls.wait(1) == ["after"]
+    _peer(stack, "friend").send(target.address, "after")
+    target.wait_served(1, scaled(10), "a peer after the deadline")
 
 
 @pytest.mark.parametrize("opening", OPENINGS)
@@ -168,8 +178,8 @@ def test_half_open_connections_are_closed_at_the_deadline(stack: contextlib.Exit
 def test_past_the_cap_the_oldest_half_open_connections_are_closed(
         stack: contextlib.ExitStack, kind: str, opening: str) -> None:
     cap, n = 16, 80
-    server, calls = _probed(stack, kind, auth_timeout=scaled(60), max_unauthenticated=cap)
-    socks = _strangers(stack, server.address, n, opening)
+    target = _target(stack, kind, timeout=scaled(60), max_pending=cap)
+    socks = _strangers(stack, target.address, n, opening)
     # Pipes are added in connection order but asynchronously: allow a little reordering.
     slack = 4
     left_open = still_open(socks[: n - cap - slack], scaled(10))
@@ -177,9 +187,8 @@ def test_past_the_cap_the_oldest_half_open_connections_are_closed(
     open_now = _settle(socks, cap, scaled(10))
     assert len(open_now) == cap, f"expected the newest {cap} strangers open, found {open_now}"
     assert all(i >= n - cap - slack for i in open_now), open_now
-    friend = _router(stack, "friend", kind)
-    friend.send(server.address, [sys_header("probe", "real peer")])
-    assert calls.wait(1) == ["real peer"]
+    _peer(stack, "friend").send(target.address, "real peer")
+    target.wait_served(1, scaled(10), "a real peer while the newest strangers wait")
 
 
 @pytest.mark.parametrize("kind", ADDRESSES)
@@ -187,20 +196,20 @@ def test_a_real_peer_is_served_quickly_during_a_flood(stack: contextlib.ExitStac
     """The issue's reproduction, bounded: hundreds of half-open connections (silent ones and
     ones that sent nng's header, alternately) while real peers come and go."""
     cap, n = 32, 400
-    server, calls = _probed(stack, kind, auth_timeout=scaled(60), max_unauthenticated=cap)
-    friend = _router(stack, "friend", kind)
-    sent: list[str] = []
+    target = _target(stack, kind, timeout=scaled(60), max_pending=cap)
+    friend = _peer(stack, "friend")
+    sent = 0
     socks: list[socket.socket] = []
     stack.callback(lambda: [s.close() for s in socks])
     for i in range(n):
-        socks.append(_stranger(server.address, OPENINGS[i % 2]))
+        socks.append(_stranger(target.address, OPENINGS[i % 2]))
         if i % 100 == 99:
-            newcomer = _router(stack, f"newcomer-{i}", kind)
+            newcomer = _peer(stack, f"newcomer-{i}")
             started = time.monotonic()
-            newcomer.send(server.address, [sys_header("probe", f"newcomer {i}")])
-            friend.send(server.address, [sys_header("probe", f"friend {i}")])
-            sent += [f"newcomer {i}", f"friend {i}"]
-            assert sorted(calls.wait(len(sent))) == sorted(sent)
+            newcomer.send(target.address, f"newcomer {i}")
+            friend.send(target.address, f"friend {i}")
+            sent += 2
+            target.wait_served(sent, scaled(10), f"a newcomer and a friend after {i + 1} strangers")
             assert time.monotonic() - started < scaled(5), "a real peer waited behind the strangers"
     # Silent strangers wait in the transport's gate, the others in the kernel: a cap each.
     for first, opening in enumerate(OPENINGS):
@@ -250,8 +259,8 @@ def test_strangers_that_open_stay_within_half_the_open_file_limit() -> None:
     if raise_open_file_limit() < n + 256:
         pytest.skip(f"this test process may not open {n + 256} files (RLIMIT_NOFILE)")
     name = f"tetrarch-nng-openers-{time.monotonic_ns()}"
-    target = Target("tetrarch_transport_nng._nng:NngTransport", f"nng+ipc://@{name}", SECRET, timeout=scaled(60),
-                    max_pending=4 * nofile, nofile=nofile, start_timeout=scaled(30))
+    target = PreAuthTarget(FACTORY, f"nng+ipc://@{name}", SECRET, timeout=scaled(60), max_pending=4 * nofile,
+                           nofile=nofile, start_timeout=scaled(30))
     socks: list[socket.socket] = []
     try:
         family, where = _sockaddr(target.address)

@@ -10,6 +10,23 @@ Helpers (cheap to import; usable in tests and in the programs they start):
 :class:`Collector`
     A thread-safe list that callbacks add to and a test waits on
     (``collector.wait(n, timeout)``, the timeout scaled), instead of sleeping.
+:func:`closed_now`, :func:`still_open`, :func:`raw_sockaddr`
+    A stranger's raw sockets: whether the listener closed them, and how to dial an address.
+:class:`PreAuthTarget` and :class:`PreAuthPeer`
+    For a plugin's own tests of its stage before ``on_open`` (what strangers may cost a
+    listener), without the kernel's private router: ``PreAuthTarget(factory, address,
+    secret, timeout=T, max_pending=P, nofile=None)`` starts a child process whose kernel
+    router listens at ``address`` on a transport built by ``factory`` (``"pkg.mod:Class"``)
+    with ``auth_timeout=T`` and ``max_unauthenticated=P``; ``.address`` is where it listens,
+    ``.served()`` / ``.wait_served(n, timeout)`` count the messages authenticated peers sent
+    it, ``.pid``, ``.alive()``, ``.rss()``, ``.stderr()`` (its log) and ``.describe()`` (for
+    an assertion message) observe it, ``.close()`` stops it. ``PreAuthPeer(factory, secret)``
+    is such an authenticated peer: ``.send(address, text)`` sends a target one message
+    (``ConnectionError`` if it cannot reach it), ``.close()``. Both are context managers;
+    the kit's pre-auth tests (:mod:`tetrarch.testing._preauth`) are built on them.
+:func:`raise_open_file_limit`
+    Raise this process's soft open-file limit to its hard limit and return it (what every
+    tetrarch process does at start): a test that opens many sockets checks it first.
 
 Kits: a kit is a class of pytest tests written against one of tetrarch's plugin
 interfaces. A plugin's own test suite subclasses it and provides fixtures that build the
@@ -65,15 +82,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tetrarch._transport._limits import raise_open_file_limit
+
 from ._collector import Collector
 from ._procs import still_running
 from ._rawsock import closed_now, raw_sockaddr, still_open
 from ._timing import SLOWDOWN_ENV, scaled, slowdown
 
-__all__ = ["SLOWDOWN_ENV", "Collector", "TransportConformance", "closed_now", "raw_sockaddr", "scaled", "slowdown",
-           "still_open", "still_running"]
+__all__ = ["SLOWDOWN_ENV", "Collector", "PreAuthPeer", "PreAuthTarget", "TransportConformance", "closed_now",
+           "raise_open_file_limit", "raw_sockaddr", "scaled", "slowdown", "still_open", "still_running"]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._preauth_target import Peer as PreAuthPeer
+    from ._preauth_target import Target as PreAuthTarget
     from .transport import TransportConformance
 
 
@@ -82,4 +103,8 @@ def __getattr__(name: str) -> Any:
         from .transport import TransportConformance
 
         return TransportConformance
+    if name in ("PreAuthTarget", "PreAuthPeer"):  # subprocess, argparse, tempfile: only when asked for
+        from . import _preauth_target
+
+        return _preauth_target.Target if name == "PreAuthTarget" else _preauth_target.Peer
     raise AttributeError(f"module 'tetrarch.testing' has no attribute {name!r}")

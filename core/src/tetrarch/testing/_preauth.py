@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
 import re
 import secrets
 import select
@@ -43,14 +42,14 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 
 from tetrarch._transport._base import Transport
 from tetrarch._transport._limits import PreAuthLimits, raise_open_file_limit
 
-from ._preauth_target import SERVICE, Target
+from ._preauth_target import Peer, Target
 from ._rawsock import closed_now, raw_sockaddr, still_open
 from ._timing import scaled
 
@@ -284,7 +283,6 @@ class _Bench:
         self.family: int = socket.AF_UNIX
         self._sockaddr: object = None
         self._peers = 0
-        self._sent: dict[int, int] = {}  # id(router) -> messages it sent to the target
         self._expected = 0
 
     def target(self, *, timeout: float, max_pending: int, nofile: int | None = None) -> Target:
@@ -336,32 +334,19 @@ class _Bench:
         self._stack.callback(s.close)
         return s
 
-    def served_by_new_peer(self, target: Target, when: str) -> Any:
+    def served_by_new_peer(self, target: Target, when: str) -> Peer:
         """A new authenticated peer (a Router on a fresh transport) whose message the target counts."""
-        from tetrarch._runtime._router import Router
-
-        module, _, qualname = self.factory.partition(":")
-        cls: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
-        transport = cls()
-        self._stack.callback(transport.close)
         self._peers += 1
-        router = Router(transport, self.secret, name=f"preauth-peer-{self._peers}")
-        self._stack.callback(router.close)
-        self.served(target, router, f"a new peer, {when}")
-        return router
+        peer = Peer(self.factory, self.secret, name=f"preauth-peer-{self._peers}")
+        self._stack.callback(peer.close)
+        self.served(target, peer, f"a new peer, {when}")
+        return peer
 
-    def served(self, target: Target, router: Any, who: str) -> None:
-        """``router`` sends the target one message; fail unless the target counts it in time."""
-        from tetrarch._runtime._router import PeerUnreachable
-        from tetrarch._runtime._wire import sys_header
-
+    def served(self, target: Target, peer: Peer, who: str) -> None:
+        """``peer`` sends the target one message; fail unless the target counts it in time."""
         try:
-            router.send(target.address, [sys_header(SERVICE, who)])
-        except PeerUnreachable as exc:
+            peer.send(target.address, who)
+        except ConnectionError as exc:
             raise AssertionError(f"{who} could not reach the listener: {exc}; {target.describe()}") from exc
         self._expected += 1
-        expected = self._expected
-        _until(lambda: target.served(scaled(10)) >= expected, scaled(10), f"the listener to serve {who}")
-
+        target.wait_served(self._expected, scaled(10), f"the listener to serve {who}")

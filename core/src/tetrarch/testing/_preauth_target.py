@@ -18,7 +18,10 @@ N:N, before the transport is imported. Its log goes to stderr, one record per li
 * ``quit`` (or the end of stdin, when the test process is gone): closes the router and
   the transport and exits 0.
 
-:class:`Target` starts one and stops it (killing it if it does not quit in time).
+:class:`Target` starts one and stops it (killing it if it does not quit in time);
+:class:`Peer` is an authenticated peer whose messages the target counts. Both are public
+as ``tetrarch.testing.PreAuthTarget`` and ``tetrarch.testing.PreAuthPeer``: a plugin's own
+tests of its pre-authentication stage use them instead of the kernel's private router.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import threading
 import time
 from typing import IO, Any
 
-__all__ = ["SERVICE", "Target", "main"]
+__all__ = ["SERVICE", "Peer", "Target", "main"]
 
 #: The service of the target whose messages it counts (``served``).
 SERVICE = "preauth"
@@ -123,6 +126,22 @@ class Target:
             raise AssertionError(f"unexpected answer {line!r} from the pre-auth target; {self.describe()}")
         return int(line.split()[1])
 
+    def wait_served(self, count: int, timeout: float = 10.0, who: str = "a peer's message") -> int:
+        """Wait until the target has served at least ``count`` messages; return the count.
+
+        Raises:
+            AssertionError: it has not within ``timeout`` s (naming ``who``), or it died.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            served = self.served(max(0.1, deadline - time.monotonic()))
+            if served >= count:
+                return served
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"the listener served {served} of {count} messages within {timeout:g} s "
+                                     f"(waiting for {who}); {self.describe()}")
+            time.sleep(0.01)
+
     def close(self, timeout: float = 10.0) -> None:
         """Ask it to quit; kill it if it has not within ``timeout`` s. Idempotent."""
         if self.alive():
@@ -174,6 +193,56 @@ class Target:
         return line.decode()
 
 
+def _build(factory: str) -> Any:
+    """``factory`` (``"pkg.mod:Class"``) called without arguments."""
+    import importlib
+
+    module, _, qualname = factory.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj()
+
+
+class Peer:
+    """An authenticated peer of a :class:`Target`: a kernel router, holding the target's secret,
+    on a fresh transport built from ``factory`` (``"pkg.mod:Class"``, called without arguments).
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, factory: str, secret: bytes, *, name: str = "preauth-peer") -> None:
+        from tetrarch._runtime._router import Router
+
+        self.transport = _build(factory)
+        try:
+            self._router = Router(self.transport, secret, name=name)
+        except BaseException:
+            self.transport.close()
+            raise
+
+    def send(self, address: str, text: str = "") -> None:
+        """Send the target at ``address`` one message (for its ``preauth`` service, which counts it).
+
+        Raises:
+            ConnectionError: the peer cannot reach ``address``, or its handshake failed
+                (the kernel's ``PeerUnreachable``).
+        """
+        from tetrarch._runtime._wire import sys_header
+
+        self._router.send(address, [sys_header(SERVICE, text)])
+
+    def close(self) -> None:
+        """Close its router, then its transport. Idempotent."""
+        self._router.close()
+        self.transport.close()
+
+    def __enter__(self) -> Peer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the target (see the module docstring)."""
     parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
@@ -189,15 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     secret = bytes.fromhex(sys.stdin.readline().strip())
     sys.path.extend(p for p in json.loads(sys.stdin.readline()) if p not in sys.path)  # the test's own, too
 
-    import importlib
-
     from tetrarch._runtime._router import Router
 
-    module, _, qualname = args.factory.partition(":")
-    cls: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
-    transport = cls()
+    transport = _build(args.factory)
     served = [0]
     lock = threading.Lock()
 
