@@ -1,10 +1,16 @@
-"""torchrun's environment variables, derived from a coordinate of a mesh (pure functions)."""
+"""torchrun's environment variables, derived from a coordinate of a mesh.
+
+Pure functions, except that :func:`torchrun_env` looks up (never sends to) the route to
+``MASTER_ADDR`` to pin gloo's interface when the group spans hosts (``_net``).
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from ._net import interface_env
 
 __all__ = ["ROLE_NAME", "RankInfo", "torchrun_env"]
 
@@ -59,8 +65,12 @@ def torchrun_env(info: RankInfo, master_addr: str, master_port: int, *, agent_st
     ``agent_store``: the TCPStore at ``master_addr:master_port`` already runs (started by
     whoever launched the group), so every rank, rank 0 included, connects to it as a client
     (``TORCHELASTIC_USE_AGENT_STORE=True``) instead of rank 0 binding ``MASTER_PORT`` itself.
+
+    When ``master_addr`` is not a loopback address, ``GLOO_SOCKET_IFNAME`` is added too: the
+    interface this host reaches ``master_addr`` through (unless the user set the variable), since
+    gloo's default may announce 127.0.0.1 or another network's address to ranks on other hosts.
     """
-    return {
+    env = {
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(int(master_port)),
         "RANK": str(info.rank),
@@ -76,3 +86,5 @@ def torchrun_env(info: RankInfo, master_addr: str, master_port: int, *, agent_st
         "TORCHELASTIC_RESTART_COUNT": str(restart_count),
         "TORCHELASTIC_USE_AGENT_STORE": str(agent_store),
     }
+    env.update(interface_env(master_addr))
+    return env
