@@ -14,14 +14,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import zmq
 
-from tetrarch.plugins import Connection, TransportError
+from tetrarch.plugins import TransportError
 from tetrarch.testing import scaled
 from tetrarch.testing.transport import Recorder
 from tetrarch_transport_zmq._plugin import probe
@@ -50,30 +49,6 @@ threading.Event().wait()
 """
 
 
-class _Blocking(Recorder):
-    """Records like Recorder; a ``block`` message holds the listener's I/O thread until released."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocking = threading.Event()
-        self.release = threading.Event()
-
-    def on_message(self, conn: Connection, frames: list[memoryview]) -> None:
-        if [bytes(f) for f in frames] == [b"block"]:
-            self.blocking.set()
-            self.release.wait(scaled(30))
-        super().on_message(conn, frames)
-
-
-def _until(check: Callable[[], bool], what: str) -> None:
-    """Poll ``check`` until it holds (state outside this process's callbacks: nothing to wait on)."""
-    deadline = time.monotonic() + scaled(10)
-    pause = threading.Event()
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        pause.wait(0.005)
-
-
 def _go(proc: subprocess.Popen[str]) -> None:
     assert proc.stdin is not None
     proc.stdin.write("go\n")
@@ -96,9 +71,10 @@ def transports() -> Iterator[tuple[ZmqTransport, ZmqTransport]]:
 
 
 def test_a_new_peer_on_a_dead_peers_descriptor_keeps_its_connection(
-        transports: tuple[ZmqTransport, ZmqTransport]) -> None:
+        transports: tuple[ZmqTransport, ZmqTransport], blocking_recorder: Callable[..., Any],
+        until: Callable[..., None]) -> None:
     listening, dialing = transports
-    rec = _Blocking()
+    rec = blocking_recorder()
     listener = listening.listen(listening.default_address(spans_hosts=False), rec)
     peers: list[subprocess.Popen[str]] = []
 
@@ -124,12 +100,12 @@ def test_a_new_peer_on_a_dead_peers_descriptor_keeps_its_connection(
         # While the listener's thread is busy: the old peer dies, a new one takes its descriptor.
         old.send_signal(signal.SIGKILL)
         old.wait()
-        _until(lambda: _target(fd) != old_socket, "the listener's side of the dead peer's socket to close")
+        until(lambda: _target(fd) != old_socket, "the listener's side of the dead peer's socket to close")
         _go(new)
-        _until(lambda: (_target(fd) or "").startswith("socket:"), "the new peer to be accepted")
+        until(lambda: (_target(fd) or "").startswith("socket:"), "the new peer to be accepted")
         sock = listener._sock  # type: ignore[attr-defined]
         with listening._loop().lock_of(sock):  # its I/O thread is inside the handler, off the socket
-            _until(lambda: bool(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN), "the new peer's OPEN to arrive")
+            until(lambda: bool(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN), "the new peer's OPEN to arrive")
         rec.release.set()
 
         new_conn = rec.wait_opened(3)

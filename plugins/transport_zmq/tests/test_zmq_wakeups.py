@@ -11,47 +11,19 @@ whose OPEN came while the listener closed the previous connection got no answer 
 from __future__ import annotations
 
 import select
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import zmq
 
-from tetrarch.plugins import Connection, PreAuthLimits
+from tetrarch.plugins import PreAuthLimits
 from tetrarch.testing import scaled
-from tetrarch.testing.transport import Recorder
 from tetrarch_transport_zmq._conn import OPEN
 from tetrarch_transport_zmq._plugin import probe
 from tetrarch_transport_zmq._zmq import ZmqTransport
 
 pytestmark = [pytest.mark.skipif(not probe().ok, reason=probe().reason), pytest.mark.timeout(scaled(60))]
-
-
-class _ClosesWhenReleased(Recorder):
-    """A ``block`` message holds the listener's I/O thread until released, then closes its connection."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocking = threading.Event()
-        self.release = threading.Event()
-
-    def on_message(self, conn: Connection, frames: list[memoryview]) -> None:
-        super().on_message(conn, frames)
-        if [bytes(f) for f in frames] == [b"block"]:
-            self.blocking.set()
-            self.release.wait(scaled(30))
-            conn.close()  # on the I/O thread: the listener sends CLOSE on its ROUTER now
-
-
-def _until(check: Callable[[], bool], what: str) -> None:
-    """Poll ``check`` (the listener's state: nothing to wait on) until it holds."""
-    deadline = time.monotonic() + scaled(10)
-    pause = threading.Event()
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        pause.wait(0.005)
 
 
 @pytest.fixture
@@ -70,10 +42,11 @@ def _dealer(ctx: zmq.Context[Any], address: str) -> zmq.Socket[Any]:
     return sock
 
 
-def test_a_close_sent_while_reading_leaves_no_other_peers_message_unread(ctx: zmq.Context[Any]) -> None:
+def test_a_close_sent_while_reading_leaves_no_other_peers_message_unread(
+        ctx: zmq.Context[Any], blocking_recorder: Callable[..., Any], until: Callable[..., None]) -> None:
     transport = ZmqTransport()
     transport.limit_unauthenticated(PreAuthLimits(timeout=scaled(60)))  # no deadline looks at the socket
-    rec = _ClosesWhenReleased()
+    rec = blocking_recorder(close_when_released=True)
     try:
         listener = transport.listen(transport.default_address(spans_hosts=False), rec)
         a = _dealer(ctx, listener.address)
@@ -82,7 +55,7 @@ def test_a_close_sent_while_reading_leaves_no_other_peers_message_unread(ctx: zm
         b = _dealer(ctx, listener.address)  # connected, handshake done; its OPEN comes later
         gate = listener._gate  # type: ignore[attr-defined]
         # The listener read the second accept (reading it later would look at the ROUTER again).
-        _until(lambda: len(gate) == 2, "the listener to see the second peer's accept")
+        until(lambda: len(gate) == 2, "the listener to see the second peer's accept")
 
         a.send(b"block")
         assert rec.blocking.wait(scaled(10)), "the listener never read the blocking message"
