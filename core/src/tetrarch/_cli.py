@@ -1,6 +1,7 @@
 """The ``tetrarch`` command line: ``tetrarch plugins [--json] [--verbose]``, ``tetrarch config [--json]``,
 ``tetrarch plugins --explain KIND [ADDRESS] [--require CAP] [--json]`` (how a backend is selected),
-``tetrarch doctor rdma`` (RDMA backends, probes, devices and the selection here: ``_doctor``).
+``tetrarch doctor rdma`` (RDMA backends, probes, devices and the selection here: ``_doctor``),
+``tetrarch run [torchrun flags] train.py ...`` (torchrun's job on a mesh: ``_spmd._cli_run``).
 
 ``plugins --json`` rows carry the keys of :data:`COLUMNS` plus ``traceback`` (broken
 only); ``config --json`` rows the keys of :data:`CONFIG_KEYS`.
@@ -208,16 +209,25 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="diagnose a subsystem on this machine: `doctor rdma`")
     doctor.add_argument("topic", choices=["rdma"], help="rdma: backends, probes, devices and the selection here")
     doctor.set_defaults(func=_cmd_doctor)
+    # `run` takes torchrun's flags verbatim, so main() hands its arguments over before argparse sees them.
+    sub.add_parser("run", add_help=False, help="run a torchrun command line on a tetrarch mesh: "
+                   "`tetrarch run --nproc-per-node=4 train.py ...` (see `tetrarch run --help`)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for a usage error)."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help(sys.stderr)
-        return 2
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["run"]:
+        from ._spmd._cli_run import main as run_main
+
+        args = argparse.Namespace(func=lambda _: run_main(args_list[1:]))
+    else:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "func", None) is None:
+            parser.print_help(sys.stderr)
+            return 2
     try:
         status = int(args.func(args))
         sys.stdout.flush()

@@ -21,13 +21,14 @@ from typing import Any
 
 from .._config import STOP_TIMEOUT
 from .._errors import ActorError, SupervisionError
+from .._runtime._job import JobTrait, LocalJob, ProcessJob
 from .._runtime._procmesh import HostMesh, ProcMesh
 from .._runtime._root import get_root
 from .._runtime._shutdown import _kill_records
 from ._procside import ServedRank
 from ._target import RankExitError, Target
 
-__all__ = ["Reservation", "RunOutcome"]
+__all__ = ["Reservation", "RunOutcome", "make_job"]
 
 #: How long setting up the ranks (importing torch, starting the store) may take, in seconds.
 SETUP_TIMEOUT = 300.0
@@ -71,6 +72,24 @@ class RunOutcome:
                 not (out.rank is None or isinstance(out.rank, int)):
             raise TypeError(f"malformed run outcome {data!r}")
         return out
+
+
+def make_job(scheduler: str, nnodes: int, scheduler_cfg: dict[str, Any]) -> JobTrait:
+    """The job whose ``state().workers`` hosts the ranks.
+
+    ``"local"``: this machine (``LocalJob``) for one node, else ``nnodes`` host agents on this
+    machine (``ProcessJob``, tetrarch's multi-host vehicle); ``"slurm"``: ``SlurmJob`` with
+    ``nnodes`` nodes and ``scheduler_cfg`` as its options.
+
+    Raises:
+        ImportError: ``"slurm"`` without the Slurm plugin (names ``pip install "tetrarch[slurm]"``).
+        TypeError: an option ``SlurmJob`` does not take.
+    """
+    if scheduler == "slurm":
+        from tetrarch.job import SlurmJob
+
+        return SlurmJob({"workers": nnodes}, **scheduler_cfg)
+    return LocalJob(("workers",)) if nnodes == 1 else ProcessJob({"workers": nnodes})
 
 
 def _rank_in(text: str, sizes: dict[str, int]) -> int | None:

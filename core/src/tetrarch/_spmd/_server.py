@@ -33,7 +33,7 @@ from typing import Any
 from . import _control
 from ._procside import Executable
 from ._relay import SEND_TIMEOUT, Relay, RelayStream
-from ._reserve import Reservation, RunOutcome
+from ._reserve import Reservation, RunOutcome, make_job
 
 __all__ = ["MAX_CONNECTIONS", "main"]
 
@@ -50,18 +50,6 @@ def _write_private(path: str, data: dict[str, Any]) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1)
     os.replace(tmp, path)
-
-
-def _make_job(spec: dict[str, Any]) -> Any:
-    """The job whose ``state().workers`` hosts the ranks: this machine, local host agents, or Slurm nodes."""
-    nnodes, cfg = spec["nnodes"], dict(spec.get("scheduler_cfg") or {})
-    if spec["scheduler"] == "slurm":
-        from tetrarch.job import SlurmJob
-
-        return SlurmJob({"workers": nnodes}, **cfg)
-    from .._runtime._job import LocalJob, ProcessJob
-
-    return LocalJob(("workers",)) if nnodes == 1 else ProcessJob({"workers": nnodes})
 
 
 class Server:
@@ -96,7 +84,7 @@ class Server:
         import tetrarch
 
         tetrarch.unhandled_fault_hook = self._on_fault
-        self.job = _make_job(self.spec)
+        self.job = make_job(self.spec["scheduler"], self.spec["nnodes"], self.spec.get("scheduler_cfg") or {})
         hosts = self.job.state().workers
         self.reservation = Reservation(hosts, self.spec["nproc_per_node"])
         self.reservation.start()
