@@ -18,7 +18,7 @@ class SPMDRunError(TetrarchError, RuntimeError):
     """A run failed: a rank raised, exited with a status other than 0, or its proc died.
 
     ``rank`` (None if unknown), ``status`` (what a command line exits with: the rank's exit
-    status, else 1), ``kind`` (``exception``, ``exit``, ``proc died``, ``cancelled``, ``busy``),
+    status, else 1), ``kind`` (``exception``, ``exit``, ``proc died``, ``cancelled``),
     ``error_type`` (the exception's class name) and ``remote_traceback`` (the rank's
     traceback text, for ``exception``) say what happened; the message carries them.
     """

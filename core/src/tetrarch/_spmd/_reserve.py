@@ -147,6 +147,11 @@ class Reservation:
         """No procs, or they failed (a proc died between runs, or a run killed them)."""
         return self._procs is None or self._broken
 
+    def lost_a_proc(self) -> bool:
+        """Whether a proc of the current generation is gone."""
+        procs = self._procs
+        return procs is not None and any(p.gone for p in procs._procs)
+
     def mark_broken(self) -> None:
         """A proc of the reservation failed outside a run: spawn fresh ones before the next."""
         self._broken = True

@@ -103,10 +103,14 @@ class Server:
         })
 
     def _on_fault(self, failure: Any) -> None:
-        """A proc failed outside a call we waited on: spawn fresh procs before the next run."""
-        if self.reservation is not None:
+        """A proc failed: if it is one of the current procs, spawn fresh ones before the next run.
+
+        (Failures of a run are handled where the run ends; those of procs already replaced are old news.)
+        """
+        if self.reservation is not None and self.reservation.lost_a_proc():
             self.reservation.mark_broken()
-        print(f"tetrarch spmd server: a proc failed: {failure}", file=sys.stderr)
+        if not getattr(failure, "received", False):
+            _log(f"a proc failed: {failure}")
 
     def end(self) -> None:
         """Wake the accept loop so that :meth:`serve_forever` returns (any thread, signal handlers too)."""
@@ -220,21 +224,22 @@ class Server:
     # -- runs -------------------------------------------------------------------------------------
     def _run(self, conn: socket.socket, request: _control.RunRequest) -> None:
         with self._cond:
-            if self._running:
-                _control.send(conn, _control.RunDone(RunOutcome(
-                    ok=False, status=1, kind="busy", message="another run_spmd() is in progress on this job; runs "
-                    "of one job follow each other").as_dict()))
+            while self._running:  # runs of one job follow each other
+                self._cond.wait()
+            if _hung_up(conn):  # its caller gave up while it waited
                 return
             self._running = True
+        outcome: RunOutcome | None = None
         try:
             outcome = self._run_once(conn, request)
             _control.send(conn, _control.RunDone(outcome.as_dict()))
-        finally:
+        finally:  # (also when the caller is gone and the outcome could not be sent)
             with self._cond:
+                if outcome is not None and outcome.replaced and not self._ending.is_set():
+                    self._respawned.clear()  # before the next run can start: it waits for the fresh procs
+                    threading.Thread(target=self._respawn, name="spmd-respawn", daemon=True).start()
                 self._running = False
-        if outcome.replaced and not self._ending.is_set():
-            self._respawned.clear()
-            threading.Thread(target=self._respawn, name="spmd-respawn", daemon=True).start()
+                self._cond.notify_all()
 
     def _program(self, request: _control.RunRequest) -> Any:
         program = request.program if request.program is not None else self.spec["program"]
@@ -282,11 +287,28 @@ class Server:
             self.reservation.restart()
             return True
         except Exception:  # noqa: BLE001 - the procs are lost for good: end the job
-            traceback.print_exc()
+            _log("the procs are lost and could not be replaced; ending:\n" + traceback.format_exc())
             self.end()
             return False
         finally:
             self._respawned.set()
+
+
+def _log(text: str) -> None:
+    """A line of the server's own to its log (fd 2), never to a caller."""
+    try:
+        os.write(2, f"tetrarch spmd server (pid {os.getpid()}): {text}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the peer of ``conn`` closed it (it sends nothing after its request)."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        return bool(readable) and not conn.recv(1, socket.MSG_PEEK)
+    except (OSError, ValueError):
+        return True
 
 
 class _HangupWatch:
