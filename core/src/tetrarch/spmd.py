@@ -24,13 +24,15 @@ from ._lazy import lazy_exports
 _EXPORTS = {
     "SPMDActor": "tetrarch._spmd._actor",
     "RankExitError": "tetrarch._spmd._target",
+    "RunAbortedError": "tetrarch._spmd._target",
     "pick_backend": "tetrarch._spmd._backend",
     "setup_torch_elastic_env": "tetrarch._spmd._setup",
     "setup_torch_elastic_env_async": "tetrarch._spmd._setup",
 }
 
 __all__ = [
-    "RankExitError", "SPMDActor", "pick_backend", "setup_torch_elastic_env", "setup_torch_elastic_env_async",
+    "RankExitError", "RunAbortedError", "SPMDActor", "pick_backend", "setup_torch_elastic_env",
+    "setup_torch_elastic_env_async",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS, __all__)
@@ -39,4 +41,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._spmd._actor import SPMDActor
     from ._spmd._backend import pick_backend
     from ._spmd._setup import setup_torch_elastic_env, setup_torch_elastic_env_async
-    from ._spmd._target import RankExitError
+    from ._spmd._target import RankExitError, RunAbortedError

@@ -104,6 +104,18 @@ class ProcRecord:
         return f"pid {self.pid}" + (f" on {self.hostname}" if self.hostname else "")
 
 
+#: The most of a dead proc's stderr tail that its death reason quotes (its last lines).
+_TAIL_IN_REASON = 8
+
+
+def _stderr_note(tail: str) -> str:
+    """``; its stderr ended with: ...`` (the last few lines, indented) for a death reason; '' if none."""
+    lines = [line.rstrip() for line in tail.splitlines() if line.strip()][-_TAIL_IN_REASON:]
+    if not lines:
+        return ""
+    return "; its stderr ended with:\n" + "\n".join("    " + line[:500] for line in lines)
+
+
 class ReadyWaiter:
     """Waits until every one of a set of processes is ready, or one of them failed."""
 
@@ -273,7 +285,8 @@ class LaunchTracker:
                 w._update(rec)
             address = rec.address
         if address:
-            self.runtime.mark_dead(address, f"{rec.what} ({rec.where()}) died: {rec.describe_exit()}")
+            self.runtime.mark_dead(address, f"{rec.what} ({rec.where()}) died: {rec.describe_exit()}"
+                                            f"{_stderr_note(stderr_tail)}")
 
     def frozen(self, report: _wire.ProcFrozen) -> None:
         """Its host agent found the proc ``report.ident`` stopped too long: declare it dead now.

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import gc
 import os
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from .._runtime._actor import Actor, endpoint
 from .._runtime._context import current_rank
+from ._abort import Hub, Link
 from ._env import RankInfo, torchrun_env
+from ._guard import RunGuard
 from ._store import StorePort, connect, master_host, require_torch, start_store
-from ._target import Target, check_target, run_target
+from ._target import RunAbortedError, Target, check_target, run_target
 
 if TYPE_CHECKING:
     from torch.distributed import TCPStore
@@ -19,6 +22,8 @@ __all__ = ["SPMDActor"]
 
 #: Runs whose stores rank 0 keeps: the current one and the one before (a slow peer may still close it).
 _KEEP_RUNS = 2
+#: The most of a failing rank's traceback that travels to the others (its end: the error itself).
+_CAUSE_CHARS = 16 * 1024
 
 
 def _rank_info() -> RankInfo:
@@ -53,6 +58,7 @@ class SPMDActor(Actor):
         self.group_world_size: int = info.group_world_size
         self._holders: list[TCPStore] = []
         self._run_stores: list[TCPStore] = []
+        self._hubs: list[Hub] = []
         self._kept: list[Any] = []  # the last run's globals, freed when the next run starts
 
     def _setup_env(self, info: RankInfo, master_addr: str, master_port: int, *, agent_store: bool,
@@ -107,7 +113,16 @@ class SPMDActor(Actor):
             ValueError, FileNotFoundError, ModuleNotFoundError: the target cannot start
                 (checked on every rank before any rendezvous).
             RankExitError: the program called ``sys.exit(status)`` with a status other than 0.
+            RunAbortedError: another rank of the run failed first (it names that rank and
+                carries its traceback); this rank's own error is the ``__cause__``.
             Exception: whatever the program raised.
+
+        When a rank fails (raises, exits with a status other than 0, or its process dies), every
+        other rank of the run is told at once (:mod:`tetrarch._spmd._abort`, with a port from
+        :meth:`get_host_port`): one blocked in a collective that notices the lost peer (gloo) or
+        that can be aborted (NCCL) raises ``RunAbortedError``; one still blocked a second later
+        is stopped (its proc exits with status 75, a ``SupervisionError`` for the caller).
+        See docs/spmd.md, "When a rank fails".
         """
         check_target(script_args)
         require_torch()
@@ -115,34 +130,73 @@ class SPMDActor(Actor):
         self._kept.clear()
         gc.collect()
         info = _rank_info()
+        guard = RunGuard(info.rank)
+        link: Link | None = None
         if isinstance(master_port, StorePort):
-            master_addr, port, run = self._rendezvous(info, master_addr, int(master_port))
+            master_addr, port, run, hub = self._rendezvous(info, master_addr, int(master_port))
             self._setup_env(info, master_addr, port, agent_store=True, restart_count=run,
                             run_id=f"tetrarch-{int(master_port)}")
+            link = Link(hub[0], hub[1], hub[2], info.rank, guard.on_abort)
         else:
             self._setup_env(info, master_addr, master_port, agent_store=False)
         try:
-            return run_target(script_args, info.rank, self._kept)
+            result = run_target(script_args, info.rank, self._kept)
+        except BaseException as exc:
+            guard.finish()
+            if link is not None:
+                _report_failure(link, info.rank, exc)
+            raise
+        else:
+            guard.finish()
+            if link is not None:
+                link.done()
+            return result
         finally:
+            if link is not None:
+                link.close()
             _destroy_default_group()
 
-    def _rendezvous(self, info: RankInfo, host: str, port: int) -> tuple[str, int, int]:
-        """This run's store: rank 0 starts it and publishes it in the store at ``host:port``; the others read it.
+    def _rendezvous(self, info: RankInfo, host: str, port: int) -> tuple[str, int, int, tuple[str, int, str]]:
+        """This run's store and failure line: rank 0 starts both and publishes them in the store at ``host:port``.
 
         Runs are told apart by counting, per world size and rank, the arrivals at that store:
         the n-th run of a group of W ranks finds every one of its ranks at arrival n (runs of one
-        group follow each other). Returns the run store's host and port, and ``n - 1``.
+        group follow each other). Returns the run store's host and port, ``n - 1``, and the
+        hub's ``(host, port, token)`` (see :mod:`._abort`).
         """
         holder = connect(host, port)
         arrival = holder.add(f"tetrarch/spmd/w{info.world_size}/rank{info.rank}", 1)
         key = f"tetrarch/spmd/w{info.world_size}/run{arrival}"
         if info.rank == 0:
-            store = start_store(master_host())
+            here = master_host()
+            store = start_store(here)
+            hub = Hub(here, info.world_size)
             self._run_stores.append(store)
             del self._run_stores[:-_KEEP_RUNS]
-            holder.set(key, f"{master_host()} {store.port}")
-        addr, run_port = holder.get(key).decode().split()
-        return addr, int(run_port), arrival - 1
+            self._hubs.append(hub)
+            for old in self._hubs[:-_KEEP_RUNS]:
+                old.close()
+            del self._hubs[:-_KEEP_RUNS]
+            holder.set(key, f"{here} {store.port} {hub.port} {hub.token}")
+        addr, run_port, hub_port, token = holder.get(key).decode().split()
+        return addr, int(run_port), arrival - 1, (addr, int(hub_port), token)
+
+
+def _report_failure(link: Link, rank: int, exc: BaseException) -> None:
+    """Tell the run's failure line; raise :class:`RunAbortedError` if another rank failed first.
+
+    The first failure keeps its own exception, with a note naming ranks that had already
+    ended their program (one that ends early leaves the others in collectives it never joins).
+    """
+    text = "".join(traceback.format_exception(exc)).rstrip()
+    cause = f"rank {rank}: " + (text if len(text) <= _CAUSE_CHARS else "..." + text[-_CAUSE_CHARS:])
+    verdict = link.fail(cause)
+    if not verdict.first:
+        raise RunAbortedError(rank, verdict.rank, verdict.cause) from exc
+    if verdict.ended:
+        ended = ", ".join(map(str, verdict.ended))
+        exc.add_note(f"tetrarch.spmd: rank(s) {ended} had already ended their program when rank {rank} failed; "
+                     "a collective they never joined cannot finish")
 
 
 def _destroy_default_group() -> None:

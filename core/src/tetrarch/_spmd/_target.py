@@ -16,7 +16,7 @@ from typing import Any, Union
 
 from .._errors import TetrarchError
 
-__all__ = ["RankExitError", "Target", "check_target", "run_target"]
+__all__ = ["RankExitError", "RunAbortedError", "Target", "check_target", "run_target"]
 
 #: What ``main`` accepts: script arguments or a callable taking no arguments.
 Target = Union[Sequence[str], Callable[[], Any]]  # noqa: UP007 - a runtime alias
@@ -33,6 +33,24 @@ class RankExitError(TetrarchError, RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.rank, self.status, self.detail))
+
+
+class RunAbortedError(TetrarchError, RuntimeError):
+    """This rank's program was stopped because another rank of the run failed first.
+
+    ``failed_rank`` is that rank and ``cause`` its error (its traceback, or why its process
+    is gone). The error this rank itself saw (typically a collective that lost its peer) is
+    the ``__cause__``.
+    """
+
+    def __init__(self, rank: int, failed_rank: int, cause: str) -> None:
+        self.rank = rank
+        self.failed_rank = failed_rank
+        self.cause = cause
+        super().__init__(f"rank {rank} stopped: rank {failed_rank} failed first; its error:\n{cause}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.rank, self.failed_rank, self.cause))
 
 
 def check_target(target: Target) -> None:
