@@ -35,7 +35,7 @@ T = scaled(60)
 
 @pytest.fixture(scope="module")
 def state_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(tmp_path_factory.mktemp("served") / "job.json")
+    return str(tmp_path_factory.mktemp("served") / "state" / "job.json")  # serve() makes the folder
 
 
 @pytest.fixture(scope="module")

@@ -128,6 +128,15 @@ def test_serve_refuses_bad_input_before_anything_starts(tmp_path: Path, kwargs: 
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 
+def test_serve_refuses_a_folder_where_others_may_replace_the_state(tmp_path: Path) -> None:
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    with pytest.raises(PermissionError, match="others may replace files"):
+        serve(["torchrun", SCRIPT, "ok", "x"], state_path=str(open_dir / "job.json"))
+    assert list(open_dir.iterdir()) == []
+
+
 def test_job_load_without_a_state_file_says_to_serve_first(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"serve\(\) a job first"):
         job_load(str(tmp_path / "none.json"))

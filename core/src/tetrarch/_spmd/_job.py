@@ -13,6 +13,7 @@ import json
 import os
 import select
 import socket
+import stat
 import sys
 import time
 import warnings
@@ -93,13 +94,20 @@ def _write_state(path: str, data: dict[str, Any]) -> None:
 
 
 def _private_dir(path: str) -> None:
-    """Make ``path`` (mode 0700), or check that an existing one is ours and private."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    """Make ``path`` (mode 0700, parents too); an existing folder must be ours and not open to others' writes.
+
+    Raises:
+        PermissionError: the folder belongs to another user, or others may replace files in it.
+    """
+    if not os.path.isdir(path):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        return
     st = os.stat(path)
     if st.st_uid != os.getuid():
         raise PermissionError(f"{path!r} belongs to another user; pass a state_path in a folder of yours")
-    if st.st_mode & 0o077:
-        os.chmod(path, 0o700)
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise PermissionError(f"others may replace files in {path!r} (mode {stat.filemode(st.st_mode)}); pass a "
+                              f"state_path in a private folder (the default, ./.tetrarch, is made with mode 0700)")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -251,8 +259,11 @@ class SPMDJob:
             if isinstance(msg, _control.RunDone):
                 return RunOutcome.from_dict(msg.outcome)
             stream = sys.stderr if msg.fd == 2 else sys.stdout
-            stream.write(msg.line)
-            stream.flush()
+            try:
+                stream.write(msg.line)
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # our own stdout is closed (a reader that went away): the run goes on
 
     def kill(self) -> None:
         """Stop the job: its ranks' procs, its host agents and its server; remove the state file.
