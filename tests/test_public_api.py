@@ -7,7 +7,8 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module", ["tetrarch", "tetrarch.plugins", "tetrarch.job", "tetrarch.job.spmd", "tetrarch.spmd"])
+@pytest.mark.parametrize("module", ["tetrarch", "tetrarch.plugins", "tetrarch.job", "tetrarch.job.spmd",
+                                    "tetrarch.spmd"])
 def test_all_lists_exactly_the_exported_names_and_each_resolves(module: str) -> None:
     mod = importlib.import_module(module)
     lazy = set(getattr(mod, "_EXPORTS", {})) | set(getattr(mod, "_LAZY", {}))
