@@ -6,6 +6,19 @@
 ``_backend`` nccl or gloo, for the GPUs a proc sees
 ``_actor``   SPMDActor
 ``_setup``   setup_torch_elastic_env
+
+Behind ``tetrarch.job.spmd`` (a torchrun command line, reserved once, run many times):
+
+``_torchrun``  a torchrun command line parsed and checked (pure; unsupported flags refused by name)
+``_reserve``   procs and their ranks kept between runs; a run's outcome; killing what a failure left running
+``_procside``  what a reserved rank runs besides ``main``: output marks, ``--no-python`` executables
+``_control``   the job server's wire: length-prefixed JSON frames on a Unix socket, token first
+``_relay``     the server's stdout/stderr: the ranks' lines to the caller of the run in progress
+``_server``    the detached job server (``python -m tetrarch._spmd._server``)
+``_launch``    starting the server and waiting until its ranks are up
+``_job``       serve, SPMDJob, job_load (the client side)
+``_errors``    SPMDJobError, SPMDRunError
+``_cli_run``   ``tetrarch run``
 """
 
 from __future__ import annotations
