@@ -21,7 +21,7 @@ pytestmark = pytest.mark.transport_independent
 PACKAGE = Path(tetrarch.__file__).parent
 #: Public façades and tools that sit on top of the whole stack.
 ABOVE_THE_STACK = {"tetrarch", "tetrarch.__main__", "tetrarch._cli", "tetrarch._doctor", "tetrarch.plugins",
-                   "tetrarch.job", "tetrarch.rdma", "tetrarch.spmd", "tetrarch._runtime"}
+                   "tetrarch.job", "tetrarch.job.spmd", "tetrarch.rdma", "tetrarch.spmd", "tetrarch._runtime"}
 
 
 def _module_name(path: Path) -> str:
