@@ -42,3 +42,10 @@ class EnvReader(Actor):
     @endpoint
     def allreduce(self) -> dict[str, object]:
         return allreduce_ranks()
+
+
+def picked_backend() -> str:
+    """What ``pick_backend()`` says in this proc (after ``main``/``setup_env`` agreed on one)."""
+    from tetrarch.spmd import pick_backend
+
+    return pick_backend()

@@ -14,7 +14,7 @@ from tetrarch.testing import scaled
 
 pytest.importorskip("torch", reason=NO_TORCH)
 
-from spmd_helpers import allreduce_ranks, torchrun_vars
+from spmd_helpers import allreduce_ranks, picked_backend, torchrun_vars
 
 from tetrarch.spmd import SPMDActor
 
@@ -109,6 +109,11 @@ def test_bad_input_fails_before_any_rendezvous(spmd: Any, store: tuple[str, int]
     with pytest.raises(ActorError) as err:
         spmd.main.call(*store, args).get(timeout=T)
     assert needle in str(err.value)
+
+
+def test_every_rank_of_a_run_picks_the_backend_the_world_agreed_on(spmd: Any, store: tuple[str, int]) -> None:
+    # No proc sees a GPU here: all gloo (tests/spmd/test_gpu.py covers a mesh where some do).
+    assert list(spmd.main.call(*store, picked_backend).get(timeout=T).values()) == ["gloo"] * 4
 
 
 def test_nccl_without_a_gpu_names_gloo() -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .._runtime._actor import Actor, endpoint
 from .._runtime._context import current_rank
 from ._abort import Hub, Link
+from ._backend import BACKEND_ENV, sees_gpu
 from ._env import RankInfo, torchrun_env
 from ._guard import RunGuard
 from ._store import StorePort, connect, master_host, require_torch, start_store
@@ -83,17 +84,28 @@ class SPMDActor(Actor):
         return master_host(), StorePort(store.port)
 
     @endpoint
-    def setup_env(self, master_addr: str, master_port: int) -> None:
+    def sees_gpu(self) -> bool:
+        """Whether this proc sees a GPU (``setup_torch_elastic_env`` agrees on a backend with it)."""
+        require_torch()
+        return sees_gpu()
+
+    @endpoint
+    def setup_env(self, master_addr: str, master_port: int, backend: str | None = None) -> None:
         """Set torchrun's variables for this rank (``init_process_group("env://")`` then works).
 
         A port from :meth:`get_host_port` makes every rank a client of that store
         (``TORCHELASTIC_USE_AGENT_STORE=True``); any other port is bound by rank 0's
         ``init_process_group``, as under plain torchrun.
 
+        ``backend``: what :func:`~tetrarch.spmd.pick_backend` returns here from now on (the
+        backend the whole world agreed on; ``setup_torch_elastic_env`` passes it).
+
         Raises:
             ValueError: the mesh has a dimension of size zero.
         """
         self._setup_env(_rank_info(), master_addr, master_port, agent_store=isinstance(master_port, StorePort))
+        if backend is not None:
+            os.environ[BACKEND_ENV] = backend
 
     @endpoint
     def main(self, master_addr: str, master_port: int, script_args: Target) -> Any:
@@ -137,8 +149,11 @@ class SPMDActor(Actor):
             self._setup_env(info, master_addr, port, agent_store=True, restart_count=run,
                             run_id=f"tetrarch-{int(master_port)}")
             link = Link(hub[0], hub[1], hub[2], info.rank, guard.on_abort)
+            # After the link: a rank that dies before it arrives aborts the others' wait.
+            os.environ[BACKEND_ENV] = _agree_backend(master_addr, port, info.world_size)
         else:
             self._setup_env(info, master_addr, master_port, agent_store=False)
+            os.environ.pop(BACKEND_ENV, None)  # no store to agree through: each rank picks its own
         try:
             result = run_target(script_args, info.rank, self._kept)
         except BaseException as exc:
@@ -180,6 +195,16 @@ class SPMDActor(Actor):
             holder.set(key, f"{here} {store.port} {hub.port} {hub.token}")
         addr, run_port, hub_port, token = holder.get(key).decode().split()
         return addr, int(run_port), arrival - 1, (addr, int(hub_port), token)
+
+
+def _agree_backend(host: str, port: int, world_size: int) -> str:
+    """``nccl`` if every rank of this run sees a GPU, else ``gloo`` (a barrier through the run's store)."""
+    store = connect(host, port)
+    store.add("tetrarch/spmd/gpus", int(sees_gpu()))
+    if store.add("tetrarch/spmd/arrived", 1) == world_size:
+        store.set("tetrarch/spmd/all-arrived", "1")
+    store.wait(["tetrarch/spmd/all-arrived"])
+    return "nccl" if store.add("tetrarch/spmd/gpus", 0) == world_size else "gloo"
 
 
 def _report_failure(link: Link, rank: int, exc: BaseException) -> None:

@@ -37,7 +37,8 @@ def setup_torch_elastic_env(proc_mesh: ProcMesh, master_addr: str | None = None,
     Without ``master_addr``/``master_port``, the first proc starts a rendezvous store on a
     port the OS picks and keeps it open while the procs live; every rank connects to it
     (``TORCHELASTIC_USE_AGENT_STORE=True``), so no port is freed and rebound later.
-    Ranks are those of ``proc_mesh`` (a slice counts from 0). Blocks until done.
+    Ranks are those of ``proc_mesh`` (a slice counts from 0). ``pick_backend()`` then gives
+    every proc the same backend: ``nccl`` when every proc sees a GPU, else ``gloo``. Blocks until done.
 
     Raises:
         ValueError: only one of ``master_addr``/``master_port`` given, or a dimension of size zero.
@@ -48,7 +49,8 @@ def setup_torch_elastic_env(proc_mesh: ProcMesh, master_addr: str | None = None,
     actors, first = _spawn(proc_mesh)
     if master_addr is None:
         master_addr, master_port = first.get_host_port.call_one(use_ipaddr).get()
-    actors.setup_env.call(master_addr, master_port).get()
+    backend = "nccl" if all(actors.sees_gpu.call().get().values()) else "gloo"
+    actors.setup_env.call(master_addr, master_port, backend).get()
 
 
 async def setup_torch_elastic_env_async(proc_mesh: ProcMesh, master_addr: str | None = None,
@@ -58,4 +60,5 @@ async def setup_torch_elastic_env_async(proc_mesh: ProcMesh, master_addr: str | 
     actors, first = _spawn(proc_mesh)
     if master_addr is None:
         master_addr, master_port = await first.get_host_port.call_one(use_ipaddr)
-    await actors.setup_env.call(master_addr, master_port)
+    backend = "nccl" if all((await actors.sees_gpu.call()).values()) else "gloo"
+    await actors.setup_env.call(master_addr, master_port, backend)
