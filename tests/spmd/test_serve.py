@@ -11,8 +11,6 @@ import os
 import re
 import socket
 import struct
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,15 +74,20 @@ def test_two_runs_use_the_same_procs_and_print_each_ranks_lines(job: SPMDJob, ca
     assert _pids(first) == _pids(again) == set(job.status()["proc_pids"])
 
 
-def test_job_load_in_a_second_python_process_reruns_on_the_same_procs(job: SPMDJob, state_path: str) -> None:
-    code = ("import sys; from tetrarch.job.spmd import job_load; "
-            f"job_load({state_path!r}).run_spmd([{SCRIPT!r}, 'ok', 'second'])")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=T)
+def _cli(*args: str) -> str:
+    """A snippet running ``tetrarch ARGS`` (the CLI's main) in a fresh interpreter."""
+    return f"import sys; from tetrarch._cli import main; sys.exit(main({list(args)!r}))"
+
+
+@pytest.mark.isolated
+def test_job_load_in_a_second_python_process_reruns_on_the_same_procs(job: SPMDJob, state_path: str,
+                                                                      run_isolated) -> None:
+    res = run_isolated(f"from tetrarch.job.spmd import job_load; "
+                       f"job_load({state_path!r}).run_spmd([{SCRIPT!r}, 'ok', 'second'])", timeout=60)
     assert res.returncode == 0, res.stderr
     assert _pids(_lines(res.stdout, "second")) == set(job.status()["proc_pids"]), res.stdout
     # and the command line's way to the same job
-    res = subprocess.run([sys.executable, "-m", "tetrarch", "run", "--job", state_path, SCRIPT, "ok", "cli"],
-                         capture_output=True, text=True, timeout=T)
+    res = run_isolated(_cli("run", "--job", state_path, SCRIPT, "ok", "cli"), timeout=60)
     assert res.returncode == 0, res.stderr
     assert sorted(_lines(res.stdout, "cli")) == [0, 1], res.stdout
 
@@ -155,10 +158,9 @@ def test_kill_ends_the_server_procs_and_host_agents_and_removes_the_state(job: S
 
 
 @pytest.mark.isolated
-def test_tetrarch_run_once_with_no_python_exits_with_the_failing_ranks_status() -> None:
+def test_tetrarch_run_once_with_no_python_exits_with_the_failing_ranks_status(run_isolated) -> None:
     shell = 'echo "rank $RANK of $WORLD_SIZE local $LOCAL_RANK"; [ "$RANK" = 1 ] && exit 3; exit 0'
-    res = subprocess.run([sys.executable, "-m", "tetrarch", "run", "--nproc-per-node=2", "--no-python", "sh", "-c",
-                          shell], capture_output=True, text=True, timeout=T)
+    res = run_isolated(_cli("run", "--nproc-per-node=2", "--no-python", "sh", "-c", shell), timeout=60)
     assert res.returncode == 3, res.stderr
     assert "[ranks gpus=0] rank 0 of 2 local 0" in res.stdout and "[ranks gpus=1] rank 1 of 2 local 1" in res.stdout
     assert "rank 1 exited with status 3" in res.stderr
