@@ -47,22 +47,33 @@ def _log_tail(path: str) -> str:
         return ""
 
 
-def _read_reports(fd: int, deadline: float) -> tuple[list[dict[str, Any]], bool]:
-    """The JSON lines on ``fd`` until EOF or a final report; and whether ``deadline`` passed first."""
+def _read_reports(fd: int, deadline: float, reports: list[dict[str, Any]]) -> bool:
+    """Append the JSON lines on ``fd`` to ``reports`` until EOF or a final report; whether ``deadline`` passed first."""
     data = b""
-    while True:
-        lines = [json.loads(line) for line in data.split(b"\n") if line.strip()] if data.endswith(b"\n") else None
-        if lines and "ok" in lines[-1]:
-            return lines, False
+    while not (reports and "ok" in reports[-1]):
         left = deadline - time.monotonic()
         if left <= 0:
-            return [json.loads(line) for line in data.split(b"\n")[:-1] if line.strip()], True
+            return True
         readable, _, _ = select.select([fd], [], [], left)
-        if readable:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return [json.loads(line) for line in data.split(b"\n") if line.strip()], False
-            data += chunk
+        if not readable:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return False
+        *lines, data = (data + chunk).split(b"\n")
+        reports.extend(json.loads(line) for line in lines if line.strip())
+    return False
+
+
+def _terminate(reports: list[dict[str, Any]]) -> int:
+    """SIGTERM the server whose pid ``reports`` hold (it did not come up in time, or we were interrupted)."""
+    pid = next((int(r["pid"]) for r in reports if "pid" in r), 0)
+    if pid:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    return pid
 
 
 def launch_server(spec: dict[str, Any], env: dict[str, str], timeout: float) -> int:
@@ -92,21 +103,21 @@ def launch_server(spec: dict[str, Any], env: dict[str, str], timeout: float) -> 
         launcher.stdin.write(json.dumps(spec).encode())
         launcher.stdin.close()
         launcher.wait()  # it forks the server and exits at once
-        reports, late = _read_reports(read_fd, time.monotonic() + timeout)
+        reports: list[dict[str, Any]] = []
+        try:
+            late = _read_reports(read_fd, time.monotonic() + timeout, reports)
+        except BaseException:  # e.g. Ctrl-C while the ranks start: leave no server behind
+            _terminate(reports)
+            raise
     finally:
         os.close(read_fd)
-    pid = next((int(r["pid"]) for r in reports if "pid" in r), 0)
     final = reports[-1] if reports and "ok" in reports[-1] else None
     if late:
-        if pid:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        pid = _terminate(reports)
         raise TimeoutError(f"the SPMD job server (pid {pid}) did not have its ranks up within {timeout} s; it was "
                            f"stopped. Its log ({log_path}):\n{_log_tail(log_path)}")
     if final is None or not final["ok"]:
         why = final["error"] if final else f"it ended without a word (launcher exit status {launcher.returncode})"
         raise SPMDJobError(f"the SPMD job server could not start the job: {why}\nIts log ({log_path}):\n"
                            f"{_log_tail(log_path)}")
-    return pid
+    return int(final["pid"])
