@@ -71,11 +71,12 @@ def test_ddp_with_gloo_across_two_namespaced_hosts(run_scenario: Callable[..., A
     took = time.perf_counter() - start
     assert res.returncode == 0, res.stdout + res.stderr
     head, where, trained, reference = _lines(res.stdout)
-    print(f"\n[netns] 2 hosts x 2 procs DDP: scenario {took:.1f} s, startup {where['startup_s']:.1f} s,"
-          f" main {trained['train_s']:.1f} s")
     ranks = {(p["hosts"], p["gpus"]): r for p, r in trained["ranks"]}
     assert sorted(ranks) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    print({k: {n: round(t, 2) for n, t in r["seconds"].items()} for k, r in ranks.items()})
+    per_rank = ", ".join(f"{k}: init {r['seconds']['init']:.1f} ddp+train {r['seconds']['train']:.1f}"
+                         for k, r in sorted(ranks.items()))
+    print(f"\n[netns] 2 hosts x 2 procs DDP: scenario {took:.1f} s (job and procs {where['startup_s']:.1f} s,"
+          f" main {trained['train_s']:.1f} s; {per_rank})")
 
     # Two hosts: each pair of procs in its own namespace, with the hostname and address of that node.
     host_ip = {h: ranks[(h, 0)]["proc_ip"] for h in (0, 1)}

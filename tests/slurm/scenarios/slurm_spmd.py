@@ -19,6 +19,7 @@ import spmd_train
 from tetrarch import configure
 from tetrarch.job import SlurmJob
 from tetrarch.spmd import SPMDActor
+from tetrarch.testing import scaled
 
 STEPS = 3
 WORLD = 4
@@ -51,14 +52,14 @@ def main() -> int:
         emit(jobid=getattr(hosts._allocation, "jobid", None), python=sys.executable)
         procs = hosts.spawn_procs(per_host={"gpus": 2})
         am: Any = procs.spawn("spmd", SPMDActor)
-        addr, port = am.slice(hosts=0, gpus=0).get_host_port.call_one(None).get(timeout=60)
+        addr, port = am.slice(hosts=0, gpus=0).get_host_port.call_one(None).get(timeout=scaled(60))
         emit(addr=addr, port=int(port), startup_s=time.perf_counter() - t0)
         t1 = time.perf_counter()
-        values = am.main.call(addr, port, functools.partial(spmd_train.train, STEPS)).get(timeout=120)
+        values = am.main.call(addr, port, functools.partial(spmd_train.train, STEPS)).get(timeout=scaled(120))
         emit(ranks=[[dict(point.items()), value] for point, value in values.items()],
              train_s=time.perf_counter() - t1)
         emit(reference=one_process_weights())
-        procs.stop().get(timeout=30)
+        procs.stop().get(timeout=scaled(30))
     return 0
 
 
