@@ -22,6 +22,17 @@ runs one in a new ``sys.executable`` and returns its ``CompletedProcess``;
 fixtures insist that the test carries ``@pytest.mark.isolated``. ``run_isolated(code,
 timeout, env=None)`` runs a ``-c`` snippet instead; prefer a scenario module.
 
+Once per transport
+------------------
+``make test`` runs tests/kernel once more per plugin transport
+(tests/transport/test_every_transport.py), leaving out the tests marked
+``transport_independent``. A new kernel test that sends anything across processes over
+the suite's transport stays unmarked; one that involves no message of that transport
+(pure logic, a transport it pins itself, a child that never connects, OS-level stalls)
+is marked, with a comment saying why. The full rule is in that module's docstring.
+Elsewhere (tests/spmd, tests/plugins, ...) the mark is not needed: only tests/kernel is
+run again.
+
 Shared fixtures
 ---------------
 ``procs``: one 4-proc mesh (``{"gpus": 4}`` on ``this_host()``) per test module, stopped at

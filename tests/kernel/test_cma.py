@@ -23,6 +23,7 @@ from tetrarch._runtime._cma import CmaError, cma_probe, vm_read, vm_read_many, v
 from tetrarch.testing import scaled
 
 pytestmark = [
+    pytest.mark.transport_independent,  # two processes and process_vm_readv: no transport
     pytest.mark.timeout(scaled(60)),
     pytest.mark.skipif(not cma_probe()[0], reason=f"cross-memory attach unavailable: {cma_probe()[1]}"),
 ]

@@ -34,6 +34,7 @@ PARENTS = {
 
 
 @pytest.mark.parametrize("name", EXPORTED)
+@pytest.mark.transport_independent  # pure: no process
 def test_every_exported_error_is_a_tetrarch_error(name: str) -> None:
     cls = getattr(tetrarch, name)
     assert issubclass(cls, TetrarchError)
@@ -42,6 +43,7 @@ def test_every_exported_error_is_a_tetrarch_error(name: str) -> None:
         assert issubclass(cls, parent), f"{name} lost its builtin parent {parent.__name__}"
 
 
+@pytest.mark.transport_independent  # pure: no process
 def test_transport_and_plugin_errors_join_the_tree() -> None:
     from tetrarch._runtime._router import PeerUnreachable
     from tetrarch._transport._auth import AuthError
@@ -54,6 +56,7 @@ def test_transport_and_plugin_errors_join_the_tree() -> None:
         assert issubclass(cls, TetrarchError) and issubclass(cls, parent), cls
 
 
+@pytest.mark.transport_independent  # pure: no process
 def test_docs_list_every_error() -> None:
     text = DOCS.read_text()
     documented = set(re.findall(r"`(\w+(?:Error|Exception|Unavailable|NotFound|Closed|Unreachable))`", text))

@@ -78,6 +78,7 @@ def test_unpicklable_argument_named_at_call_site(procs):
     assert "RDMABuffer" in str(info.value), "tetrarch.rdma exists: the message suggests RDMABuffer"
 
 
+@pytest.mark.transport_independent  # pure: no process
 def test_the_unpicklable_argument_message_suggests_rdmabuffer_once_it_exists(monkeypatch, tmp_path) -> None:
     (tmp_path / "rdma.py").write_text("")
     monkeypatch.setattr(tetrarch, "__path__", [*tetrarch.__path__, str(tmp_path)])
@@ -94,6 +95,7 @@ def test_calling_an_endpoint_directly_names_the_adverbs(procs) -> None:
         assert f"called_directly.value{adverb}" in text, text
 
 
+@pytest.mark.transport_independent  # pure: no process
 def test_calling_an_endpoint_on_the_actor_class_says_to_spawn_it() -> None:
     with pytest.raises(TypeError, match=r"Counter.incr is an endpoint.*procs.spawn\('name', Counter"):
         Counter.incr()
@@ -136,6 +138,7 @@ def test_an_unpicklable_result_names_its_cause_in_the_message(procs, kind: str, 
     assert failing.ok.call_one().get(timeout=scaled(30)) == "still alive"  # the actor lives on
 
 
+@pytest.mark.transport_independent  # pure: no process
 def test_code_pickled_by_value_keeps_its_file_name() -> None:
     # A remote traceback through a class of the user's script shows its file and lines:
     # cloudpickle 3.1.3 names every by-value code object "<dynamic-code>"; ours keeps the name.

@@ -38,6 +38,7 @@ def _in_thread(fn):
     return out["value"]
 
 
+@pytest.mark.transport_independent  # pure: no process
 def test_future_is_not_constructible_by_users():
     with pytest.raises(TypeError, match="cannot be constructed"):
         Future()
@@ -167,6 +168,7 @@ def test_get_inside_an_async_endpoint_warns(procs):
     assert blocker.get_in_sync.call_one().get(timeout=WAIT_S) == []  # no loop visible in sync endpoints
 
 
+@pytest.mark.transport_independent  # pure: no process
 def test_get_on_the_client_inside_a_running_loop_warns():
     from tetrarch import Channel
 

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.timeout(scaled(60))
 
 
 @pytest.mark.parametrize("kind", [bytes, bytearray])
+@pytest.mark.transport_independent  # serialization only: no process
 def test_large_bytes_like_arguments_are_sent_as_their_own_frame_without_a_copy(kind: type) -> None:
     big = kind(b"\x07" * (8 << 20))
     frames = _serial.dumps(((big, [big]), {"again": {"k": big}}))
@@ -24,6 +25,7 @@ def test_large_bytes_like_arguments_are_sent_as_their_own_frame_without_a_copy(k
     assert type(args[0]) is kind and args[0] == big and args[1][0] == big and kwargs["again"]["k"] == big
 
 
+@pytest.mark.transport_independent  # serialization only: no process
 def test_small_bytes_stay_in_band() -> None:
     frames = _serial.dumps(((b"abc", bytearray(b"def")), {}))
     assert len(frames) == 1 and _serial.loads(frames) == ((b"abc", bytearray(b"def")), {})
@@ -37,6 +39,7 @@ def test_large_bytes_round_trip_through_an_actor(procs, kind: type) -> None:
     assert type(echoed) is kind and len(echoed) == len(big) and zlib.crc32(echoed) == zlib.crc32(big)
 
 
+@pytest.mark.transport_independent  # serialization only: no process
 def test_a_large_memoryview_travels_out_of_band_and_keeps_its_format_and_shape() -> None:
     import array
 
@@ -48,6 +51,7 @@ def test_a_large_memoryview_travels_out_of_band_and_keeps_its_format_and_shape()
     assert got.tolist() == data.tolist()
 
 
+@pytest.mark.transport_independent  # serialization only: no process
 def test_a_received_frame_becomes_the_bytes_argument_without_a_copy() -> None:
     """What the transport does with a large frame: read it into a frame_buffer, which unpickles as that very bytes."""
     big = bytes(range(256)) * (1 << 12)
@@ -59,6 +63,7 @@ def test_a_received_frame_becomes_the_bytes_argument_without_a_copy() -> None:
     assert got is _buffers.as_bytes(frame), "the bytes object is the receive buffer itself"
 
 
+@pytest.mark.transport_independent  # serialization only: no process
 def test_a_received_frame_still_gives_writable_arrays() -> None:
     np = pytest.importorskip("numpy")
     arr = np.arange(1 << 14, dtype=np.float64)

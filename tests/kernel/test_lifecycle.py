@@ -33,6 +33,7 @@ def test_proc_that_fails_to_start_reports_exit_code_and_stderr(run_scenario):
     assert "exit code 7" in res.stdout and "simulated broken environment" in res.stdout
 
 
+@pytest.mark.transport_independent  # the agent dies before it connects
 def test_host_agent_that_fails_to_start_reports_exit_code(run_scenario):
     res = run_scenario(SCENARIOS / "spawn_procs.py", "1", timeout=60,
                        env=_broken("TETRARCH_ALLOC_ID", unless="TETRARCH_PROC_ID"), pythonpath=[BROKEN_SITE])
@@ -84,6 +85,7 @@ def _proc(pid: int) -> psutil.Process | None:
         return None
 
 
+@pytest.mark.transport_independent  # pins a transport that does not exist
 def test_unknown_transport_lists_installed_ones_and_hint(run_scenario):
     res = run_scenario(SCENARIOS / "spawn_procs.py", "1", timeout=30, env={"TETRARCH_TRANSPORT": "carrier-pigeon"})
     assert res.returncode != 0
@@ -92,6 +94,7 @@ def test_unknown_transport_lists_installed_ones_and_hint(run_scenario):
 
 # A -c snippet for now, not a scenario module: its program imports a private runtime
 # module whose name is about to change.
+@pytest.mark.transport_independent  # pins tcp itself
 def test_tcp_transport_end_to_end(run_isolated):
     res = run_isolated(
         """

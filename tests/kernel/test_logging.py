@@ -18,6 +18,7 @@ SCENARIO = Path(__file__).parent / "scenarios" / "log_output.py"
 pytestmark = pytest.mark.timeout(scaled(60))
 
 
+@pytest.mark.transport_independent  # pins ipc itself
 def test_a_rejected_connection_is_a_warning_of_tetrarch_router(caplog: pytest.LogCaptureFixture) -> None:
     transport, other = IpcTransport(), IpcTransport()
     server = Router(transport, b"s" * 32, name="server")

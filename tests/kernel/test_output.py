@@ -122,6 +122,7 @@ def test_procs_and_host_agents_show_their_mesh_and_rank_in_ps(run_scenario):
     assert titles == ["tetrarch proc trainers gpus=1", "tetrarch host-agent 0"], res.stdout
 
 
+@pytest.mark.transport_independent  # pure: no process
 def test_lines_are_split_with_bounded_length_and_the_unterminated_rest_kept():
     s = LineSplitter(limit=8)
     assert s.feed(b"ab\ncd") == [b"ab\n"]
@@ -131,6 +132,7 @@ def test_lines_are_split_with_bounded_length_and_the_unterminated_rest_kept():
     assert LineSplitter(limit=4).feed(b"0123456789\n") == [b"0123", b"4567", b"89\n"]
 
 
+@pytest.mark.transport_independent  # pure: no process
 def test_logging_option_refuses_bad_arguments_naming_the_fix():
     from tetrarch import this_proc
 

@@ -55,6 +55,7 @@ def _fd_links(pid: int | str = "self") -> dict[int, str]:
 # ------------------------------------------------------------------ the helpers, in this process
 
 
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_the_pipe_is_read_once_and_closed(no_secret_vars: pytest.MonkeyPatch) -> None:
     fd = secret_pipe(SECRET)
     pipe = f"pipe:[{os.fstat(fd).st_ino}]"
@@ -65,6 +66,7 @@ def test_the_pipe_is_read_once_and_closed(no_secret_vars: pytest.MonkeyPatch) ->
     assert ENV_SECRET_FD.name not in os.environ
 
 
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_the_secret_file_is_private_and_deleted_by_its_reader(
     tmp_path: Path, no_secret_vars: pytest.MonkeyPatch
 ) -> None:
@@ -83,6 +85,7 @@ def test_the_secret_file_is_private_and_deleted_by_its_reader(
     assert ENV_SECRET_FILE.name not in os.environ
 
 
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_the_secret_file_is_created_exclusively(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An existing name (here: a planted link) is refused, never written through."""
     monkeypatch.setattr(_secret.secrets, "token_hex", lambda _n: "fixed")
@@ -94,6 +97,7 @@ def test_the_secret_file_is_created_exclusively(tmp_path: Path, monkeypatch: pyt
     assert target.read_text() == "untouched"
 
 
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_the_fd_comes_first_and_a_file_named_too_is_deleted(
     tmp_path: Path, no_secret_vars: pytest.MonkeyPatch
 ) -> None:
@@ -104,12 +108,14 @@ def test_the_fd_comes_first_and_a_file_named_too_is_deleted(
     assert not os.path.exists(path)
 
 
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_a_missing_secret_names_both_variables(no_secret_vars: pytest.MonkeyPatch) -> None:
     with pytest.raises(SecretError, match=f"neither {ENV_SECRET_FD.name} .* nor {ENV_SECRET_FILE.name}") as caught:
         take_secret()
     assert isinstance(caught.value, TetrarchError)
 
 
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_what_holds_no_secret_is_refused(tmp_path: Path, no_secret_vars: pytest.MonkeyPatch) -> None:
     read_end, write_end = os.pipe()
     os.write(write_end, b"not hex\n")
@@ -125,6 +131,7 @@ def test_what_holds_no_secret_is_refused(tmp_path: Path, no_secret_vars: pytest.
         take_secret()
 
 
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_an_agent_command_keeps_its_secret_apart() -> None:
     command = AgentCommand(("agent",), {"A": "1"}, secret=SECRET)
     assert SECRET.hex() not in repr(command)
@@ -148,6 +155,7 @@ def _run_child(tmp_path: Path, env: dict[str, str], secret: bytes | None) -> dic
 
 
 @pytest.mark.isolated  # a fresh interpreter
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_a_child_reads_the_pipe_and_keeps_nothing_of_it(tmp_path: Path) -> None:
     env = {**os.environ, ENV_SECRET_FD.name: "999"}  # a stale value is replaced
     result = _run_child(tmp_path, env, SECRET)
@@ -158,6 +166,7 @@ def test_a_child_reads_the_pipe_and_keeps_nothing_of_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.isolated  # a fresh interpreter
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_a_child_reads_the_secret_file_and_deletes_it(tmp_path: Path) -> None:
     command = AgentCommand((sys.executable,), dict(os.environ), secret=SECRET)
     path = command.secret_file(tmp_path)
@@ -169,6 +178,7 @@ def test_a_child_reads_the_secret_file_and_deletes_it(tmp_path: Path) -> None:
 
 @pytest.mark.isolated  # fresh interpreters
 @pytest.mark.parametrize("program", ["proc", "host"])
+@pytest.mark.transport_independent  # the secret's hand-over: a pipe or a file, no connection
 def test_a_proc_or_host_agent_without_a_secret_says_what_is_missing(run_scenario, program: str) -> None:
     res = run_scenario(SCENARIO, "missing", program, timeout=30, env=dict.fromkeys(SECRET_VARS, ""))
     assert res.returncode != 0

@@ -22,8 +22,12 @@ from tetrarch.testing import scaled
 pytestmark = pytest.mark.timeout(scaled(90))
 
 SCENARIO = Path(__file__).parent / "scenarios" / "transport_travel.py"
-#: The builtin transports, and the one this run of the suite uses (``make test`` runs it once per transport).
-TRANSPORTS = sorted({"ipc", "tcp", os.environ.get("TETRARCH_TRANSPORT") or "ipc"})
+#: The transport this run of the suite uses (``make test`` runs tests/kernel once more per plugin transport).
+CURRENT = os.environ.get("TETRARCH_TRANSPORT") or "ipc"
+#: The builtin transports and this run's. Only this run's param depends on the run's transport: the
+#: others pin theirs, ran in the main pass already, and are left out of the per-transport runs.
+TRANSPORTS = [pytest.param(t, marks=() if t == CURRENT else pytest.mark.transport_independent)
+              for t in sorted({"ipc", "tcp", CURRENT})]
 
 
 def _served_by(address: str, transport: str) -> bool:
@@ -48,6 +52,7 @@ def test_every_process_of_an_allocation_uses_the_client_transport(run_scenario, 
 
 
 @pytest.mark.isolated
+@pytest.mark.transport_independent  # pins ipc and tcp itself
 def test_a_host_agent_told_another_transport_fails_to_start_naming_both(run_scenario) -> None:
     res = run_scenario(SCENARIO, "mismatch", "tcp", timeout=60, env={"TETRARCH_TRANSPORT": "ipc"})
     assert res.returncode == 0, res.stderr
@@ -73,6 +78,7 @@ def tetrarch_transports():
 
 
 @pytest.mark.isolated
+@pytest.mark.transport_independent  # pins its own transport
 def test_a_host_without_the_client_transport_plugin_fails_to_start_naming_it(run_scenario, tmp_path: Path) -> None:
     site = tmp_path / "site"
     dist = site / "pigeon_transport-1.0.dist-info"
@@ -91,6 +97,7 @@ def test_a_host_without_the_client_transport_plugin_fails_to_start_naming_it(run
     assert "no transport backend named 'pigeon'" in error and "ipc (available; ipc://)" in error, error
 
 
+@pytest.mark.transport_independent  # no process, no connection
 def test_a_missing_first_party_transport_names_its_pip_install(monkeypatch: pytest.MonkeyPatch) -> None:
     # A host where tetrarch-transport-zmq is not installed (no entry points), zmq implemented.
     monkeypatch.setattr(_known, "NOT_IMPLEMENTED_YET", frozenset())

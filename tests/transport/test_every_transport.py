@@ -17,8 +17,21 @@ Which transports: ``--transports`` (an option of this suite, default ``auto``):
 * ``none``, or names: ``--transports=tcp,zmq``.
 
 Per transport only the tests that can depend on it run: tests marked
-``transport_independent`` (pure logic, a transport the test pins itself, OS-level
-stalls) ran in the main pass already and are left out (pytest.ini, ``markers``).
+``transport_independent`` ran in the main pass already and are left out (pytest.ini,
+``markers``). The rule, for every test added to tests/kernel:
+
+* **leave it unmarked** (it runs once per transport) if it sends anything across
+  processes over the suite's transport: calls and replies, spawns, ports, forwarded
+  output, stop, supervision and failure notices, a dropped or refused connection, an
+  exit while connections are open. When in doubt, leave it unmarked.
+* **mark it** ``@pytest.mark.transport_independent`` (with a comment saying why) if no
+  message of the suite's transport is involved: pure logic (shapes, serialization,
+  errors raised before any call, config), a transport the test pins itself
+  (``TETRARCH_TRANSPORT=tcp`` in its scenario, a bare ``IpcTransport``; such a test's
+  params for other transports are marked, as test_transport_choice.py does), a child
+  process that never connects (the secret's pipe, cross-memory attach, a start that fails
+  before the first dial), or OS-level stalls (SIGSTOP) and timings the transport cannot
+  change. A whole module: put the mark in its ``pytestmark``.
 """
 
 from __future__ import annotations
