@@ -43,6 +43,10 @@ class EnvReader(Actor):
     def allreduce(self) -> dict[str, object]:
         return allreduce_ranks()
 
+    @endpoint
+    def backend(self) -> str:
+        return picked_backend()
+
 
 def picked_backend() -> str:
     """What ``pick_backend()`` says in this proc (after ``main``/``setup_env`` agreed on one)."""

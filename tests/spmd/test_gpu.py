@@ -12,15 +12,16 @@ from typing import Any
 import pytest
 from spmd_helpers import NO_TORCH
 
-from tetrarch import ProcMesh, this_host
+from tetrarch import ActorError, ProcMesh, this_host
 from tetrarch.testing import scaled
 
 pytest.importorskip("torch", reason=NO_TORCH)
 
 import torch
 from spmd_gpu import ddp_on_picked_backend, make_data, make_model, train
+from spmd_helpers import EnvReader
 
-from tetrarch.spmd import SPMDActor
+from tetrarch.spmd import SPMDActor, setup_torch_elastic_env
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = [
@@ -67,14 +68,16 @@ def test_a_rank_that_sees_a_gpu_trains_ddp_on_nccl(one: ProcMesh) -> None:
         assert torch.allclose(result["weights"][k], v, atol=1e-5), k
 
 
-def test_a_mesh_with_more_procs_than_gpus_agrees_on_gloo(more_than_gpus: ProcMesh) -> None:
-    # Proc GPUS sees no GPU (CUDA_VISIBLE_DEVICES names one this host lacks): every rank must
-    # use gloo, or nccl and gloo ranks would never meet in init_process_group.
-    results = _run(more_than_gpus)
-    assert {r["backend"] for r in results} == {"gloo"}
-    n = GPUS + 1
-    assert {r["sum"] for r in results} == {n * (n + 1) / 2}
-    ref = _reference()
-    for r in results:
-        for k, v in ref.items():
-            assert torch.allclose(r["weights"][k], v, atol=1e-5), k
+def test_main_refuses_a_world_where_only_some_ranks_see_a_gpu(more_than_gpus: ProcMesh) -> None:
+    # Proc GPUS sees no GPU (CUDA_VISIBLE_DEVICES names one this host lacks): a torchrun script
+    # picking nccl by torch.cuda.is_available() would hang; main says so before it runs.
+    am = more_than_gpus.spawn("spmd", SPMDActor)
+    addr, port = am.slice(gpus=0).get_host_port.call_one(None).get(timeout=T)
+    with pytest.raises(ActorError, match="see a GPU and the others do not"):
+        am.main.call(addr, port, ddp_on_picked_backend).get(timeout=T)
+
+
+def test_setup_torch_elastic_env_agrees_on_gloo_when_some_procs_lack_a_gpu(more_than_gpus: ProcMesh) -> None:
+    setup_torch_elastic_env(more_than_gpus)
+    readers = more_than_gpus.spawn("readers", EnvReader)
+    assert set(readers.backend.call().get(timeout=T).values()) == {"gloo"}

@@ -3,7 +3,10 @@
 ``_env``     torchrun's environment variables, derived from a mesh coordinate (pure)
 ``_store``   the rendezvous TCPStore: bound by its owner on port 0, kept open (no free-port race)
 ``_target``  what ``SPMDActor.main`` runs (a script, ``-m module``, a callable) and how it ends
-``_backend`` nccl or gloo, for the GPUs a proc sees
+``_backend`` nccl or gloo: nccl only when every rank of the run sees a GPU
+``_net``     the interface gloo uses across hosts (toward MASTER_ADDR)
+``_abort``   a run's failure line: the first failing (or dying) rank is known to every other at once
+``_guard``   what a rank does then: abort an NCCL group; stop its process if still blocked
 ``_actor``   SPMDActor
 ``_setup``   setup_torch_elastic_env
 

@@ -198,13 +198,29 @@ class SPMDActor(Actor):
 
 
 def _agree_backend(host: str, port: int, world_size: int) -> str:
-    """``nccl`` if every rank of this run sees a GPU, else ``gloo`` (a barrier through the run's store)."""
+    """``nccl`` if every rank of this run sees a GPU, ``gloo`` if none does (a barrier through the run's store).
+
+    Raises:
+        RuntimeError: some ranks see a GPU and some do not. A torchrun script that picks
+            ``nccl`` by ``torch.cuda.is_available()`` would then mix nccl and gloo ranks that
+            never meet (a hang until the store's timeout); every rank raises this instead.
+    """
     store = connect(host, port)
-    store.add("tetrarch/spmd/gpus", int(sees_gpu()))
+    mine = sees_gpu()
+    store.add("tetrarch/spmd/gpus", int(mine))
     if store.add("tetrarch/spmd/arrived", 1) == world_size:
         store.set("tetrarch/spmd/all-arrived", "1")
     store.wait(["tetrarch/spmd/all-arrived"])
-    return "nccl" if store.add("tetrarch/spmd/gpus", 0) == world_size else "gloo"
+    seeing = store.add("tetrarch/spmd/gpus", 0)
+    if 0 < seeing < world_size:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(
+            f"{seeing} of the run's {world_size} ranks see a GPU and the others do not (this rank "
+            f"{'does' if mine else 'does not'}; CUDA_VISIBLE_DEVICES={visible!r}): a program that picks nccl when "
+            "torch.cuda.is_available() would mix nccl and gloo ranks that never meet. Spawn at most as many "
+            "procs per host as it has GPUs (spawn_procs gives proc i of a 'gpus' dimension GPU i), or hide the "
+            "GPUs from the procs (CUDA_VISIBLE_DEVICES= in the client's environment) to run on CPU")
+    return "nccl" if seeing == world_size else "gloo"
 
 
 def _report_failure(link: Link, rank: int, exc: BaseException) -> None:
