@@ -47,9 +47,24 @@ from ._router import PeerUnreachable
 from ._secret import take_secret
 from ._spawn import ExitInfo, WatchedProcess, spawn_watched
 
-__all__ = ["HostAgent", "main"]
+__all__ = ["HostAgent", "main", "proc_visible_devices"]
 
 _log = get_logger("host")
+
+
+
+def proc_visible_devices(gpu: int, host_visible: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for proc ``gpu`` of a ``gpus`` dimension, given the host agent's own value.
+
+    Unset on the host: GPU ``gpu`` (a proc past the host's GPU count sees none). Set: the
+    ``gpu``-th device it lists, and none past its end; so ``CUDA_VISIBLE_DEVICES=`` (empty)
+    in the client's environment hides every GPU from the procs, and ``2,3`` gives procs 0 and
+    1 the physical GPUs 2 and 3 and never a GPU the user left out.
+    """
+    if host_visible is None:
+        return str(gpu)
+    listed = [d.strip() for d in host_visible.split(",") if d.strip()]
+    return listed[gpu] if gpu < len(listed) else ""
 
 
 class HostAgent:
@@ -95,13 +110,13 @@ class HostAgent:
     def spawn(self, request: _wire.SpawnProcs) -> None:
         """Start the procs of ``request``; each reports ready to ``request.owner``, and we report its exit."""
         owner = request.owner
-        visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        host_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         for ident, extra, gpu in request.specs:
             env = child_env(self.root, extra)
             env.update({ENV_OWNER_ADDR.name: owner, ENV_PROC_ID.name: ident,
                         ENV_HOST_AGENT_ADDR.name: self.root.runtime.address})
             if gpu is not None:
-                env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) else str(gpu)
+                env["CUDA_VISIBLE_DEVICES"] = proc_visible_devices(gpu, host_visible)
 
             def on_exit(info: ExitInfo, ident: str = ident) -> None:
                 self.output.finish(ident)  # every line it wrote reaches its owner before its exit report
