@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from spmd_helpers import NO_TORCH
 
-from tetrarch import ProcMesh, this_host
+from tetrarch import ActorError, ProcMesh, this_host
 from tetrarch.testing import scaled
 
 pytest.importorskip("torch", reason=NO_TORCH)
@@ -54,6 +55,15 @@ def test_a_slice_is_set_up_with_its_own_ranks(grid: ProcMesh) -> None:
 def test_half_a_master_address_is_refused(grid: ProcMesh) -> None:
     with pytest.raises(ValueError, match="both master_addr and master_port"):
         setup_torch_elastic_env(grid, master_addr="127.0.0.1")
+
+
+def test_a_master_port_in_use_is_refused_before_any_rank_starts(grid: ProcMesh) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(ActorError, match=f"master_port {port} on 127.0.0.1 cannot be bound by rank 0"):
+            setup_torch_elastic_env(grid, master_addr="127.0.0.1", master_port=port)
 
 
 def test_a_mesh_with_a_zero_size_dimension_cannot_be_made() -> None:

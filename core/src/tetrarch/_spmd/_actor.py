@@ -13,7 +13,7 @@ from ._abort import Hub, Link
 from ._backend import BACKEND_ENV, sees_gpu
 from ._env import RankInfo, torchrun_env
 from ._guard import RunGuard
-from ._store import StorePort, connect, master_host, require_torch, start_store
+from ._store import StorePort, check_port_free, connect, master_host, require_torch, start_store
 from ._target import RunAbortedError, Target, check_target, run_target
 
 if TYPE_CHECKING:
@@ -88,6 +88,15 @@ class SPMDActor(Actor):
         """Whether this proc sees a GPU (``setup_torch_elastic_env`` agrees on a backend with it)."""
         require_torch()
         return sees_gpu()
+
+    @endpoint
+    def check_master_port(self, master_addr: str, master_port: int) -> None:
+        """Raise unless ``master_port`` is free to bind on ``master_addr`` here (rank 0, before any rank starts).
+
+        Raises:
+            OSError: the port is in use, or the address is not one of this host's (the message names the fix).
+        """
+        check_port_free(master_addr, int(master_port))
 
     @endpoint
     def setup_env(self, master_addr: str, master_port: int, backend: str | None = None) -> None:

@@ -43,12 +43,15 @@ def setup_torch_elastic_env(proc_mesh: ProcMesh, master_addr: str | None = None,
     Raises:
         ValueError: only one of ``master_addr``/``master_port`` given, or a dimension of size zero.
         ImportError: torch is not installed (names ``pip install torch``).
-        ActorError: a proc could not set up (e.g. torch missing there).
+        ActorError: a proc could not set up (e.g. torch missing there), or ``master_port`` is
+            already in use on ``master_addr`` where the first proc runs (its ``OSError`` names the fix).
     """
     _check(proc_mesh, master_addr, master_port)
     actors, first = _spawn(proc_mesh)
     if master_addr is None:
         master_addr, master_port = first.get_host_port.call_one(use_ipaddr).get()
+    else:
+        first.check_master_port.call_one(master_addr, master_port).get()
     backend = "nccl" if all(actors.sees_gpu.call().get().values()) else "gloo"
     actors.setup_env.call(master_addr, master_port, backend).get()
 
@@ -60,5 +63,7 @@ async def setup_torch_elastic_env_async(proc_mesh: ProcMesh, master_addr: str | 
     actors, first = _spawn(proc_mesh)
     if master_addr is None:
         master_addr, master_port = await first.get_host_port.call_one(use_ipaddr)
+    else:
+        await first.check_master_port.call_one(master_addr, master_port)
     backend = "nccl" if all((await actors.sees_gpu.call()).values()) else "gloo"
     await actors.setup_env.call(master_addr, master_port, backend)

@@ -20,7 +20,7 @@ from .._transport._route import host_of
 if TYPE_CHECKING:
     from torch.distributed import TCPStore
 
-__all__ = ["StorePort", "connect", "master_host", "require_torch", "start_store"]
+__all__ = ["StorePort", "check_port_free", "connect", "master_host", "require_torch", "start_store"]
 
 #: How long a rank waits for the rendezvous store and the keys of its peers.
 STORE_TIMEOUT = timedelta(seconds=300)
@@ -80,3 +80,23 @@ def connect(host: str, port: int) -> TCPStore:
     from torch.distributed import TCPStore
 
     return TCPStore(host, int(port), is_master=False, timeout=STORE_TIMEOUT)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise if ``port`` cannot be bound on ``host`` now (what rank 0's ``init_process_group`` will do).
+
+    A check, not a reservation: it catches a port already in use before any rank starts
+    (otherwise rank 0 fails and the others wait for its store until torch's timeout).
+
+    Raises:
+        OSError: the port is in use (``EADDRINUSE``) or ``host`` is not an address of this host.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise OSError(exc.errno, f"master_port {port} on {host} cannot be bound by rank 0 ({exc.strerror}): "
+                          "pass a free master_port, or leave master_addr and master_port out (rank 0 then keeps "
+                          "a store on a port the OS picks)") from None
