@@ -35,8 +35,10 @@ run again.
 
 Shared fixtures
 ---------------
-``procs``: one 4-proc mesh (``{"gpus": 4}`` on ``this_host()``) per test module, stopped at
-the module's end; a folder whose tests need another mesh overrides it in its conftest.py.
+``procs``: one 4-proc mesh (``{"gpus": 4}`` on ``this_host()``) per test folder, shared by
+the folder's modules and stopped when the run leaves the folder (or replaced when a module
+left it stopped, or a proc dead or frozen); a test that kills, stops or freezes procs spawns
+its own mesh. A folder whose tests need another mesh overrides ``procs`` in its conftest.py.
 ``_shutdown_tetrarch_at_session_end`` (autouse, session): stops every proc mesh and host
 agent the session started (``shutdown_context``) before the leak check looks for stragglers.
 
@@ -494,14 +496,56 @@ def run_isolated(request: pytest.FixtureRequest) -> Callable[..., subprocess.Com
 # ------------------------------------------------------------------ shared fixtures
 
 
+_meshes_key = pytest.StashKey[dict[Path, "ProcMesh"]]()
+
+
+def _mesh_usable(pm: ProcMesh) -> bool:
+    """Whether a shared mesh may serve another module: not stopped, no proc gone, none stopped (SIGSTOP)."""
+    if pm._state.stopped:
+        return False
+    for rec in pm._procs:
+        try:
+            if rec.gone or psutil.Process(rec.pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_STOPPED):
+                return False
+        except psutil.NoSuchProcess:
+            return False
+    return True
+
+
+def _stop_mesh(config: pytest.Config, folder: Path) -> None:
+    pm = config.stash.setdefault(_meshes_key, {}).pop(folder, None)
+    if pm is not None:
+        pm.stop().get(timeout=scaled(30))
+
+
 @pytest.fixture(scope="module")
-def procs() -> Iterator[ProcMesh]:
-    """One 4-proc mesh (``{"gpus": 4}`` on ``this_host()``) per module: spawning costs ~0.3 s."""
+def procs(request: pytest.FixtureRequest) -> ProcMesh:
+    """One 4-proc mesh (``{"gpus": 4}`` on ``this_host()``) per test folder, shared by its modules.
+
+    Spawning costs ~0.3 s a proc (more with torch): the modules of a folder (tests/kernel has
+    fifteen) share one mesh, stopped when the run leaves the folder. A module whose tests
+    left it stopped, or with a proc dead or SIGSTOPped, gets a fresh one. Tests must leave
+    it usable: a test that kills, stops or freezes procs spawns its own mesh.
+    """
     from tetrarch import this_host
 
-    pm = this_host().spawn_procs(per_host={"gpus": 4})
-    yield pm
-    pm.stop().get(timeout=scaled(30))
+    meshes = request.config.stash.setdefault(_meshes_key, {})
+    folder = request.path.parent
+    pm = meshes.get(folder)
+    if pm is not None and not _mesh_usable(pm):
+        _stop_mesh(request.config, folder)
+        pm = None
+    if pm is None:
+        pm = meshes[folder] = this_host().spawn_procs(per_host={"gpus": 4})
+    return pm
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop a folder's shared ``procs`` mesh once the run leaves the folder."""
+    folder = item.path.parent
+    if folder in item.config.stash.get(_meshes_key, {}) and (nextitem is None or nextitem.path.parent != folder):
+        _stop_mesh(item.config, folder)
 
 
 @pytest.fixture(scope="session", autouse=True)
