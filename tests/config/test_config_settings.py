@@ -96,7 +96,7 @@ def test_launch_variables_are_declared_apart_from_settings() -> None:
         "TETRARCH_CLIENT_ADDR", "TETRARCH_ALLOC_ID",
         "TETRARCH_HOST_INDEX", "TETRARCH_HOST_AGENT_ADDR", "TETRARCH_SYS_PATH", "TETRARCH_PROC_MESH",
         "TETRARCH_RANK_<DIM>", "TETRARCH_SIZE_<DIM>", "TETRARCH_PROC_COORDS", "TETRARCH_SPANS_HOSTS",
-        "TETRARCH_ALLOC_TRANSPORT", "TETRARCH_AT_DEFAULT",
+        "TETRARCH_ALLOC_TRANSPORT", "TETRARCH_AT_DEFAULT", "TETRARCH_SPMD_BACKEND",
     }
     assert not set(LAUNCH_VARS) & {s.env for s in SETTINGS.values()}
     assert all(v.doc for v in LAUNCH_VARS.values())

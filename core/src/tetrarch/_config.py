@@ -50,6 +50,7 @@ __all__ = [
     "ENV_SECRET_FD",
     "ENV_SECRET_FILE",
     "ENV_SIZE_DIM",
+    "ENV_SPMD_BACKEND",
     "ENV_SYS_PATH",
     "FORWARD_OUTPUT",
     "FROZEN_TIMEOUT",
@@ -468,12 +469,17 @@ ENV_AT_DEFAULT = LaunchVar(
 )
 
 #: Every launch variable by name, in documentation order.
+ENV_SPMD_BACKEND = LaunchVar(
+    "TETRARCH_SPMD_BACKEND",
+    "the torch.distributed backend the ranks of an SPMD run agreed on (`nccl` or `gloo`), set by "
+    "`SPMDActor.main`/`setup_torch_elastic_env`; `tetrarch.spmd.pick_backend()` follows it")
+
 LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
     v.name: v
     for v in (
         ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
         ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_PROC_COORDS,
-        ENV_SPANS_HOSTS, ENV_ALLOC_TRANSPORT, ENV_AT_DEFAULT,
+        ENV_SPANS_HOSTS, ENV_ALLOC_TRANSPORT, ENV_AT_DEFAULT, ENV_SPMD_BACKEND,
     )
 })
 

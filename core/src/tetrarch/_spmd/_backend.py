@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 
+from .._config import ENV_SPMD_BACKEND
+
 __all__ = ["BACKEND_ENV", "pick_backend", "sees_gpu"]
 
 #: The backend the ranks of the current run agreed on (set by ``main``/``setup_env``).
-BACKEND_ENV = "TETRARCH_SPMD_BACKEND"
+BACKEND_ENV = ENV_SPMD_BACKEND.name
 
 
 def sees_gpu() -> bool:
