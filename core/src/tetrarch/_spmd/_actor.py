@@ -13,7 +13,7 @@ from ._abort import Hub, Link
 from ._backend import BACKEND_ENV, sees_gpu
 from ._env import RankInfo, torchrun_env
 from ._guard import RunGuard
-from ._store import StorePort, check_port_free, connect, master_host, require_torch, start_store
+from ._store import StorePort, check_port_free, connect, master_host, preload_torch, require_torch, start_store
 from ._target import RunAbortedError, Target, check_target, run_target
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ class SPMDActor(Actor):
     """
 
     def __init__(self) -> None:
+        preload_torch()
         info = _rank_info()
         self.rank: int = info.rank
         self.local_rank: int = info.local_rank

@@ -9,8 +9,10 @@ as clients (``TORCHELASTIC_USE_AGENT_STORE=True``), as under torchrun's agent.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import socket
+import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,7 @@ from .._transport._route import host_of
 if TYPE_CHECKING:
     from torch.distributed import TCPStore
 
-__all__ = ["StorePort", "check_port_free", "connect", "master_host", "require_torch", "start_store"]
+__all__ = ["StorePort", "check_port_free", "connect", "master_host", "preload_torch", "require_torch", "start_store"]
 
 #: How long a rank waits for the rendezvous store and the keys of its peers.
 STORE_TIMEOUT = timedelta(seconds=300)
@@ -47,6 +49,26 @@ def require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
         raise ImportError("tetrarch.spmd runs torch.distributed programs and needs PyTorch: "
                           "pip install torch (in the environment of the client and of every proc)")
+
+
+def preload_torch() -> None:
+    """Start importing ``torch.distributed`` on a background thread, if torch is installed.
+
+    An SPMD actor is spawned well before its first ``main``: rank 0 imports torch in
+    ``get_host_port`` while the others would idle, then import it only when ``main`` starts.
+    Starting every rank's import at spawn overlaps them (torch's import is ~2 CPU seconds).
+    A later ``import torch`` waits for this one (the import lock); failures surface there.
+    """
+    if importlib.util.find_spec("torch") is None:
+        return
+
+    def load() -> None:
+        try:
+            importlib.import_module("torch.distributed")
+        except BaseException:  # noqa: BLE001 - the import in main raises it where it is seen
+            pass
+
+    threading.Thread(target=load, name="tetrarch-spmd-preload", daemon=True).start()
 
 
 def master_host() -> str:
