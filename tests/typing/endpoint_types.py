@@ -6,9 +6,10 @@ actor method's signature, or slicing stops returning the mesh's own type.
 
 from __future__ import annotations
 
+import asyncio
 from typing import assert_type
 
-from tetrarch import Actor, Future, ProcMesh, ValueMesh, endpoint
+from tetrarch import Actor, ActorMesh, Future, ProcMesh, ValueMesh, endpoint
 
 
 class Counter(Actor):
@@ -34,3 +35,10 @@ def check(procs: ProcMesh) -> None:
     counters.add.call_one("not an int")  # type: ignore[arg-type]  # the signature is enforced
     assert_type(procs.slice(gpus=0), ProcMesh)
     assert_type(procs.flatten("all").rename(all="ranks"), ProcMesh)
+
+
+def monarch_style(procs: ProcMesh, counters: ActorMesh[Counter]) -> None:
+    """Monarch programs annotate meshes with their actor class and run ``logging_option`` as a coroutine."""
+    assert_type(asyncio.run(procs.logging_option(stream_to_client=True)), None)
+    assert_type(procs.logging_option().get(), None)
+    assert_type(procs._labels, list[str])

@@ -15,12 +15,12 @@ import asyncio
 import math
 import time
 import warnings
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._errors import ArgumentError, ArgumentTypeError, FutureTimeoutError
 
-__all__ = ["Future", "use_loop"]
+__all__ = ["CoroutineFuture", "Future", "use_loop"]
 
 
 class _Loop(Protocol):
@@ -284,6 +284,55 @@ class Future(Generic[R]):
 
     def __repr__(self) -> str:
         return f"<tetrarch.Future {'done' if self._state is _DONE else 'pending'}>"
+
+
+class CoroutineFuture(Future[R], Coroutine[Any, Any, R]):
+    """A :class:`Future` that is also a coroutine object: what tetrarch returns where Monarch's
+    method is an ``async def`` (``ProcMesh.logging_option``).
+
+    A Monarch program ``await``s it or passes it to ``asyncio.run`` / ``asyncio.create_task``
+    (which take coroutines only); a tetrarch program calls ``.get()``. The operation starts
+    when the method is called, not when the coroutine is first run (unlike a native
+    coroutine, not running it loses nothing), and it may be run any number of times:
+    each run returns the same outcome, as ``get`` does.
+    """
+
+    __slots__ = ()
+
+    def send(self, value: Any) -> Any:
+        """One step of the coroutine protocol: raises ``StopIteration(result)`` once done
+        (or the future's error); before that, gives the running loop an asyncio future
+        to wait for, that completes with this one.
+
+        Raises:
+            StopIteration: done; its ``value`` is the result.
+            RuntimeError: not done and no asyncio loop is running in this thread.
+            ActorError, SupervisionError: the operation failed.
+        """
+        if self._state is _DONE:
+            self._asked = True
+            raise StopIteration(self._resolve())
+        afut = self.as_asyncio()
+        afut._asyncio_future_blocking = True  # what `yield from afut` says to the task that drives us
+        return afut
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Raise the exception thrown in (a cancelled task throws ``CancelledError``): there
+        is nothing to undo, the operation goes on, and ``get`` still gives its outcome.
+
+        Raises:
+            BaseException: the one given.
+        """
+        if isinstance(typ, BaseException):
+            exc = typ
+        elif isinstance(val, BaseException):
+            exc = val
+        else:
+            exc = typ() if val is None else typ(val)
+        raise exc.with_traceback(tb) if tb is not None else exc
+
+    def close(self) -> None:
+        """Nothing to release (the coroutine protocol's ``close``)."""
 
 
 def _in_running_loop() -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import pickle
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from .._errors import (
     ArgumentError,
@@ -24,6 +24,9 @@ from ._supervision import MeshState
 
 __all__ = ["ActorMesh"]
 
+#: The actor class of an ``ActorMesh[T]`` annotation.
+T = TypeVar("T")
+
 _RESERVED = {"stop", "slice", "initialized", "extent", "sizes", "size", "split", "rename", "flatten"}
 
 
@@ -34,11 +37,13 @@ class _ProcMeshState(Protocol):
     _state: MeshState
 
 
-class ActorMesh(MeshTrait):
+class ActorMesh(MeshTrait, Generic[T]):
     """Actors of one class spawned on every proc of a proc mesh.
 
     Each ``@endpoint`` of the class is an attribute with the adverbs ``call``,
-    ``call_one``, ``choose``, ``stream`` and ``broadcast``.
+    ``call_one``, ``choose``, ``stream`` and ``broadcast``. Generic in the actor class,
+    as Monarch's: ``ActorMesh[Trainer]`` annotates a mesh of ``Trainer`` actors
+    (``ProcMesh.spawn`` is typed as returning the class itself, for the endpoints' types).
     """
 
     def __init__(self, name: str, cls: type, shape: Shape, ids: list[tuple[str, str]], *,

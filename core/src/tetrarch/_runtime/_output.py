@@ -32,12 +32,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from .._config import AGGREGATE_WINDOW
 from .._log import get_logger
 from . import _serial, _wire
-from ._future import Future
+from ._future import CoroutineFuture
 from ._router import PeerUnreachable, Router
 
 __all__ = ["FLUSH_S", "IN_FLIGHT", "MAX_BATCH", "MAX_PENDING", "OutputForwarder", "OutputPrinter",
@@ -338,16 +338,17 @@ def set_log_level(level: int) -> None:
 # -- logging_option -----------------------------------------------------------------------------
 def set_output_options(runtime: Router, printer: OutputPrinter, procs: Sequence[tuple[str, str]],
                        hosts: Sequence[str], stream_to_client: bool, window: float | None,
-                       level: int) -> Future[None]:
+                       level: int) -> CoroutineFuture[None]:
     """Apply ``ProcMesh.logging_option`` to ``procs`` (``(ident, address)``) started by the agents at ``hosts``.
 
     The future completes once every live host agent and proc applied it; dead ones are skipped.
+    It is also a coroutine (Monarch's ``logging_option`` is an ``async def``).
     """
     printer.configure([ident for ident, _ in procs], window)
     mode = _serial.dumps(_wire.OutputMode([ident for ident, _ in procs], stream_to_client))
     targets = [(addr, _wire.SVC_HOST, "output_mode", mode) for addr in hosts]
     targets += [(addr, _wire.SVC_OUTPUT, "level", _serial.dumps(level)) for _, addr in procs]
-    fut: Future[None] = Future._new()
+    fut = cast("CoroutineFuture[None]", CoroutineFuture._new())
     pending = {t[0] for t in targets}
     lock = threading.Lock()
     ports: list[int] = []

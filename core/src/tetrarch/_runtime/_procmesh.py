@@ -42,7 +42,7 @@ from ._actor import Actor
 from ._alloc import AgentCommand, Allocation, Allocator, AllocRequest
 from ._collect import Collector, group_by_address
 from ._context import _current
-from ._future import Future
+from ._future import CoroutineFuture, Future
 from ._hostalloc import this_host_allocator
 from ._launch import ProcRecord
 from ._mesh import ActorMesh
@@ -144,11 +144,17 @@ class HostMesh(MeshTrait):
         ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``TETRARCH_RANK_<DIM>``).
 
         Raises:
+            TypeError: ``per_host`` is not a dict of dimension names to sizes (e.g. a bare
+                ``per_host=4``: the message names ``per_host={"gpus": 4}``).
             ValueError: bad ``per_host`` (non-positive sizes, labels that clash with hosts').
             ProcessStartError: a proc exited before it was ready (exit code, stderr tail).
         """
         if bootstrap is not None:
             raise NotSupportedError("spawn_procs(bootstrap=...) is not supported yet; run setup in an actor")
+        if per_host is not None and not isinstance(per_host, Mapping):
+            example = per_host if isinstance(per_host, int) and not isinstance(per_host, bool) else 4
+            raise ArgumentTypeError(f"spawn_procs(per_host=...) takes a dict of dimension names to sizes, got "
+                                    f"{type(per_host).__name__} {per_host!r}; e.g. per_host={{\"gpus\": {example}}}")
         per_host = dict(per_host or {})
         clash = set(per_host) & set(self._shape.labels)
         if clash:
@@ -310,6 +316,12 @@ class ProcMesh(MeshTrait):
         return self._host_mesh
 
     @property
+    def _labels(self) -> list[str]:
+        """The dimension names of this mesh or slice, e.g. ``["gpus"]``: Monarch's
+        ``ProcMesh._labels``, which its DDP example reads (``dict.fromkeys(procs._labels, 0)``)."""
+        return list(self._shape.labels)
+
+    @property
     def initialized(self) -> Future[bool]:
         """Already complete: ``spawn_procs`` returns once every proc is ready."""
         return Future._completed(True)
@@ -359,7 +371,8 @@ class ProcMesh(MeshTrait):
         coll = Collector(rt, len(ids), self._shape, f"{name}.__init__", False, False, claims,
                          [(k, addr) for addr, k in ids], (_wire.ERR, _wire.DEAD))
         coll.watch_targets(group_by_address(ids))
-        mesh = ActorMesh(name, cls, Shape(extent), ids, initialized=Future._new(), proc_mesh=self, claims=claims)
+        mesh: ActorMesh[A] = ActorMesh(name, cls, Shape(extent), ids, initialized=Future._new(), proc_mesh=self,
+                                       claims=claims)
         coll.observed = [mesh.initialized]  # the user waits on initialized, not on the raw replies
         root.supervisor.adopt(key, name, mesh, mesh._state, owner, self._state, [
             (p.address, i, f"{name}{extent.point(i)}" if labels else name, p.hostname, p.pid)
@@ -387,7 +400,7 @@ class ProcMesh(MeshTrait):
         return mesh  # type: ignore[return-value]
 
     def logging_option(self, stream_to_client: bool = True, aggregate_window_sec: float | None = None,
-                       level: int = logging.INFO) -> Future[None]:
+                       level: int = logging.INFO) -> CoroutineFuture[None]:
         """Where the procs' stdout and stderr go, and which Python log records they emit.
 
         ``stream_to_client``: each line at this (the owning) process's stdout or stderr,
@@ -399,7 +412,9 @@ class ProcMesh(MeshTrait):
         Defaults for new meshes: ``TETRARCH_FORWARD_OUTPUT``, ``TETRARCH_AGGREGATE_WINDOW``.
         Applies to this mesh or slice; lines already received are printed first. Like
         Monarch's, it is asynchronous: ``.get()`` or ``await`` the future, which
-        completes once every live proc and host agent applied the change.
+        completes once every live proc and host agent applied the change; it is also a
+        coroutine, so ``asyncio.run(procs.logging_option(...))`` works as with Monarch's
+        ``async def`` (the change starts at the call either way).
 
         Raises:
             TypeError: an argument of the wrong type.
