@@ -269,3 +269,29 @@ def test_an_on_request_backend_is_never_picked_automatically(fakes, make_registr
     with pytest.raises(BackendUnavailable, match="no allocator backend is available"):
         only.select(A)
     assert "passed over" in only.explain(A).render()
+
+
+@pytest.mark.isolated  # the client runtime starts in a fresh interpreter
+def test_a_bad_transport_variable_is_named_when_the_client_starts(run_isolated) -> None:
+    res = run_isolated("""
+        from tetrarch import this_host
+        try:
+            this_host()
+        except Exception as exc:
+            print(f"{type(exc).__name__}: {exc}")
+        """, timeout=60, env={"TETRARCH_TRANSPORT": "bogus"})
+    assert res.returncode == 0, res.stderr
+    message = res.stdout.strip()
+    assert message.startswith("BackendNotFound: no transport backend named 'bogus'"), message
+    assert "chosen by TETRARCH_TRANSPORT=bogus" in message, message  # the variable, not an argument
+    assert "ipc (available" in message and "tcp (available" in message, message  # what to choose instead
+
+
+def test_a_transport_variable_naming_an_absent_plugin_gives_its_install_hint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETRARCH_TRANSPORT", "zmq")
+    with pytest.raises(BackendNotFound) as info:
+        Registry(entry_points=False).select(T)  # as if tetrarch-transport-zmq were not installed
+    message = str(info.value)
+    assert "'zmq' (chosen by TETRARCH_TRANSPORT=zmq)" in message and 'pip install "tetrarch[zmq]"' in message
+    assert "ipc (" in message and "tcp (" in message

@@ -169,7 +169,7 @@ def get_root() -> Root:
         return root
     with _lock:
         if _root is None:
-            _root = Root("client", secrets.token_bytes(32), TRANSPORT(), name="client")
+            _root = Root("client", secrets.token_bytes(32), None, name="client")  # select() reads the setting
             install_router(_root.runtime)
             atexit.register(_shutdown_at_exit)
             install_exit_path()
