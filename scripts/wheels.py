@@ -18,6 +18,7 @@ configuration ignored): what an install needs and the wheels do not declare fail
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -178,10 +179,22 @@ def readme_quickstart(readme: str) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    wheels = build_wheels(Path(argv[0]))
+    """``python scripts/wheels.py WHEELDIR``: build the seven wheels there, then fill the cache.
+
+    Raises:
+        SystemExit: ``--help`` (status 0, after printing the usage) or bad arguments (status 2).
+        subprocess.CalledProcessError: a build or the download failed.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python scripts/wheels.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Build tetrarch's seven wheels (core and the six plugins) into WHEELDIR, then download\n"
+                    "the third-party wheels they need into .cache/wheels (through pip's configuration).",
+        epilog="Install from them without an index, e.g.:\n"
+               '  pip install --find-links WHEELDIR --find-links .cache/wheels "tetrarch[zmq]"',
+    )
+    parser.add_argument("wheeldir", metavar="WHEELDIR", type=Path, help="folder for the wheels (created if missing)")
+    args = parser.parse_args(argv)
+    wheels = build_wheels(args.wheeldir)
     print("\n".join(str(w) for w in wheels))
     print(f"third-party wheels: {fill_cache()}")
     return 0
