@@ -11,7 +11,7 @@ from typing import Any
 from .._errors import ArgumentError, ArgumentTypeError
 from ._backend import LocalRegion, MemoryKind
 
-__all__ = ["FIX", "Memory", "as_memory", "view_at"]
+__all__ = ["FIX", "Memory", "as_memory", "owner_of", "view_at"]
 
 #: The idiom that turns any contiguous tensor into what RDMABuffer takes.
 FIX = "pass a 1-D contiguous byte view, e.g. t.view(torch.uint8).flatten() (numpy: a.reshape(-1).view(np.uint8))"
@@ -41,9 +41,40 @@ def view_at(address: int, nbytes: int, keep: object) -> memoryview:
 
 
 def _root_of(obj: Any, attr: str) -> Any:
-    """The object at the end of the ``attr`` chain (a view's base): it owns the memory."""
+    """The object at the end of the ``attr`` chain (a view's base)."""
     while getattr(obj, attr, None) is not None:
         obj = getattr(obj, attr)
+    return obj
+
+
+def owner_of(data: Any) -> object:
+    """The object that owns ``data``'s memory: the memory is freed when it is collected, and not before.
+
+    A registration's lifetime is anchored here (``Memory.root``), never on the view it was
+    made from, which callers drop at once (``RDMABuffer(t.view(torch.uint8).flatten())``):
+
+    * torch: the tensor's storage (``untyped_storage()``), shared by every view. A ``_base``
+      chain is no guide: a dtype view has ``_base is None`` (torch 2.13). torch keeps one
+      Python object per storage for as long as the storage lives, even with no Python
+      reference to it (``t.untyped_storage() is t.untyped_storage()``), and frees that
+      object with the memory, so a weak reference to it dies exactly when the memory goes.
+      A torch that makes a fresh wrapper per call falls back to the head of the ``_base`` chain.
+    * numpy: the end of the ``base`` chain, followed on into a torch tensor (``t.numpy()``)
+      or a buffer's exporter (``np.frombuffer``).
+    * memoryview: its exporter (``obj``), followed on the same way.
+    """
+    obj = data
+    for _ in range(64):  # real chains are a few links long
+        module = _kind_of(obj)
+        if module == "torch" and callable(getattr(obj, "untyped_storage", None)) and hasattr(obj, "_base"):
+            storage = obj.untyped_storage()
+            return storage if obj.untyped_storage() is storage else _root_of(obj, "_base")
+        if module == "numpy" and getattr(obj, "base", None) is not None:
+            obj = obj.base
+        elif isinstance(obj, memoryview):
+            obj = obj.obj
+        else:
+            return obj
     return obj
 
 
@@ -82,13 +113,12 @@ def _torch(t: Any, what: str, writable: bool) -> Memory:
     if t.device.type == "cuda":  # ROCm tensors too (torch.version.hip tells them apart: _gpu.py)
         _check_shape(t.dim(), nbytes, t.is_contiguous(), what, tuple(t.shape))
         region = LocalRegion(t.data_ptr(), nbytes, None, MemoryKind.CUDA, t.device.index or 0)
-        return Memory(region, _root_of(t, "_base"), t)
+        return Memory(region, owner_of(t), t)
     if t.device.type != "cpu":
         raise ArgumentError(f"{what} lives on {t.device}; RDMA moves CPU and CUDA/ROCm memory: copy it with .cpu()")
     _check_shape(t.dim(), nbytes, t.is_contiguous(), what, tuple(t.shape))
-    root = _root_of(t, "_base")
-    region = LocalRegion(t.data_ptr(), nbytes, None, MemoryKind.CPU)
-    return Memory(LocalRegion(region.address, nbytes, view_at(region.address, nbytes, t)), root)
+    address = t.data_ptr()
+    return Memory(LocalRegion(address, nbytes, view_at(address, nbytes, t)), owner_of(t))
 
 
 def _numpy(a: Any, what: str, writable: bool) -> Memory:
@@ -96,7 +126,7 @@ def _numpy(a: Any, what: str, writable: bool) -> Memory:
     if writable and not a.flags["WRITEABLE"]:
         raise ArgumentTypeError(f"{what} is a read-only numpy array; pass a writable one (a.copy())")
     address = a.ctypes.data
-    return Memory(LocalRegion(address, a.nbytes, view_at(address, a.nbytes, a)), _root_of(a, "base"))
+    return Memory(LocalRegion(address, a.nbytes, view_at(address, a.nbytes, a)), owner_of(a))
 
 
 def _view(data: Any, what: str, writable: bool) -> Memory:
@@ -106,7 +136,7 @@ def _view(data: Any, what: str, writable: bool) -> Memory:
         if writable:
             raise ArgumentTypeError(f"{what} is read-only ({type(mv.obj).__name__}); pass writable memory, "
                                     f"e.g. a bytearray or memoryview(bytearray(...))")
-        return Memory(LocalRegion(0, mv.nbytes, mv.cast("B")), mv.obj)
+        return Memory(LocalRegion(0, mv.nbytes, mv.cast("B")), owner_of(mv))
     byte_view = mv.cast("B")
     address = ctypes.addressof(ctypes.c_char.from_buffer(byte_view))
-    return Memory(LocalRegion(address, mv.nbytes, view_at(address, mv.nbytes, mv.obj)), mv.obj)
+    return Memory(LocalRegion(address, mv.nbytes, view_at(address, mv.nbytes, mv.obj)), owner_of(mv))

@@ -15,7 +15,7 @@ from typing import Any
 
 from tetrarch import Actor, endpoint
 
-__all__ = ["SENTINEL", "Holder", "digest", "outsider", "pattern"]
+__all__ = ["SENTINEL", "VIEW_IDIOMS", "Holder", "digest", "outsider", "pattern"]
 
 #: The byte an outsider's destination is filled with: any other byte there came from the owner.
 SENTINEL = 0xEE
@@ -29,14 +29,58 @@ def pattern(nbytes: int, seed: int) -> bytearray:
 
 
 def digest(data: Any) -> str:
+    if type(data).__module__.startswith("torch"):  # a CPU tensor (small: for the view tests)
+        import torch
+
+        data = bytearray(data.view(torch.uint8).tolist())
     return hashlib.blake2b(memoryview(data).cast("B"), digest_size=16).hexdigest()
+
+
+#: How :meth:`Holder.make_view` builds a buffer over float memory it keeps: a byte view made
+#: and dropped at once, as Monarch's programs do. Each maps (float32 memory) -> the byte view.
+VIEW_IDIOMS: dict[str, str] = {
+    "torch": "t.view(torch.uint8).flatten()",
+    "torch-chain": "t.view(-1).view(torch.uint8)",
+    "numpy": "a.reshape(-1).view(np.uint8)",
+    "numpy-of-torch": "t.view(torch.uint8).numpy()",
+}
+
+
+def _float_memory(idiom: str, raw: bytearray) -> Any:
+    """float32 memory holding the bytes ``raw``: a numpy array for ``numpy``, else a torch tensor."""
+    if idiom == "numpy":
+        import numpy as np
+
+        return np.frombuffer(raw, dtype=np.float32).copy()
+    import torch
+
+    t = torch.empty(len(raw) // 4, dtype=torch.float32)
+    t.view(torch.uint8).copy_(torch.frombuffer(raw, dtype=torch.uint8))
+    return t
+
+
+def _byte_view(idiom: str, memory: Any) -> Any:
+    """The byte view :data:`VIEW_IDIOMS` names, of ``memory``."""
+    if idiom == "numpy":
+        import numpy as np
+
+        return memory.reshape(-1).view(np.uint8)
+    import torch
+
+    if idiom == "torch":
+        return memory.view(torch.uint8).flatten()
+    if idiom == "torch-chain":
+        return memory.view(-1).view(torch.uint8)
+    if idiom == "numpy-of-torch":
+        return memory.view(torch.uint8).numpy()
+    raise ValueError(f"unknown idiom {idiom!r}; one of {sorted(VIEW_IDIOMS)}")
 
 
 class Holder(Actor):
     """Owns buffers (by key) and reads other owners' buffers (as a third process)."""
 
     def __init__(self) -> None:
-        self.memory: dict[str, bytearray] = {}
+        self.memory: dict[str, Any] = {}
 
     @endpoint
     def make(self, key: str, nbytes: int, seed: int, backend: str) -> Any:
@@ -44,6 +88,15 @@ class Holder(Actor):
 
         self.memory[key] = pattern(nbytes, seed)
         return RDMABuffer(memoryview(self.memory[key]), backend=backend)
+
+    @endpoint
+    def make_view(self, key: str, nbytes: int, seed: int, backend: str, idiom: str) -> Any:
+        """A buffer over a byte view of float32 memory that this actor keeps (``self.memory[key]``)
+        while the view is dropped at once (:data:`VIEW_IDIOMS`); ``nbytes`` is a multiple of 4."""
+        from tetrarch.rdma import RDMABuffer
+
+        self.memory[key] = _float_memory(idiom, pattern(nbytes, seed))
+        return RDMABuffer(_byte_view(idiom, self.memory[key]), backend=backend)
 
     @endpoint
     def digest(self, key: str) -> str:

@@ -22,7 +22,8 @@ Switches a subclass may override (fixtures, like fsspec's abstract suites):
     does); set False for a backend that reads the owner's memory without its help (the
     timeout test then only checks the transfer ends, either way, in time).
 
-The suite needs ``pytest``, ``psutil`` (``tetrarch[test]``) and, for the dtype test, torch.
+The suite needs ``pytest``, ``psutil`` (``tetrarch[test]``) and, for the dtype and view tests,
+torch and numpy (a test whose library is missing is skipped).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import pytest
 import tetrarch
 from tetrarch import SupervisionError, this_host
 from tetrarch.testing import scaled
-from tetrarch.testing._rdma_actors import SENTINEL, Holder, digest, pattern
+from tetrarch.testing._rdma_actors import SENTINEL, VIEW_IDIOMS, Holder, digest, pattern
 
 __all__ = ["Holder", "RdmaSuite", "backend_instance", "close_backends", "descriptor_of",
            "digest", "holders", "outside_the_region", "pattern",
@@ -151,6 +152,36 @@ class RdmaSuite:
             buf.read_into(dst.view(torch.uint8).flatten()).get(timeout=scaled(30))
             assert bytes(dst.view(torch.uint8).numpy()) == bytes(raw), dtype
             buf.drop().get(timeout=scaled(10))
+
+    @pytest.mark.parametrize("idiom", list(VIEW_IDIOMS))
+    def test_a_buffer_over_a_dropped_byte_view_lives_as_long_as_the_memory(self, owner: Any, third: Any,
+                                                                            backend: str, idiom: str) -> None:
+        """Monarch's idiom, ``RDMABuffer(t.view(torch.uint8).flatten())``: the owner keeps ``t`` and
+        drops the view at once. The buffer works for as long as ``t`` lives (a third process reads
+        it, the client writes it), and once the owner frees ``t`` it is released: a read fails
+        with the reason, at once, and the owner's registration table no longer has it."""
+        from tetrarch.rdma import RDMAError
+
+        for lib in ("torch", "numpy") if "torch" in idiom else ("numpy",):
+            pytest.importorskip(lib)
+        nbytes, key = 4096 + 12, f"view-{idiom}"
+        buf = owner.make_view.call_one(key, nbytes, 9, backend, idiom).get(timeout=scaled(60))
+        assert buf.backend == backend
+        assert third.read_from.call_one(buf).get(timeout=scaled(30)) == digest(pattern(nbytes, 9)), VIEW_IDIOMS[idiom]
+        dst = bytearray(nbytes)
+        buf.read_into(dst, timeout=scaled(30)).get(timeout=scaled(30))
+        assert dst == pattern(nbytes, 9), VIEW_IDIOMS[idiom]
+        src = pattern(nbytes, 10)
+        buf.write_from(src, timeout=scaled(30)).get(timeout=scaled(30))
+        assert owner.digest.call_one(key).get() == digest(src)
+        registered = owner.registrations.call_one().get(timeout=scaled(30))
+        owner.forget.call_one(key).get(timeout=scaled(30))  # the owner frees the memory
+        assert len(owner.registrations.call_one().get(timeout=scaled(30))) == len(registered) - 1, (
+            "freeing the memory must release its registration")
+        start = time.monotonic()
+        with pytest.raises(RDMAError, match="its memory was freed"):
+            buf.read_into(dst, timeout=scaled(30)).get(timeout=scaled(30))
+        assert time.monotonic() - start < scaled(5)
 
     # ------------------------------------------------------------ bad input
     def test_sizes_that_do_not_fit_raise_value_error(self, owner: Any, backend: str) -> None:
