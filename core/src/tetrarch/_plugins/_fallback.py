@@ -4,7 +4,9 @@ A core RDMA backend (``tcp``, ``shm``) chosen while an installed hardware backen
 could run once fixed (unavailable, broken, in conflict) is a fallback the user should
 hear about: one ``RDMATcpFallbackWarning`` per process naming the skipped backends and
 their probes' reasons, or ``BackendUnavailable`` when ``TETRARCH_RDMA_FALLBACK=0`` or the
-request says ``allow_fallback=False``. A disabled or not implemented backend is no loss.
+request says ``allow_fallback=False``. A disabled or not implemented backend is no loss. A
+request with ``fallback_warning=False`` is checked but not warned about: tetrarch's RDMA
+frontend asks so, and warns itself when the ``tcp`` fallback carries a transfer.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def check_rdma_fallback(chosen: BackendSpec, rows: list[BackendStatus], request:
             f"no RDMA hardware backend is usable ({detail}) and the fallback to {chosen.name!r} is "
             f"disabled ({FALLBACK_ENV}=0 or allow_fallback=False)"
         )
+    if request.get("fallback_warning") is False:
+        return  # the caller warns where the fallback carries traffic (tetrarch._rdma: a transfer over tcp)
     _warn_once(f"tetrarch RDMA falls back to {chosen.name!r}; skipped: {detail}")
 
 

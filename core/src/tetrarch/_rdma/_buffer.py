@@ -13,6 +13,7 @@ from .._plugins import BackendKind, BackendUnavailable, Status, get_registry
 from .._runtime._context import context
 from .._runtime._future import Future
 from ._backend import LocalRegion, MemoryKind, PeerIdentity, RemoteRegion, settle
+from ._fallback_warning import QUIET, tcp_carries_a_transfer
 from ._memory import Memory, as_memory
 from ._runtime import get_runtime
 from ._staging import finish, stage
@@ -69,7 +70,7 @@ def choose_backend(desc: Descriptor) -> str:
             + " (install the owner's backend here, or have the owner register with one this process has: "
               "`tetrarch plugins` lists them)"
         )
-    spec = get_registry().select(BackendKind.RDMA, among=shared)
+    spec = get_registry().select(BackendKind.RDMA, among=shared, request=QUIET)
     if spec.name not in shared:
         raise BackendUnavailable(
             f"RDMA backend {spec.name!r} was chosen (rdma_backend setting) but cannot reach the buffer owned by "
@@ -90,6 +91,8 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
     try:
         name = backend_name or choose_backend(desc)
         backend = runtime.backend(name)
+        if name == "tcp":
+            tcp_carries_a_transfer(desc.contexts)
         staged = None
         remote = RemoteRegion(desc.owner, desc.buffer_id, desc.size, desc.contexts[name])
         if not backend.moves(region.kind, remote):
@@ -202,7 +205,8 @@ class RDMABuffer:
         if backend is not None:
             names = [registry.select(BackendKind.RDMA, backend).name]
         else:
-            registry.select(BackendKind.RDMA)  # an unusable explicit choice or a refused fallback fails now
+            # an unusable explicit choice or a refused fallback fails now
+            registry.select(BackendKind.RDMA, request=QUIET)
             names = [r.name for r in registry.statuses(BackendKind.RDMA)
                      if r.status is Status.AVAILABLE and not r.on_request]
         runtime = get_runtime()

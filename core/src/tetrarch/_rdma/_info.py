@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 from .._plugins import BackendKind, Status, get_registry
+from ._fallback_warning import QUIET
 
 __all__ = ["get_rdma_backend", "is_ibverbs_available", "is_rdma_available"]
 
@@ -16,7 +17,7 @@ def get_rdma_backend() -> str:
     may still use another backend the buffer's owner shares with us (``RDMABuffer.backend``).
     """
     try:
-        return get_registry().select(BackendKind.RDMA).name
+        return get_registry().select(BackendKind.RDMA, request=QUIET).name
     except Exception:  # noqa: BLE001 - no usable backend: Monarch answers "none"
         return "none"
 

@@ -83,14 +83,14 @@ class Holder(Actor):
         self.memory: dict[str, Any] = {}
 
     @endpoint
-    def make(self, key: str, nbytes: int, seed: int, backend: str) -> Any:
+    def make(self, key: str, nbytes: int, seed: int, backend: str | None) -> Any:
         from tetrarch.rdma import RDMABuffer
 
         self.memory[key] = pattern(nbytes, seed)
         return RDMABuffer(memoryview(self.memory[key]), backend=backend)
 
     @endpoint
-    def make_view(self, key: str, nbytes: int, seed: int, backend: str, idiom: str) -> Any:
+    def make_view(self, key: str, nbytes: int, seed: int, backend: str | None, idiom: str) -> Any:
         """A buffer over a byte view of float32 memory that this actor keeps (``self.memory[key]``)
         while the view is dropped at once (:data:`VIEW_IDIOMS`); ``nbytes`` is a multiple of 4."""
         from tetrarch.rdma import RDMABuffer
