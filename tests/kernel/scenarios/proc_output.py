@@ -6,13 +6,18 @@ an unterminated one; the client stops them at once, then prints ``CLIENT DONE``.
 forwarding off and on. ``aggregate``: 4 procs print the same line within a window.
 ``plain``: 3 procs write one short line to each stream.
 ``titles``: prints ``TITLE <cmdline>`` for a proc and its host agent. ``flood N``: 2 procs
-print N lines each, and are stopped at once.
+print N lines each, and are stopped at once. ``slow_agent``: 2 procs print a line each, their
+host agent is stopped (SIGSTOP) for 2 s, and the client stops the procs meanwhile: their
+connections drop long before the agent can forward their lines and report their exits.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
+import threading
 
 import psutil
 
@@ -22,7 +27,8 @@ from tetrarch import this_host
 
 
 def main(mode: str, *args: str) -> None:
-    gpus = {"talk": 3, "plain": 3, "crash": 2, "toggle": 1, "aggregate": 4, "titles": 2, "flood": 2}[mode]
+    gpus = {"talk": 3, "plain": 3, "crash": 2, "toggle": 1, "aggregate": 4, "titles": 2, "flood": 2,
+            "slow_agent": 2}[mode]
     pm = this_host().spawn_procs(per_host={"gpus": gpus}, name="trainers")
     talkers = pm.spawn("talker", Talker)
     if mode == "talk":
@@ -31,6 +37,12 @@ def main(mode: str, *args: str) -> None:
         talkers.both.call().get()
     elif mode == "flood":
         talkers.flood.broadcast(int(args[0]))
+    elif mode == "slow_agent":
+        _pid, agent = talkers.slice(gpus=0).pids.call_one().get()
+        os.kill(agent, signal.SIGSTOP)
+        resume = threading.Timer(2.0, os.kill, (agent, signal.SIGCONT))  # the condition under test
+        resume.start()
+        talkers.say.broadcast("said before the stop")
     elif mode == "crash":
         tetrarch.unhandled_fault_hook = lambda failure: print("FAULT SEEN", flush=True)
         try:

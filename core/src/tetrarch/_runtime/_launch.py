@@ -161,14 +161,23 @@ class ReadyWaiter:
 
 
 class ExitWaiter:
-    """Waits until every one of a set of processes has exited."""
+    """Waits until every one of a set of processes has exited.
 
-    def __init__(self, tracker: LaunchTracker, records: list[ProcRecord]) -> None:
-        self._pending = {r.ident for r in records if not r.gone}
+    ``reports``: wait for their exit *reports* (what their host agents send after the
+    last line of their output), not for a proc declared lost because its connection
+    dropped first: a stop must not return before the procs' output arrived.
+    """
+
+    def __init__(self, tracker: LaunchTracker, records: list[ProcRecord], reports: bool = False) -> None:
+        self._reports = reports
+        self._pending = {r.ident for r in records if not self._done(r)}
         self._cond = threading.Condition(tracker._lock)
 
+    def _done(self, rec: ProcRecord) -> bool:
+        return rec.returncode is not None if self._reports else rec.gone
+
     def _update(self, rec: ProcRecord) -> None:  # tracker lock held
-        if rec.gone:
+        if self._done(rec):
             self._pending.discard(rec.ident)
         self._cond.notify_all()
 
@@ -234,9 +243,9 @@ class LaunchTracker:
                 self._waiters.setdefault(rec.ident, []).append(waiter)
         return waiter
 
-    def expect_exits(self, records: list[ProcRecord]) -> ExitWaiter:
-        """A waiter that completes when every one of ``records`` has exited."""
-        waiter = ExitWaiter(self, records)
+    def expect_exits(self, records: list[ProcRecord], reports: bool = False) -> ExitWaiter:
+        """A waiter that completes when every one of ``records`` has exited (``reports``: been reported exited)."""
+        waiter = ExitWaiter(self, records, reports)
         with self._lock:
             for rec in records:
                 self._waiters.setdefault(rec.ident, []).append(waiter)

@@ -293,6 +293,9 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
     return [_Host(r.address, r.hostname, r.pid) for r in records]
 
 
+#: Seconds a stop waits for the exit reports of procs declared lost while their host agent lives.
+_LATE_REPORTS_S = 5.0
+
 class ProcMesh(MeshTrait):
     """OS processes (procs) on a host mesh; spawn actors on them."""
 
@@ -470,6 +473,13 @@ class ProcMesh(MeshTrait):
             hosts = self._host_mesh._hosts if self._host_mesh is not None else []
             _kill_records(root, [p for p in alive if not p.gone], [(h, None) for h in hosts or []])
             waiter.wait(5.0)
+        # A proc whose connection dropped is declared lost after a short grace when no exit report
+        # came; its host agent, if alive, still sends its last lines and then the report (a loaded
+        # machine can take longer than the grace). Wait for those reports, boundedly.
+        late = [p for p in alive if p.lost and p.returncode is None
+                and p.meta.get("agent") not in rt.dead_peers]
+        if late:
+            root.launches.expect_exits(late, reports=True).wait(_LATE_REPORTS_S)
         root.output.drain(timeout=STOP_TIMEOUT())  # their lines came before their exit reports
         for p in self._procs:
             root.launches.forget(p.ident)
