@@ -35,6 +35,7 @@ _EXPORTS = {
     "HostMesh": "tetrarch._runtime._procmesh",
     "this_host": "tetrarch._runtime._procmesh",
     "this_proc": "tetrarch._runtime._procmesh",
+    "get_or_spawn_controller": "tetrarch._runtime._controller",
     "shutdown_context": "tetrarch._runtime._shutdown",
     "context": "tetrarch._runtime._context",
     "Context": "tetrarch._runtime._context",
@@ -107,6 +108,7 @@ __all__ = [
     "current_rank",
     "current_size",
     "endpoint",
+    "get_or_spawn_controller",
     "send",
     "shutdown_context",
     "this_host",
@@ -144,6 +146,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._runtime._actor import Actor, concurrent_endpoint, endpoint
     from ._runtime._channel import Accumulator, Channel, send
     from ._runtime._context import Context, context, current_actor_name, current_rank, current_size
+    from ._runtime._controller import get_or_spawn_controller
     from ._runtime._endpoint import Endpoint
     from ._runtime._future import Future
     from ._runtime._mesh import ActorMesh

@@ -62,6 +62,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_mesh``       ActorMesh
     ``_hostalloc``  which allocator starts a host mesh (the registry's selection rules)
     ``_procmesh``   HostMesh, ProcMesh, this_host(), this_proc()
+    ``_controller`` get_or_spawn_controller(): one named singleton actor per process
     ``_shutdown``   shutdown_context(), and stopping what the client started at exit
     ``_job``        jobs: named host meshes from an allocator (``tetrarch.job``)
     ``_channel``    Channel, send(), Accumulator
@@ -94,7 +95,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("process", ("tetrarch._runtime._root",)),
     ("rdma", ("tetrarch._rdma",)),
     ("meshes", tuple(f"tetrarch._runtime.{m}" for m in (
-        "_mesh", "_hostalloc", "_procmesh", "_shutdown", "_job", "_channel"))),
+        "_mesh", "_hostalloc", "_procmesh", "_controller", "_shutdown", "_job", "_channel"))),
     ("spmd", ("tetrarch._spmd",)),
     ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main")),
 )
