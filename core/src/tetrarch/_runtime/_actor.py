@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from typing import (
     TYPE_CHECKING,
@@ -44,6 +45,19 @@ class Actor:
 
     Optional hooks: ``__supervise__(self, failure)`` and ``__cleanup__(self, exc)``.
     """
+
+    @functools.cached_property
+    def logger(self) -> logging.Logger:
+        """This actor's ``logging.Logger``, named after its class (``Trainer``), as Monarch's is.
+
+        Usable in ``__init__``, endpoints and ``__cleanup__``. Its level is left unset, so it
+        follows the proc's root logger: ``procs.logging_option(level=logging.INFO)`` shows
+        ``self.logger.info(...)``, warnings show by default. Records made inside the actor
+        (through this logger or any other) carry ``record.actor`` (``trainers[gpus=1]``), and
+        the proc's default stderr handler writes them as ``[actor=trainers[gpus=1]] INFO:Trainer:...``.
+        Assigning ``self.logger`` replaces it for the instance.
+        """
+        return logging.getLogger(type(self).__name__)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

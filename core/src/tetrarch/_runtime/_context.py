@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextvars
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._errors import UsageError
 from ._shape import Extent, Point
 
-__all__ = ["Context", "Instance", "ProcMeshLike", "context", "current_actor_name", "current_rank", "current_size"]
+__all__ = ["Context", "Instance", "ProcMeshLike", "actor_label", "context", "current_actor_name", "current_rank",
+           "current_size", "install_log_context"]
 
 
 class ProcMeshLike(Protocol):
@@ -134,3 +136,37 @@ def current_size() -> dict[str, int]:
 def current_actor_name() -> str:
     """A readable, unique name of the running actor (``<root>`` on the client)."""
     return str(context().actor_instance)
+
+
+def actor_label(instance: Instance) -> str:
+    """How log records name an actor: its mesh name and rank, ``trainers[gpus=1]`` (``name`` alone for a singleton)."""
+    rank = instance.rank
+    if not len(rank):
+        return instance.name
+    return f"{instance.name}[{','.join(f'{k}={v}' for k, v in rank.items())}]"
+
+
+_installed: list[bool] = [False]
+
+
+def install_log_context() -> None:
+    """Give every ``logging.LogRecord`` made in this process an ``actor`` attribute.
+
+    ``record.actor`` is the label of the actor whose endpoint, ``__init__`` or ``__cleanup__``
+    made the record (:func:`actor_label`), ``""`` outside actors. Any logger counts, not only
+    ``Actor.logger``: the actor is found through the context the runner sets per message, so the
+    cost is one context-variable read per record and nothing on the call path. Idempotent; wraps
+    whichever record factory is installed already.
+    """
+    if _installed[0]:
+        return
+    _installed[0] = True
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        info = _current.get()
+        record.actor = actor_label(info.instance) if info is not None else ""
+        return record
+
+    logging.setLogRecordFactory(factory)

@@ -325,14 +325,30 @@ def set_log_level(level: int) -> None:
     """Let Python ``logging`` records of ``level`` and above through in this process.
 
     Sets the root logger's level; when the root logger has no handler, adds one that
-    writes to stderr (without it records below WARNING would go nowhere).
+    writes to stderr (without it records below WARNING would go nowhere), in
+    ``logging.BASIC_FORMAT`` led by ``[actor=...]`` for records made inside an actor.
     """
     root = logging.getLogger()
     root.setLevel(level)
     if not root.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+        handler.setFormatter(ActorFormatter())
         root.addHandler(handler)
+
+
+class ActorFormatter(logging.Formatter):
+    """``logging.BASIC_FORMAT``, led by ``[actor=<mesh>[<rank>]] `` for records made inside an actor.
+
+    The actor comes from ``record.actor`` (see ``_context.install_log_context``, which procs install).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.BASIC_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        actor = getattr(record, "actor", "")
+        return f"[actor={actor}] {text}" if actor else text
 
 
 # -- logging_option -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from .._config import ENV_OWNER_ADDR, ENV_PROC_COORDS, ENV_PROC_ID, ENV_PROC_MES
 from .._log import get_logger
 from .._plugins import BackendNotFound, BackendUnavailable
 from . import _stdio
+from ._context import install_log_context
 from ._launch import announce_ready, start_heartbeat
 from ._output import set_process_title
 from ._root import adopt_client_sys_path, install_root, launched_root
@@ -35,6 +36,7 @@ def main() -> int:
     _stdio.install()
     if isinstance(sys.stdout, io.TextIOWrapper) and not sys.stdout.line_buffering:
         sys.stdout.reconfigure(line_buffering=True)
+    install_log_context()  # log records made inside an actor carry it (record.actor)
     faulthandler.enable()  # a crash (segfault, abort) writes the Python stacks to stderr, which is forwarded
     adopt_client_sys_path()
     done = threading.Event()
