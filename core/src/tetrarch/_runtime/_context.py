@@ -153,7 +153,9 @@ def install_log_context() -> None:
     """Give every ``logging.LogRecord`` made in this process an ``actor`` attribute.
 
     ``record.actor`` is the label of the actor whose endpoint, ``__init__`` or ``__cleanup__``
-    made the record (:func:`actor_label`), ``""`` outside actors. Any logger counts, not only
+    made the record (:func:`actor_label`), ``""`` outside actors; ``record.actor_name`` is its
+    mesh name alone (what the forwarded stderr format shows: the line's prefix already names the
+    proc's coordinates, and lines that differ only in rank still fold). Any logger counts, not only
     ``Actor.logger``: the actor is found through the context the runner sets per message, so the
     cost is one context-variable read per record and nothing on the call path. Idempotent; wraps
     whichever record factory is installed already.
@@ -167,6 +169,7 @@ def install_log_context() -> None:
         record = previous(*args, **kwargs)
         info = _current.get()
         record.actor = actor_label(info.instance) if info is not None else ""
+        record.actor_name = info.instance.name if info is not None else ""
         return record
 
     logging.setLogRecordFactory(factory)

@@ -337,9 +337,12 @@ def set_log_level(level: int) -> None:
 
 
 class ActorFormatter(logging.Formatter):
-    """``logging.BASIC_FORMAT``, led by ``[actor=<mesh>[<rank>]] `` for records made inside an actor.
+    """``logging.BASIC_FORMAT``, led by ``[actor=<mesh>] `` for records made inside an actor.
 
-    The actor comes from ``record.actor`` (see ``_context.install_log_context``, which procs install).
+    The actor comes from ``record.actor_name`` (see ``_context.install_log_context``, which procs
+    install). The rank is left out: the forwarded line's prefix (``[trainers gpus=1]``) already
+    names it, and identical records of many ranks then still fold (``aggregate_window_sec``).
+    ``record.actor`` (mesh and rank) is there for formats of one's own (``%(actor)s``).
     """
 
     def __init__(self) -> None:
@@ -347,7 +350,7 @@ class ActorFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        actor = getattr(record, "actor", "")
+        actor = getattr(record, "actor_name", "")
         return f"[actor={actor}] {text}" if actor else text
 
 
