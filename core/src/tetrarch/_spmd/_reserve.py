@@ -25,16 +25,19 @@ from .._runtime._job import JobTrait, LocalJob, ProcessJob
 from .._runtime._procmesh import HostMesh, ProcMesh
 from .._runtime._root import get_root
 from .._runtime._shutdown import _kill_records
+from ._guard import GRACE_S
 from ._procside import ServedRank
-from ._target import RankExitError, Target
+from ._target import RankExitError, RunAbortedError, Target
 
 __all__ = ["Reservation", "RunOutcome", "make_job"]
 
 #: How long setting up the ranks (importing torch, starting the store) may take, in seconds.
 SETUP_TIMEOUT = 300.0
-#: After the first failed rank, how long the others get to end on their own before their procs
-#: are killed (a rank blocked in a collective never does), in seconds.
-FAILURE_GRACE = 0.5
+#: After the first failed rank, how long the others get to end before their procs are killed, in
+#: seconds: a backstop. SPMDActor.main's failure line already stops a rank still blocked
+#: ``GRACE_S`` after the abort (its proc exits with a line saying why, see ``_guard``); this
+#: catches what that cannot (a rank whose failure line broke, a proc that will not exit).
+FAILURE_GRACE = GRACE_S + 1.0
 #: The name of the proc mesh: each line a rank prints reaches the caller as ``[ranks gpus=1] ...``.
 MESH_NAME = "ranks"
 LOCAL_DIM = "gpus"
@@ -255,10 +258,9 @@ class Reservation:
         sizes = dict(procs.sizes)
         if isinstance(exc, ActorError):
             inner = exc.exception
-            if _aborted(exc):  # every error we have is a rank stopped because another failed first
-                failed = getattr(inner, "failed_rank", None)
-                return RunOutcome(ok=False, status=1, rank=failed if isinstance(failed, int) else None,
-                                  kind="exception", error_type=type(inner).__name__, message=str(inner))
+            if isinstance(inner, RunAbortedError):  # every error we have is a consequence of another's
+                return RunOutcome(ok=False, status=1, rank=inner.failed_rank, kind="exception",
+                                  error_type=type(inner).__name__, message=str(inner))
             if isinstance(inner, RankExitError):
                 return RunOutcome(ok=False, status=inner.status or 1, rank=inner.rank, kind="exit",
                                   error_type="RankExitError", message=str(inner))
@@ -272,7 +274,7 @@ class Reservation:
 
 def _aborted(exc: BaseException) -> bool:
     """Whether ``exc`` is a rank stopped because another rank failed first (``SPMDActor.main``'s abort)."""
-    return isinstance(exc, ActorError) and hasattr(exc.exception, "failed_rank")
+    return isinstance(exc, ActorError) and isinstance(exc.exception, RunAbortedError)
 
 
 def _root_cause(first: BaseException, futures: list[Any]) -> BaseException:
