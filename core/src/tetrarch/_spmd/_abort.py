@@ -57,6 +57,12 @@ def _unescape(text: str) -> str:
     return text.replace("\\n", "\n")
 
 
+def _take_lines(buf: bytes) -> tuple[list[str], bytes]:
+    """The complete lines in ``buf`` (decoded) and what follows the last one."""
+    *lines, rest = buf.split(b"\n")
+    return [raw.decode("utf-8", "replace") for raw in lines], rest
+
+
 @dataclass
 class Verdict:
     """The hub's answer to a rank's ``FAIL``: whether it is the run's first failure.
@@ -162,10 +168,9 @@ class Hub:
         if not data:
             self._eof(conn)
             return
-        conn.buf += data
-        while b"\n" in conn.buf:
-            raw, conn.buf = conn.buf.split(b"\n", 1)
-            if not self._handle(conn, raw.decode("utf-8", "replace")):
+        lines, conn.buf = _take_lines(conn.buf + data)
+        for line in lines:
+            if not self._handle(conn, line):
                 return
         if len(conn.buf) >= MAX_LINE:
             self._drop(conn)
@@ -301,10 +306,9 @@ class Link:
                     self._abort(0, f"rank 0: {_GONE} (its failure line closed)")
                 self._answered.set()
                 return
-            buf += data
-            while b"\n" in buf:
-                raw, buf = buf.split(b"\n", 1)
-                self._handle(raw.decode("utf-8", "replace"))
+            lines, buf = _take_lines(buf + data)
+            for line in lines:
+                self._handle(line)
             if len(buf) >= MAX_LINE:
                 buf = b""
 
