@@ -54,7 +54,8 @@ class Actor:
         follows the proc's root logger: ``procs.logging_option(level=logging.INFO)`` shows
         ``self.logger.info(...)``, warnings show by default. Records made inside the actor
         (through this logger or any other) carry ``record.actor`` (``trainers[gpus=1]``), and
-        the proc's default stderr handler writes them as ``[actor=trainers[gpus=1]] INFO:Trainer:...``.
+        the proc's default stderr handler writes them as ``[actor=trainers] INFO:Trainer:...``
+        (the forwarded line's prefix names the rank).
         Assigning ``self.logger`` replaces it for the instance.
         """
         return logging.getLogger(type(self).__name__)

@@ -52,7 +52,6 @@ __all__ = ["HostAgent", "main", "proc_visible_devices"]
 _log = get_logger("host")
 
 
-
 def proc_visible_devices(gpu: int, host_visible: str | None) -> str:
     """``CUDA_VISIBLE_DEVICES`` for proc ``gpu`` of a ``gpus`` dimension, given the host agent's own value.
 

@@ -296,6 +296,7 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
 #: Seconds a stop waits for the exit reports of procs declared lost while their host agent lives.
 _LATE_REPORTS_S = 5.0
 
+
 class ProcMesh(MeshTrait):
     """OS processes (procs) on a host mesh; spawn actors on them."""
 
