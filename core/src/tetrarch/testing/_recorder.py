@@ -95,3 +95,15 @@ class Recorder:
     def wait_closed(self, conn: Connection) -> BaseException | None:
         self.wait(lambda: id(conn) in self._closes, f"on_close of {conn.peer}")
         return self.closes(conn)[0]
+
+    def wait_any_closed(self, count: int = 1) -> list[Connection]:
+        """Wait until ``count`` accepted connections saw ``on_close``; return those closed.
+
+        Use it when a test closes a connection from the dialing side: the order in which a
+        listener accepts concurrent dials need not follow the order they were made in.
+        """
+        def closed() -> list[Connection]:
+            return [c for c in self.opened if id(c) in self._closes]
+        self.wait(lambda: len(closed()) >= count, f"on_close of {count} accepted connection(s)")
+        with self._cond:
+            return closed()
