@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from tetrarch import Actor, endpoint
-from tetrarch._config import SETTINGS
+from tetrarch._config import SETTINGS, get_global_config
 
 
 class SettingProbe(Actor):
@@ -14,3 +14,8 @@ class SettingProbe(Actor):
         """The setting's value in this proc, its source, and its environment variable's text."""
         setting = SETTINGS[key]
         return setting(), setting.source(), os.environ.get(setting.env)
+
+    @endpoint
+    def read_monarch(self, name: str) -> object:
+        """The value this proc shows under Monarch's name ``name``."""
+        return get_global_config()[name]

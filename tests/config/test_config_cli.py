@@ -67,7 +67,8 @@ def test_an_invalid_variable_is_shown_and_fails_the_command() -> None:
     assert result.returncode == 1
     row = next(r for r in json.loads(result.stdout) if r["key"] == "connect_timeout")
     assert (row["value"], row["source"]) == ("soon", "environment")
-    assert row["error"] == "environment variable TETRARCH_CONNECT_TIMEOUT='soon' must be a number of seconds"
+    assert row["error"] == ("environment variable TETRARCH_CONNECT_TIMEOUT='soon' must be a number of seconds "
+                            "(or a duration such as '30s', '1m 30s' or '500ms')")
     assert "tetrarch: environment variable TETRARCH_CONNECT_TIMEOUT='soon'" in result.stderr
     table = run_cli("config", env={"TETRARCH_CONNECT_TIMEOUT": "soon"})
     assert table.returncode == 1 and "soon (invalid)" in table.stdout

@@ -143,7 +143,8 @@ def test_environment_text_is_parsed_by_type(monkeypatch: pytest.MonkeyPatch) -> 
     ("env", "raw", "message"),
     [
         ("TETRARCH_STOP_TIMEOUT", "ten",
-         "environment variable TETRARCH_STOP_TIMEOUT='ten' must be a number of seconds"),
+         ("environment variable TETRARCH_STOP_TIMEOUT='ten' must be a number of seconds "
+         "(or a duration such as '30s', '1m 30s' or '500ms')")),
         ("TETRARCH_TEST_SLOWDOWN", "x2", "environment variable TETRARCH_TEST_SLOWDOWN='x2' must be a number"),
         ("TETRARCH_RDMA_FALLBACK", "maybe",
          "environment variable TETRARCH_RDMA_FALLBACK='maybe' must be a boolean (1/0, true/false, yes/no, on/off)"),
@@ -184,7 +185,8 @@ def test_configure_coerces_like_the_environment() -> None:
 
 
 def test_configure_names_the_valid_keys_for_an_unknown_one() -> None:
-    with pytest.raises(TypeError, match=r"unknown setting.*stop_timout; valid: host_start_timeout, .*stop_timeout"):
+    with pytest.raises(TypeError, match=r"unknown setting.*stop_timout \(did you mean stop_timeout\?\); "
+                                        r"valid: host_start_timeout, .*stop_timeout"):
         configure(stop_timout=1)
     with pytest.raises(ValueError, match=r"unknown setting 'nope'; valid: .*test_slowdown"):
         source("nope")

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.transport_independent
 PACKAGE = Path(tetrarch.__file__).parent
 #: Public façades and tools that sit on top of the whole stack.
 ABOVE_THE_STACK = {"tetrarch", "tetrarch.__main__", "tetrarch._cli", "tetrarch._doctor", "tetrarch.plugins",
-                   "tetrarch.job", "tetrarch.job.spmd", "tetrarch.rdma", "tetrarch.spmd", "tetrarch._runtime"}
+                   "tetrarch.job", "tetrarch.job.spmd", "tetrarch.rdma", "tetrarch.spmd", "tetrarch._runtime",
+                   "tetrarch.config"}
 
 
 def _module_name(path: Path) -> str:

@@ -7,8 +7,13 @@ default. Values are read at call time (``STOP_TIMEOUT()``), so a test's
 
 :func:`config_env` renders the settings that reach procs spawned afterwards; the
 runtime passes it to every proc it starts. The ``TETRARCH_*`` variables the kernel
-itself sets for the processes it starts are no settings; they are declared here too
-(:data:`LAUNCH_VARS`) so that every ``TETRARCH_*`` name lives in this module.
+itself sets for the processes it starts are no settings; they are declared in
+:mod:`tetrarch._config_launch` (:data:`LAUNCH_VARS`) and importable from here, so that
+every ``TETRARCH_*`` name can be imported from this module.
+
+:func:`configure` also takes Monarch's names for the settings tetrarch has
+(``mesh_orphan_timeout="60s"``) and refuses Monarch's other names with the way to get
+the same effect here; :mod:`tetrarch._config_monarch` holds that table.
 
 ``python -m tetrarch._config_doc --markdown`` prints the tables of ``docs/configuration.md``;
 ``--update docs/configuration.md`` rewrites them there.
@@ -24,65 +29,41 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, Literal, TypeVar
 
+from ._config_launch import (
+    ENV_ALLOC_ID,
+    ENV_ALLOC_TRANSPORT,
+    ENV_AT_DEFAULT,
+    ENV_CLIENT_ADDR,
+    ENV_HOST_AGENT_ADDR,
+    ENV_HOST_INDEX,
+    ENV_OWNER_ADDR,
+    ENV_PROC_COORDS,
+    ENV_PROC_ID,
+    ENV_PROC_MESH,
+    ENV_RANK_DIM,
+    ENV_SECRET_FD,
+    ENV_SECRET_FILE,
+    ENV_SIZE_DIM,
+    ENV_SPANS_HOSTS,
+    ENV_SPMD_BACKEND,
+    ENV_SYS_PATH,
+    LAUNCH_VARS,
+    LaunchVar,
+)
+from ._config_monarch import DURATION_WORDS, MONARCH_ALIASES, MONARCH_REFUSED, closest, parse_duration, translate
 from ._errors import ArgumentTypeError, ConfigError
 
 __all__ = [
-    "AGGREGATE_WINDOW",
-    "ALLOCATOR",
-    "BATCH_IO_THREADS",
-    "CLEANUP_TIMEOUT",
-    "CONFIG_VARS",
-    "CONNECT_TIMEOUT",
-    "DISABLE_PLUGINS",
-    "EFA_ALLOW_UNCHECKED_ACCESS",
-    "EFA_PROVIDER",
-    "ENV_ALLOC_ID",
-    "ENV_ALLOC_TRANSPORT",
-    "ENV_AT_DEFAULT",
-    "ENV_CLIENT_ADDR",
-    "ENV_HOST_AGENT_ADDR",
-    "ENV_HOST_INDEX",
-    "ENV_OWNER_ADDR",
-    "ENV_PROC_COORDS",
-    "ENV_PROC_ID",
-    "ENV_PROC_MESH",
-    "ENV_RANK_DIM",
-    "ENV_SECRET_FD",
-    "ENV_SECRET_FILE",
-    "ENV_SIZE_DIM",
-    "ENV_SPMD_BACKEND",
-    "ENV_SYS_PATH",
-    "FORWARD_OUTPUT",
-    "FROZEN_TIMEOUT",
-    "HEARTBEAT_INTERVAL",
-    "HOST_START_TIMEOUT",
-    "HOST_TIMEOUT",
-    "LAUNCH_VARS",
-    "ORPHAN_TIMEOUT",
-    "PLUGINS_STRICT",
-    "PROC_START_TIMEOUT",
-    "RDMA_BACKEND",
-    "RDMA_CHUNK_SIZE",
-    "RDMA_DEVICE",
-    "RDMA_FALLBACK",
-    "RDMA_TCP_CHUNK_SIZE",
-    "RDMA_TCP_WINDOW",
-    "SETTINGS",
-    "SPIN_US",
-    "STANDBY",
-    "STOP_TIMEOUT",
-    "TEST_SLOWDOWN",
-    "TRANSPORT",
-    "VERBS_MAX_WR",
-    "LaunchVar",
-    "Setting",
-    "Source",
-    "at_default",
-    "config_env",
-    "configure",
-    "configured",
-    "display",
-    "env_float",
+    "AGGREGATE_WINDOW", "ALLOCATOR", "BATCH_IO_THREADS", "CLEANUP_TIMEOUT", "CONFIG_VARS", "CONNECT_TIMEOUT",
+    "DISABLE_PLUGINS", "EFA_ALLOW_UNCHECKED_ACCESS", "EFA_PROVIDER", "ENV_ALLOC_ID", "ENV_ALLOC_TRANSPORT",
+    "ENV_AT_DEFAULT", "ENV_CLIENT_ADDR", "ENV_HOST_AGENT_ADDR", "ENV_HOST_INDEX", "ENV_OWNER_ADDR",
+    "ENV_PROC_COORDS", "ENV_PROC_ID", "ENV_PROC_MESH", "ENV_RANK_DIM", "ENV_SECRET_FD", "ENV_SECRET_FILE",
+    "ENV_SIZE_DIM", "ENV_SPANS_HOSTS", "ENV_SPMD_BACKEND", "ENV_SYS_PATH", "FORWARD_OUTPUT", "FROZEN_TIMEOUT",
+    "HEARTBEAT_INTERVAL", "HOST_START_TIMEOUT", "HOST_TIMEOUT", "LAUNCH_VARS", "ORPHAN_TIMEOUT",
+    "PLUGINS_STRICT", "PROC_START_TIMEOUT", "RDMA_BACKEND", "RDMA_CHUNK_SIZE", "RDMA_DEVICE", "RDMA_FALLBACK",
+    "RDMA_TCP_CHUNK_SIZE", "RDMA_TCP_WINDOW", "SETTINGS", "SPIN_US", "STANDBY", "STOP_TIMEOUT", "TEST_SLOWDOWN",
+    "TRANSPORT", "VERBS_MAX_WR", "LaunchVar", "Setting", "Source", "at_default", "clear_runtime_config",
+    "config_env", "configure", "configured", "display", "env_float", "get_global_config", "get_runtime_config",
     "source",
 ]
 
@@ -205,6 +186,8 @@ class Setting(Generic[T]):
     def parse(self, raw: str, *, origin: str | None = None) -> T:
         """The value that the text ``raw`` (as in the environment) stands for.
 
+        A setting in seconds also reads a duration as Monarch writes it (``"30s"``, ``"1m 30s"``).
+
         Raises:
             ValueError: ``raw`` is not a valid value; the message names ``origin``
                 (default: ``environment variable <ENV>='<raw>'``) and the expected type.
@@ -212,8 +195,14 @@ class Setting(Generic[T]):
         try:
             value: T = _PARSERS[self.type](raw.strip())
         except ValueError:
+            if self.unit == "seconds":
+                try:
+                    return parse_duration(raw)  # type: ignore[return-value]
+                except ValueError:
+                    pass
             where = origin or f"environment variable {self.env}={raw!r}"
-            raise ConfigError(f"{where} must be {self.expected}") from None
+            also = f" (or {DURATION_WORDS})" if self.unit == "seconds" else ""
+            raise ConfigError(f"{where} must be {self.expected}{also}") from None
         return value
 
     def coerce(self, value: object) -> T:
@@ -398,92 +387,6 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
 CONFIG_VARS = tuple(s.env for s in SETTINGS.values() if s.propagate)
 
 
-# ------------------------------------------------------------------ launch variables
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchVar:
-    """A variable the kernel sets for a process it starts; internal, not a user setting.
-
-    ``name`` is the variable; a ``<DIM>`` in it stands for a mesh dimension's label
-    (see :meth:`for_dim`).
-    """
-
-    name: str
-    doc: str
-
-    def for_dim(self, label: str) -> str:
-        """The variable for the mesh dimension ``label``: ``TETRARCH_RANK_<DIM>`` -> ``TETRARCH_RANK_GPUS``.
-
-        Raises:
-            ValueError: this variable has no ``<DIM>``.
-        """
-        if "<DIM>" not in self.name:
-            raise ConfigError(f"{self.name} is not per dimension")
-        return self.name.replace("<DIM>", label.upper())
-
-
-ENV_SECRET_FD = LaunchVar(
-    "TETRARCH_SECRET_FD", "number of an inherited pipe holding the allocation's secret, which authenticates every "
-    "connection (local launches); the host agent or proc reads it once at start and closes it. The secret itself "
-    "is never in any process's environment or command line",
-)
-ENV_SECRET_FILE = LaunchVar(
-    "TETRARCH_SECRET_FILE", "path of a file only the user can read (0600) holding the allocation's secret, for "
-    "launchers that start host agents on other machines (no pipe can travel there); read once at start, then "
-    "deleted. Used when `TETRARCH_SECRET_FD` is not set",
-)
-ENV_CLIENT_ADDR = LaunchVar("TETRARCH_CLIENT_ADDR", "address of the client a host agent connects back to")
-ENV_ALLOC_ID = LaunchVar("TETRARCH_ALLOC_ID", "identity of the allocation a host agent belongs to")
-ENV_HOST_INDEX = LaunchVar(
-    "TETRARCH_HOST_INDEX", "a host agent's index in its allocation, 0..hosts-1 (else `SLURM_PROCID`, else 0)"
-)
-ENV_OWNER_ADDR = LaunchVar("TETRARCH_OWNER_ADDR", "address of a proc's owner, which it reports ready to and pings")
-ENV_PROC_ID = LaunchVar("TETRARCH_PROC_ID", "a proc's identity, e.g. `procs-1a2b[3]`")
-ENV_HOST_AGENT_ADDR = LaunchVar("TETRARCH_HOST_AGENT_ADDR", "address of the host agent that started a proc")
-ENV_SYS_PATH = LaunchVar(
-    "TETRARCH_SYS_PATH", "the spawning client's `sys.path`; a proc appends the existing entries it lacks"
-)
-ENV_PROC_MESH = LaunchVar("TETRARCH_PROC_MESH", "name of the proc mesh a proc belongs to")
-ENV_RANK_DIM = LaunchVar(
-    "TETRARCH_RANK_<DIM>", "a proc's coordinate along the mesh dimension `<DIM>` (its label upper-cased)"
-)
-ENV_SIZE_DIM = LaunchVar("TETRARCH_SIZE_<DIM>", "the size of the mesh dimension `<DIM>`")
-ENV_PROC_COORDS = LaunchVar(
-    "TETRARCH_PROC_COORDS", "a proc's coordinates in its mesh, `hosts=0 gpus=1`: with its mesh name, the prefix of "
-    "its output lines and its process title"
-)
-ENV_ALLOC_TRANSPORT = LaunchVar(
-    "TETRARCH_ALLOC_TRANSPORT", "the transport backend of the allocation (the one its client uses): a host agent or "
-    "proc listens and dials with exactly this one, whatever `TETRARCH_TRANSPORT` says where it runs, and exits with "
-    "an error naming it (and the `pip install` that provides it) when it cannot load it"
-)
-ENV_SPANS_HOSTS = LaunchVar(
-    "TETRARCH_SPANS_HOSTS", "`1` for the host agents and procs of an allocation that spans hosts: they listen on a "
-    "routable address instead of loopback"
-)
-ENV_AT_DEFAULT = LaunchVar(
-    "TETRARCH_AT_DEFAULT", "the propagating settings' variables (space-separated) a client has at their defaults "
-    "when it spawns procs: the host agent drops them from the environment it gives them, so a value it started "
-    "with (inside a `configured` block) does not leak into procs spawned later"
-)
-
-#: Every launch variable by name, in documentation order.
-ENV_SPMD_BACKEND = LaunchVar(
-    "TETRARCH_SPMD_BACKEND",
-    "the torch.distributed backend the ranks of an SPMD run agreed on (`nccl` or `gloo`), set by "
-    "`SPMDActor.main`/`setup_torch_elastic_env`; `tetrarch.spmd.pick_backend()` follows it")
-
-LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
-    v.name: v
-    for v in (
-        ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
-        ENV_HOST_AGENT_ADDR, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM, ENV_PROC_COORDS,
-        ENV_SPANS_HOSTS, ENV_ALLOC_TRANSPORT, ENV_AT_DEFAULT, ENV_SPMD_BACKEND,
-    )
-})
-
-
 # ------------------------------------------------------------------ values set from code
 
 _code_values: dict[str, Any] = {}  # key -> value; replaced under _lock, read without it
@@ -500,11 +403,23 @@ def probe_generation() -> int:
 
 
 def _staged(caller: str, values: Mapping[str, object]) -> dict[str, Any]:
-    """``values`` validated: key -> coerced value, or ``_UNSET`` for None (drop it)."""
+    """``values`` (Monarch's names translated) validated: key -> coerced value, or ``_UNSET`` for None (drop it)."""
+    values = translate(caller, values, SETTINGS)
     unknown = sorted(set(values) - set(SETTINGS))
     if unknown:
-        raise ArgumentTypeError(f"{caller}() got unknown setting(s) {', '.join(unknown)}; valid: {', '.join(SETTINGS)}")
+        raise ArgumentTypeError(f"{caller}() got unknown setting(s) {_with_hints(unknown)}; valid: "
+                                f"{', '.join(SETTINGS)}, or Monarch's names (docs/configuration.md#monarch-names)")
     return {k: _UNSET if v is None else SETTINGS[k].coerce(v) for k, v in values.items()}
+
+
+def _with_hints(names: list[str]) -> str:
+    """``names``, each followed by the nearest known name it may be a misspelling of."""
+    known = [*SETTINGS, *MONARCH_ALIASES, *MONARCH_REFUSED]
+    hinted = []
+    for name in names:
+        near = closest(name, known)
+        hinted.append(f"{name} (did you mean {near}?)" if near else name)
+    return ", ".join(hinted)
 
 
 def _apply(staged: Mapping[str, Any]) -> dict[str, Any]:
@@ -531,42 +446,87 @@ def configure(**values: object) -> None:
     settings that propagate reach procs spawned afterwards (:func:`config_env`).
     Values are validated as the environment's are (text is parsed the same way);
     ``None`` drops a value set from code. Nothing is set unless every value is valid.
+    Monarch's names set the setting they stand for (``mesh_orphan_timeout="60s"`` sets
+    ``orphan_timeout``; docs/configuration.md, "Monarch names").
 
     Raises:
-        TypeError: an unknown key (the message lists the valid ones), or a value of
-            the wrong type.
-        ValueError: a value that is not valid for its setting.
+        TypeError: an unknown key (the message suggests the nearest known name and lists
+            the valid ones), or a value of the wrong type.
+        ValueError: a value that is not valid for its setting; a Monarch name tetrarch has
+            no setting for (the message says what to do instead); two names for one setting.
     """
     _apply(_staged("configure", values))
 
 
 @contextmanager
-def configured(**values: object) -> Iterator[None]:
+def configured(**values: object) -> Iterator[dict[str, Any]]:
     """:func:`configure` for the ``with`` block; the previous values set from code come back on exit.
 
-    Restores also when the block raises; blocks nest. Threads share the values: one
+    Yields :func:`get_global_config` as it is inside the block, as Monarch's ``configured``
+    does. Restores also when the block raises; blocks nest. Threads share the values: one
     thread's block is seen by the others while it lasts.
 
     Raises:
-        TypeError, ValueError: as :func:`configure` (on entry; nothing is set).
+        TypeError, ValueError: as :func:`configure` (on entry; nothing is set), and as
+            :func:`get_global_config`.
     """
     previous = _apply(_staged("configured", values))
     try:
-        yield
+        yield get_global_config()
     finally:
         _apply(previous)
+
+
+def _setting_named(name: str) -> tuple[Setting[Any], Any]:
+    """The setting ``name`` (a key or a Monarch name) reads, and how its value is shown under that name."""
+    alias = MONARCH_ALIASES.get(name)
+    if name in SETTINGS:
+        return SETTINGS[name], None
+    if alias is not None:
+        return SETTINGS[alias.key], alias.to_theirs
+    if name in MONARCH_REFUSED:
+        raise ConfigError(f"Monarch's setting {name!r} has no tetrarch equivalent: {MONARCH_REFUSED[name]}")
+    near = closest(name, [*SETTINGS, *MONARCH_ALIASES])
+    raise ConfigError(f"unknown setting {name!r}{f' (did you mean {near}?)' if near else ''}; valid: "
+                      f"{', '.join(SETTINGS)}, or Monarch's names (docs/configuration.md#monarch-names)")
 
 
 def source(key: str) -> Source:
     """Where the setting ``key``'s value comes from: ``"code"``, ``"environment"`` or ``"default"``.
 
+    ``key`` may be a Monarch name (``mesh_orphan_timeout``: the source of ``orphan_timeout``).
+
     Raises:
-        ValueError: an unknown key (the message lists the valid ones).
+        ValueError: an unknown key (the message suggests the nearest one and lists the valid
+            ones), or a Monarch name tetrarch has no setting for.
     """
-    setting = SETTINGS.get(key)
-    if setting is None:
-        raise ConfigError(f"unknown setting {key!r}; valid: {', '.join(SETTINGS)}")
-    return setting.source()
+    return _setting_named(key)[0].source()
+
+
+def get_global_config() -> dict[str, Any]:
+    """Every setting's current value (code > environment > default) by key, and by Monarch's names.
+
+    A Monarch name shows the value as Monarch would (durations as ``"1m 30s"``,
+    ``rdma_max_chunk_size_mb`` in MiB); a name both use (``cleanup_timeout``) shows
+    tetrarch's value. The dict is a snapshot: changing it changes nothing.
+
+    Raises:
+        ValueError: an environment variable holds no valid value (names it).
+    """
+    config: dict[str, Any] = {key: setting() for key, setting in SETTINGS.items()}
+    for name, alias in MONARCH_ALIASES.items():
+        config.setdefault(name, alias.to_theirs(config[alias.key]))
+    return config
+
+
+def get_runtime_config() -> dict[str, Any]:
+    """The values set from code (:func:`configure`), by key: ``configure(**get_runtime_config())`` restores them."""
+    return dict(_code_values)
+
+
+def clear_runtime_config() -> None:
+    """Drop every value set from code; the environment variables and defaults apply again."""
+    _apply(dict.fromkeys(_code_values, _UNSET))
 
 
 def config_env(*, complete: bool = False) -> dict[str, str]:

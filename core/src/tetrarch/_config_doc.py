@@ -1,4 +1,4 @@
-"""The generated tables of ``docs/configuration.md``: every setting and launch variable.
+"""The generated tables of ``docs/configuration.md``: every setting, launch variable and Monarch name.
 
     python -m tetrarch._config_doc --update docs/configuration.md   # rewrite them in place
     python -m tetrarch._config_doc --markdown                       # print them
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._config import LAUNCH_VARS, SETTINGS, display
+from ._config_monarch import MONARCH_ALIASES, MONARCH_REFUSED
 from ._errors import ConfigError
 
 __all__ = ["markdown_tables", "update_markdown"]
@@ -21,17 +22,38 @@ def _md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
+def _monarch_names(key: str) -> str:
+    return ", ".join(f"`{a.name}`" for a in MONARCH_ALIASES.values() if a.key == key) or "-"
+
+
+def _monarch_tables() -> list[str]:
+    """The section on Monarch's names: those tetrarch takes, then those it refuses and why."""
+    lines = ["### Monarch names", "",
+             ("`configure`, `configured` and `source` take these names of Monarch's `configure(...)` "
+             "(`monarch.config`) for the setting beside them; `get_global_config()` shows the value under "
+             "both names, in each one's form:"), "",
+             _md_row(["Monarch name", "sets", "Monarch's value, and how it differs"]), _md_row(["---"] * 3)]
+    lines += [_md_row([f"`{a.name}`", f"`{a.key}`", a.note]) for a in MONARCH_ALIASES.values()]
+    lines += ["", ("Monarch's other names raise `ValueError` with the reason below; a misspelt name raises "
+              "`TypeError` suggesting the nearest known one:"), "",
+              _md_row(["Monarch name", "why tetrarch has no such setting, and what to do instead"]),
+              _md_row(["---"] * 2)]
+    lines += [_md_row([f"`{name}`", why]) for name, why in sorted(MONARCH_REFUSED.items())]
+    return lines
+
+
 def markdown_tables() -> str:
-    """The settings table and the launch variables table of ``docs/configuration.md``, with their markers."""
-    lines = [_BEGIN, "", _md_row(["key", "environment variable", "type", "default", "reaches procs", "meaning"]),
-             _md_row(["---"] * 6)]
+    """The settings, launch variables and Monarch names tables of ``docs/configuration.md``, with their markers."""
+    lines = [_BEGIN, "", _md_row(["key", "environment variable", "type", "default", "reaches procs",
+                                  "Monarch names", "meaning"]),
+             _md_row(["---"] * 7)]
     for s in SETTINGS.values():
         lines.append(_md_row([f"`{s.key}`", f"`{s.env}`", s.expected, f"`{display(s, s.default)}`",
-                              "yes" if s.propagate else "no", s.doc]))
+                              "yes" if s.propagate else "no", _monarch_names(s.key), s.doc]))
     lines += ["", "Internal variables the kernel sets for the processes it starts (not settings):", "",
               _md_row(["variable", "meaning"]), _md_row(["---"] * 2)]
     lines += [_md_row([f"`{v.name}`", v.doc]) for v in LAUNCH_VARS.values()]
-    return "\n".join([*lines, "", _END])
+    return "\n".join([*lines, "", *_monarch_tables(), "", _END])
 
 
 def update_markdown(text: str) -> str:

@@ -7,6 +7,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
 ``foundation`` (outside ``_runtime``; import nothing of tetrarch above them)
     ``tetrarch._errors``   every error tetrarch raises (one tree under ``TetrarchError``)
     ``tetrarch._config``   every setting, declared once
+    ``tetrarch._config_launch``, ``_config_monarch``  the variables the kernel sets; Monarch's setting names
     ``tetrarch._log``      the ``tetrarch.*`` logger tree
     ``tetrarch._lazy``     lazy module attributes for the public packages
 
@@ -82,7 +83,8 @@ __all__ = ["LAYERS"]
 #: The stack, bottom first: ``(layer, modules)``. Module names are absolute; a package
 #: name stands for every module in it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
+    ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_launch", "tetrarch._config_monarch",
+                    "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
         "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
         "_early", "_secret", "_spawn", "_alloc", "_local_alloc", "_cma", "_stdio", "_procstate"))),
