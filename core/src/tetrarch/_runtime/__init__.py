@@ -29,6 +29,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_cma``        cross-memory attach: process_vm_readv/writev with another process of this host
     ``_stdio``      a proc's sys.stdout/sys.stderr: never blocked by a host agent that does not read
     ``_procstate``  what the OS says of a process (stopped, ended) and a tick that notices its own stalls
+    ``_stopguard``  bounds on a proc's stop: actors whose stop cannot begin, a finalisation that hangs
 
 ``transport`` (outside ``_runtime``)
     ``tetrarch._transport``  the transport interface, the builtin ipc/tcp transport, authentication
@@ -87,7 +88,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
         "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
-        "_early", "_secret", "_spawn", "_alloc", "_local_alloc", "_cma", "_stdio", "_procstate"))),
+        "_early", "_secret", "_spawn", "_alloc", "_local_alloc", "_cma", "_stdio", "_procstate", "_stopguard"))),
     ("transport", ("tetrarch._transport",)),
     ("plugins", ("tetrarch._plugins",)),
     ("router", ("tetrarch._runtime._router",)),

@@ -54,6 +54,7 @@ __all__ = [
     "report_exit",
     "report_frozen",
     "start_heartbeat",
+    "stderr_note",
 ]
 
 _log = get_logger("launch")
@@ -108,7 +109,7 @@ class ProcRecord:
 _TAIL_IN_REASON = 8
 
 
-def _stderr_note(tail: str) -> str:
+def stderr_note(tail: str) -> str:
     """``; its stderr ended with: ...`` (the last few lines, indented) for a death reason; '' if none."""
     lines = [line.rstrip() for line in tail.splitlines() if line.strip()][-_TAIL_IN_REASON:]
     if not lines:
@@ -170,6 +171,7 @@ class ExitWaiter:
 
     def __init__(self, tracker: LaunchTracker, records: list[ProcRecord], reports: bool = False) -> None:
         self._reports = reports
+        self._records = records
         self._pending = {r.ident for r in records if not self._done(r)}
         self._cond = threading.Condition(tracker._lock)
 
@@ -191,6 +193,23 @@ class ExitWaiter:
                     return False
                 self._cond.wait(left)
         return True
+
+    def wait_until(self, over: Callable[[ProcRecord], bool], deadline: float) -> bool:
+        """True once ``over(record)`` holds for every record; False at ``deadline`` (``time.monotonic()``).
+
+        ``over`` is checked whenever a record changes, and at least every
+        :data:`RECHECK_S` (it may depend on more than the records, e.g. dead peers).
+        """
+        with self._cond:
+            while not all(over(r) for r in self._records):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, self.RECHECK_S))
+        return True
+
+    #: Seconds between checks of :meth:`wait_until`'s condition when no record changes.
+    RECHECK_S = 1.0
 
 
 class LaunchTracker:
@@ -295,7 +314,7 @@ class LaunchTracker:
             address = rec.address
         if address:
             self.runtime.mark_dead(address, f"{rec.what} ({rec.where()}) died: {rec.describe_exit()}"
-                                            f"{_stderr_note(stderr_tail)}")
+                                            f"{stderr_note(stderr_tail)}")
 
     def frozen(self, report: _wire.ProcFrozen) -> None:
         """Its host agent found the proc ``report.ident`` stopped too long: declare it dead now.

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import difflib
 import pickle
+import threading
 from typing import Any, Generic, Protocol, TypeVar
 
+from .._config import STOP_TIMEOUT
 from .._errors import (
     ArgumentError,
     EndpointNotFoundError,
     NotOwnerError,
     SupervisionError,
 )
+from .._log import get_logger
 from . import _wire
 from ._actor import endpoints_of
 from ._collect import Claims, Collector, Targets, group_by_address
@@ -26,6 +29,11 @@ __all__ = ["ActorMesh"]
 
 #: The actor class of an ``ActorMesh[T]`` annotation.
 T = TypeVar("T")
+
+_log = get_logger("supervision")
+#: Seconds past ``TETRARCH_STOP_TIMEOUT`` (and its procs' own bound) after which an actor
+#: mesh's stop kills the procs that did not answer it.
+_BACKSTOP_GRACE_S = 5.0
 
 _RESERVED = {"stop", "slice", "initialized", "extent", "sizes", "size", "split", "rename", "flatten"}
 
@@ -153,7 +161,12 @@ class ActorMesh(MeshTrait, Generic[T]):
         """Stop the actors: pending messages are handled first, then ``__cleanup__`` runs.
 
         Calls made afterwards raise SupervisionError saying the mesh was stopped.
-        Stopping twice is a no-op.
+        Stopping twice is a no-op. Bounded by ``TETRARCH_STOP_TIMEOUT``: an actor whose
+        stop has not begun by then (its thread is blocked in ``__init__`` or an endpoint,
+        which Python cannot interrupt) cannot be stopped, so its proc exits, taking the
+        proc's other actors with it (their owners get the failure), and the reason is
+        logged here; ``__cleanup__`` is abandoned after ``TETRARCH_CLEANUP_TIMEOUT``.
+        The future completes (with None) once every actor stopped or its proc ended.
 
         Raises:
             ValueError: this is a slice or a reference (only the owner may stop).
@@ -177,16 +190,19 @@ class ActorMesh(MeshTrait, Generic[T]):
                 coll.fail(i, "proc unreachable")
         fut: Future[None] = Future._new()
         key = targets[0][1] if targets else ""
+        known_failed = bool(self._state.failed)
 
         def done(f: Future[Any]) -> None:
             try:
                 f.get()
-            except Exception:  # noqa: BLE001 - a dead proc counts as stopped
-                pass
+            except Exception as exc:  # noqa: BLE001 - a dead proc counts as stopped
+                if not known_failed:  # a proc that ended during the stop: say why (e.g. an actor it could not stop)
+                    _log.warning("stopping actor mesh %r: %s", self._name, exc)
             get_root().supervisor.release(key)
             fut._set_result(None)
 
         coll.futures[0].add_done_callback(done)
+        _backstop(coll.futures[0], self._name, self._proc_mesh, [a for a, _ in targets])
         return fut
 
     def __repr__(self) -> str:
@@ -194,6 +210,33 @@ class ActorMesh(MeshTrait, Generic[T]):
 
     def __reduce__(self):
         return (_rebuild, (self._name, self._cls, self._shape, self._ids))
+
+
+def _backstop(stopped: Future[Any], name: str, proc_mesh: _ProcMeshState | None, addresses: list[str]) -> None:
+    """Kill the procs of ``addresses`` if ``stopped`` is not done ``TETRARCH_STOP_TIMEOUT`` + a grace from now.
+
+    A proc ends an actor it cannot stop itself (:mod:`._stopguard`); this is for a proc
+    that could not even do that (a C call holding the GIL). The kill's death reports
+    complete the stop.
+    """
+    limit = STOP_TIMEOUT()
+
+    def watch() -> None:
+        try:
+            stopped.get(limit + _BACKSTOP_GRACE_S)
+            return
+        except TimeoutError:
+            pass
+        except Exception:  # noqa: BLE001 - over, failed or not
+            return
+        why = (f"actor mesh {name!r} was not stopped {limit + _BACKSTOP_GRACE_S:g} s after its stop "
+               f"(TETRARCH_STOP_TIMEOUT={limit:g}) and its procs did not end it")
+        kill = getattr(proc_mesh, "_kill_at", None)
+        _log.warning("%s: %s", why, "killing them" if kill is not None else "giving up on it")
+        if kill is not None:
+            kill(set(addresses), why)
+
+    threading.Thread(target=watch, name=f"tetrarch-stop-backstop-{name}", daemon=True).start()
 
 
 def _rebuild(name: str, cls: type, shape: Shape, ids: list[tuple[str, str]]) -> ActorMesh:

@@ -1,4 +1,10 @@
-"""Entry point of a proc: run a proc runtime until stopped or orphaned."""
+"""Entry point of a proc: run a proc runtime until stopped or orphaned.
+
+A stopped proc exits through the interpreter's normal finalisation (atexit handlers run,
+module globals are finalized, buffered output reaches its owner), bounded by what is left
+of its stop's ``TETRARCH_STOP_TIMEOUT`` (:func:`~._stopguard.guard_exit`). An orphaned
+proc, or one told to exit at once, ends with ``os._exit``: its actors may be blocked.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,20 @@ import io
 import os
 import sys
 import threading
+import time
 
-from .._config import ENV_OWNER_ADDR, ENV_PROC_COORDS, ENV_PROC_ID, ENV_PROC_MESH
+from .._config import ENV_OWNER_ADDR, ENV_PROC_COORDS, ENV_PROC_ID, ENV_PROC_MESH, STOP_TIMEOUT
 from .._log import get_logger
 from .._plugins import BackendNotFound, BackendUnavailable
 from . import _stdio
 from ._context import install_log_context
 from ._launch import announce_ready, start_heartbeat
 from ._output import set_process_title
+from ._procagent import ACTORS_SHARE
 from ._root import adopt_client_sys_path, install_root, launched_root
 from ._router import PeerUnreachable
 from ._secret import take_secret
+from ._stopguard import guard_exit
 
 __all__ = ["main"]
 
@@ -28,8 +37,9 @@ def main() -> int:
     secret = take_secret()  # from the inherited pipe, closed before user code runs; never the environment
     owner = os.environ[ENV_OWNER_ADDR.name]
     ident = os.environ[ENV_PROC_ID.name]
-    set_process_title(" ".join(filter(None, ("tetrarch proc", os.environ.get(ENV_PROC_MESH.name, ident),
-                                             os.environ.get(ENV_PROC_COORDS.name)))))
+    what = " ".join(filter(None, ("proc", os.environ.get(ENV_PROC_MESH.name, ident),
+                                  os.environ.get(ENV_PROC_COORDS.name))))
+    set_process_title(f"tetrarch {what}")
     # stdout and stderr are pipes to the host agent: Python's writes to them never block on an
     # agent that does not read (_stdio), and each line is written when printed, not when a
     # block fills (an actor's print shows at once, and none waits in a buffer a hard exit loses).
@@ -70,8 +80,13 @@ def main() -> int:
     heartbeat = start_heartbeat(root.runtime, owner, orphan)
     done.wait()
     heartbeat.set()  # a ping that fails from here on is our own closing, not a lost owner
+    agent = root.proc_agent
+    if not (orphaned or agent.exit_reason):  # stopped: finalise normally, within what is left of the stop
+        limit = STOP_TIMEOUT()
+        left = agent.stop_deadline - time.monotonic() if agent.stop_deadline else limit * (1 - ACTORS_SHARE)
+        guard_exit(what, max(left, 0.1), limit)
     root.close()
-    if orphaned or root.proc_agent.exit_reason:
+    if orphaned or agent.exit_reason:
         _stdio.flush_held()  # bounded: the agent may be the one that stopped reading
         os._exit(0 if orphaned else 1)  # owner or host agent gone: do not wait on actors that may be blocked
     return 0

@@ -5,6 +5,13 @@ Ops (``SYS`` messages): ``spawn`` (payload ``[SpawnMeta, *pickled (cls, args, kw
 process exits so interpreter finalizers run) and ``exit`` (payload: the reason; the
 process exits at once, its actors as they are: its owner declared it lost because its
 host agent is unreachable, and nothing would report its exit or forward its output).
+
+Stops are bounded by ``TETRARCH_STOP_TIMEOUT`` (:mod:`._stopguard`). An actor whose stop
+has not begun by then (its thread is blocked in ``__init__`` or an endpoint, which Python
+cannot interrupt) cannot be stopped: on ``stop_actor`` the process exits at once, saying
+why on stderr (its owner receives the line, and the death of the proc ends the stop); on
+``stop`` the process goes on to exit after :data:`ACTORS_SHARE` of the bound, leaving it
+behind, so that atexit handlers still run in the rest.
 """
 
 from __future__ import annotations
@@ -13,21 +20,28 @@ import os
 import pickle
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from .._config import STOP_TIMEOUT
 from .._log import get_logger
-from . import _serial, _wire
+from . import _serial, _stdio, _wire
 from ._context import Instance
 from ._outcome import error_record
 from ._router import Router
 from ._runner import ActorRunner
 from ._shape import Extent, Point
+from ._stopguard import bound_stop
 from ._supervision import report_failure
 
 __all__ = ["ProcAgent"]
 
 _log = get_logger("proc")
+
+#: The share of ``TETRARCH_STOP_TIMEOUT`` a proc's ``stop`` gives its actors; the rest is
+#: for the interpreter's exit (atexit handlers, non-daemon threads).
+ACTORS_SHARE = 0.75
 
 
 class ProcAgent:
@@ -39,6 +53,8 @@ class ProcAgent:
         self.stopping = False
         #: Why the owner told this process to exit at once (``exit``); empty otherwise.
         self.exit_reason = ""
+        #: When (``time.monotonic()``) the process's ``stop`` must be over; 0 before one came.
+        self.stop_deadline = 0.0
         self.runners: dict[str, ActorRunner] = {}  # actor key -> its runner
         self._owner_watches: dict[str, tuple[str, int]] = {}  # actor key -> its owner's death watch
         self._gone_hooks: list[Callable[[str], None]] = []
@@ -114,14 +130,31 @@ class ProcAgent:
             return
 
         reason = "was stopped" if why == "stopped" else why
+        finished = threading.Event()
 
         def done() -> None:
+            finished.set()
             rt.stopped_actors[key] = f"{actor.display} {reason}"
             self._forget(key)
             self._unwatch_owner(key)
             rt.reply(raddr, rport, actor.instance.rank.rank, _wire.OK, None)
 
         actor.stop(done, reason)
+        bound_stop(actor, finished, STOP_TIMEOUT(), lambda why, stack: self._cannot_stop(why, stack, done))
+
+    def _cannot_stop(self, why: str, stack: str, done: Callable[[], None]) -> None:
+        """An actor's stop never began: end its process (a proc), or leave it behind (the client)."""
+        _where(why, stack)
+        if self._on_exit is None:  # actors in the client: the client must not die for one of them
+            _log.error("%s; it is left running in this process and counts as stopped", why)
+            done()
+            return
+        if self.exit_reason or self.stopping:
+            return  # already exiting, or the proc's own stop goes on without it
+        self.exit_reason = why
+        _log.error("%s. Its proc exits now so that it cannot keep running (its other actors end with it)", why)
+        _stdio.flush_held(1.0)
+        self._on_exit()
 
     def on_actor_gone(self, hook: Callable[[str], None]) -> None:
         """Call ``hook(actor key)`` once each actor of this process has stopped (its stop's
@@ -145,12 +178,23 @@ class ProcAgent:
 
     def _stop_all(self, raddr: str | None, rport: int | None) -> None:
         rt = self.runtime
+        if self.stop_deadline:  # stopping already: the first stop's reply says when it is over
+            rt.reply_later(raddr, rport, 0, _wire.OK, None)
+            return
         self.stopping = True
+        limit = STOP_TIMEOUT()
+        self.stop_deadline = time.monotonic() + limit
         actors = list(self.runners.items())
         remaining = [len(actors)]
         lock = threading.Lock()
+        over = threading.Event()
+        stuck: list[str] = []  # why each actor whose stop never began is left behind
 
         def finish() -> None:
+            with lock:
+                if over.is_set():
+                    return
+                over.set()
             rt.reply(raddr, rport, 0, _wire.OK, None)
             if self._on_exit is not None:
                 self._on_exit()
@@ -165,11 +209,27 @@ class ProcAgent:
                 self._forget(key)
                 with lock:
                     remaining[0] -= 1
-                    last = remaining[0] == 0
+                    last = remaining[0] == len(stuck)
                 if last:
                     finish()
 
             return done
 
+        def left_behind(why: str, stack: str) -> None:
+            _where(why, stack)
+            with lock:
+                stuck.append(why)
+                last = len(stuck) == remaining[0]
+            if last:  # every actor still running is stuck: exit without waiting for the share to pass
+                _log.error("%s. The proc exits without it", "; ".join(stuck))
+                finish()
+
         for key, actor in actors:
             actor.stop(one_done(key, actor))
+            bound_stop(actor, over, limit * ACTORS_SHARE, left_behind)
+
+
+def _where(why: str, stack: str) -> None:
+    """Log where the thread of an actor that cannot be stopped is (before the line saying so)."""
+    if stack:
+        _log.error("%s; its thread is at:\n%s", why.partition(" could not be stopped")[0], stack)

@@ -1,0 +1,164 @@
+"""Bounds on stopping inside a proc: actors whose stop cannot begin, and the interpreter's exit.
+
+Python cannot interrupt a thread: an actor whose thread is blocked in ``__init__`` or in a
+sync endpoint (``threading.Event().wait()``) never reaches the stop queued behind it. So
+a stop is bounded from outside the actor:
+
+* :func:`bound_stop` gives one actor's stop ``TETRARCH_STOP_TIMEOUT`` seconds to begin.
+  One that has not (its stop is still queued behind what its thread runs) is reported
+  with what it runs and where (:func:`describe_stuck`), and the caller decides: the proc
+  agent makes the proc exit, since nothing else would end that thread.
+* :func:`guard_exit` bounds the interpreter's finalisation once a proc returns from its
+  main: non-daemon threads left running and atexit handlers that block are reported
+  (what it waited for, every thread's stack on stderr, which reaches the owner) and the
+  process ends with :data:`EXIT_STUCK_FINALIZING`. ``faulthandler``'s own watchdog (a C
+  thread that needs no GIL) ends a process stuck later in finalisation, after the Python
+  threads stopped running.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = ["EXIT_STUCK_FINALIZING", "StopTarget", "bound_stop", "describe_stuck", "guard_exit"]
+
+#: The exit code of a proc that had to cut its own finalisation short (past its stop's bound).
+EXIT_STUCK_FINALIZING = 3
+#: Seconds past the bound at which faulthandler's C watchdog ends a process whose Python
+#: threads no longer run (late finalisation), should the Python watchdog not have.
+_BACKSTOP_S = 1.0
+#: The innermost frames of a stuck actor's stack that its report shows.
+_STACK_FRAMES = 8
+
+#: What the actor runner's methods are doing while on a stuck thread's stack.
+_RUNNER_FRAMES = {"_init": "__init__", "_supervise_now": "__supervise__", "_cleanup": "__cleanup__"}
+
+
+class StopTarget(Protocol):
+    """What :func:`bound_stop` needs of an actor being stopped (an ``ActorRunner``)."""
+
+    display: str
+    cls: type
+    _thread: threading.Thread
+    _mailbox: Any  # deque of (callable, args)
+
+    def _stop_now(self, on_done: Callable[[], None]) -> Any:
+        """Where its stop begins (on its own thread)."""
+        ...
+
+
+def _stop_queued(actor: StopTarget) -> bool:
+    """Whether ``actor``'s stop is still waiting in its mailbox (its thread never got to it)."""
+    for _ in range(3):  # the I/O thread may append meanwhile: copy again
+        try:
+            return any(fn == actor._stop_now for fn, _args in list(actor._mailbox))
+        except RuntimeError:
+            continue
+    return True
+
+
+def describe_stuck(actor: StopTarget) -> tuple[str, str]:
+    """``(what, stack)``: what the thread of ``actor`` runs (e.g. ``"its __init__"``,
+    ``"its endpoint 'step'"``) and its innermost frames, formatted; ``stack`` is ''
+    when the thread waits in its event loop (an async handler that does not return)."""
+    frame = sys._current_frames().get(actor._thread.ident or -1)
+    what, start = "", None
+    f = frame
+    while f is not None:
+        name = f.f_code.co_name
+        if f.f_locals.get("self") is actor:
+            if name in _RUNNER_FRAMES:
+                what, start = f"its {_RUNNER_FRAMES[name]}", f
+                break
+            if name == "_handle_call":
+                method = f.f_locals.get("method") or getattr(f.f_locals.get("hdr"), "method", "?")
+                what, start = f"its endpoint {method!r}", f
+                break
+        f = f.f_back
+    if start is None:
+        running = getattr(actor, "_running_method", "")
+        what = f"its async endpoint {running!r}" if running else "an async handler that does not return"
+        return what, ""
+    stack = traceback.format_stack(frame)
+    depth = 0
+    f = frame
+    while f is not None and f is not start:
+        depth += 1
+        f = f.f_back
+    shown = stack[-depth:] if depth else stack[-1:]
+    return what, "".join(shown[-_STACK_FRAMES:]).rstrip()
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def bound_stop(actor: StopTarget, finished: threading.Event, limit: float,
+               on_stuck: Callable[[str, str], None]) -> None:
+    """Call ``on_stuck(reason, stack)`` if ``actor``'s stop has not begun ``limit`` s from now
+    (``stack``: where its thread is, see :func:`describe_stuck`).
+
+    ``finished`` is set when the stop completed. A stop that began (its thread runs it)
+    is bounded by its own timeouts (children, ``__cleanup__``) and is left alone.
+    """
+
+    def watch() -> None:
+        if finished.wait(limit) or not _stop_queued(actor):
+            return
+        what, stack = describe_stuck(actor)
+        reason = (f"actor {actor.display} ({_class_name(actor.cls)}) could not be stopped: {limit:g} s after its "
+                  f"stop (TETRARCH_STOP_TIMEOUT) its thread still runs {what}, which Python cannot interrupt")
+        on_stuck(reason, stack)
+
+    threading.Thread(target=watch, name=f"tetrarch-stop-bound-{actor.display}", daemon=True).start()
+
+
+def guard_exit(what: str, seconds: float, limit: float) -> None:
+    """End this process if its interpreter finalisation takes more than ``seconds`` from now.
+
+    Call it just before returning from the process's main. ``what`` names the process
+    (``proc procs{'gpus': 0/2}``), ``limit`` is the ``TETRARCH_STOP_TIMEOUT`` the bound
+    comes from (for the message).
+    """
+    joined = threading.Event()  # set as atexit handlers start: the non-daemon threads have ended
+    atexit.register(joined.set)  # registered last, so it runs first
+    faulthandler.dump_traceback_later(seconds + _BACKSTOP_S, exit=True)
+
+    def overdue() -> None:
+        threads = [t.name for t in threading.enumerate()
+                   if not t.daemon and t is not threading.main_thread() and t.is_alive()]
+        if threads and not joined.is_set():
+            waits = f"waiting for {len(threads)} non-daemon thread(s) to end ({', '.join(threads[:5])})"
+        else:
+            waits = "running its atexit handlers or finalizers"
+        _say(f"tetrarch: {what} was stopped but had not finished exiting when its stop's time was up "
+             f"(TETRARCH_STOP_TIMEOUT={limit:g} s): it was still {waits}; it exits now without finishing "
+             f"(exit code {EXIT_STUCK_FINALIZING}). Its threads:")
+        try:
+            faulthandler.dump_traceback(all_threads=True)
+        except (OSError, ValueError, RuntimeError):
+            pass
+        os._exit(EXIT_STUCK_FINALIZING)
+
+    timer = threading.Timer(seconds, overdue)
+    timer.daemon = True
+    timer.name = "tetrarch-exit-bound"
+    timer.start()
+
+
+def _say(line: str) -> None:
+    """Write ``line`` to stderr and flush it and stdout (the owner receives both)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is sys.stderr:
+                stream.write(line + "\n")
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass

@@ -1,0 +1,131 @@
+"""Stops are bounded by TETRARCH_STOP_TIMEOUT, whatever user code does, and procs exit cleanly.
+
+An actor blocked in ``__init__`` or in a sync endpoint cannot be interrupted: its stop
+ends its proc, and the caller is told why. A stopped proc runs its atexit handlers
+and flushes its output; an atexit handler that blocks, or a non-daemon thread left
+running, cannot keep it alive past the bound, and its owner is told what it waited for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psutil
+import pytest
+
+from stop_actors import BlockedInit, Blocker, Exiter
+from supervision_actors import Cleaner, Fragile
+from tetrarch import Channel, this_host
+from tetrarch.testing import scaled
+
+pytestmark = pytest.mark.timeout(scaled(90))
+
+#: The TETRARCH_STOP_TIMEOUT these tests run with (s).
+STOP_S = 2.0
+#: What a bounded stop may take past TETRARCH_STOP_TIMEOUT (nominal seconds, scaled): the
+#: kill's grace and the exit report's way back.
+SLACK_S = 5.0
+
+
+@pytest.fixture
+def short_stop(monkeypatch):
+    """A short TETRARCH_STOP_TIMEOUT for the client and the procs it starts (they inherit it)."""
+    monkeypatch.setenv("TETRARCH_STOP_TIMEOUT", str(STOP_S))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _timed_stop(fut_factory) -> float:
+    start = time.monotonic()
+    fut_factory().get(timeout=scaled(60))
+    return time.monotonic() - start
+
+
+def test_stopping_a_mesh_whose_init_blocks_ends_its_proc_within_the_bound(short_stop, faults, caplog):
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        port, receiver = Channel.open()
+        bystander = pm.spawn("bystander", Fragile)
+        bystander.initialized.get(timeout=scaled(10))
+        mesh = pm.spawn("stuck_init", BlockedInit, port)
+        pid = receiver.recv().get(timeout=scaled(10))  # __init__ runs, and blocks
+        with caplog.at_level(logging.WARNING, logger="tetrarch"):
+            elapsed = _timed_stop(mesh.stop)
+        assert STOP_S <= elapsed < STOP_S + scaled(SLACK_S), elapsed
+        assert _gone(pid)
+        said = caplog.text  # what the caller sees: which actor, what it ran, and that its proc ended
+        assert "stuck_init" in said and "could not be stopped" in said and "its __init__" in said, said
+        # The proc's other actors ended with it: their owner is told the same reason.
+        (failure,) = faults.wait(1)
+        assert failure.mesh_name == "bystander" and "could not be stopped" in failure.cause
+    finally:
+        pm.stop().get(timeout=scaled(30))
+
+
+def test_stopping_a_mesh_blocked_in_a_sync_endpoint_is_bounded(short_stop, caplog):
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        port, receiver = Channel.open()
+        mesh = pm.spawn("stuck_call", Blocker)
+        mesh.block.broadcast(port)
+        pid = receiver.recv().get(timeout=scaled(10))
+        with caplog.at_level(logging.WARNING, logger="tetrarch"):
+            elapsed = _timed_stop(mesh.stop)
+        assert STOP_S <= elapsed < STOP_S + scaled(SLACK_S), elapsed
+        assert _gone(pid)
+        assert "its endpoint 'block'" in caplog.text, caplog.text
+    finally:
+        pm.stop().get(timeout=scaled(30))
+
+
+def test_proc_mesh_stop_leaves_a_blocked_actor_behind_and_still_runs_atexit(short_stop, tmp_path):
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    port, receiver = Channel.open()
+    mark = tmp_path / "final"
+    exiter = pm.spawn("exiter", Exiter)
+    pid = exiter.write_at_exit.call_one(str(mark)).get(timeout=scaled(10))
+    pm.spawn("stuck_init", BlockedInit, port)
+    receiver.recv().get(timeout=scaled(10))
+    elapsed = _timed_stop(pm.stop)
+    assert elapsed < STOP_S + scaled(SLACK_S), elapsed
+    assert mark.read_text() == "finalized"  # the interpreter exited normally around the stuck thread
+    assert _gone(pid)
+
+
+def test_proc_mesh_stop_with_a_cleanup_that_never_returns_is_bounded(monkeypatch, short_stop):
+    monkeypatch.setenv("TETRARCH_CLEANUP_TIMEOUT", "0.5")
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    port, _receiver = Channel.open()
+    mesh = pm.spawn("stuck_cleanup", Cleaner, port, "s", None, True)
+    mesh.initialized.get(timeout=scaled(10))
+    pid = pm.spawn("other", Fragile).pid.call_one().get(timeout=scaled(10))
+    elapsed = _timed_stop(pm.stop)
+    assert elapsed < STOP_S + scaled(SLACK_S), elapsed
+    assert _gone(pid)
+
+
+def test_an_atexit_handler_runs_and_its_output_reaches_the_client(capfd):
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    exiter = pm.spawn("exiter", Exiter)
+    exiter.print_at_exit.call_one("goodbye from atexit").get(timeout=scaled(10))
+    pm.stop().get(timeout=scaled(30))
+    out = capfd.readouterr().out
+    assert "[procs gpus=0] goodbye from atexit" in out, out  # printed before the stop completed
+
+
+@pytest.mark.parametrize("how", ["hang_at_exit", "leave_thread"])
+def test_an_exit_that_hangs_is_bounded_and_says_what_it_waited_for(short_stop, capfd, how):
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    pid = getattr(pm.spawn("exiter", Exiter), how).call_one().get(timeout=scaled(10))
+    elapsed = _timed_stop(pm.stop)
+    assert elapsed < STOP_S + scaled(SLACK_S), elapsed
+    assert _gone(pid)
+    err = capfd.readouterr().err
+    waited = "atexit handlers" if how == "hang_at_exit" else "non-daemon thread(s) to end (left-running)"
+    assert "had not finished exiting" in err and waited in err, err
