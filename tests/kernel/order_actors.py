@@ -285,7 +285,7 @@ class Mixed(Actor):
 
 
 class Concurrent(Actor):
-    """``@concurrent_endpoint`` handlers overlap; a plain endpoint waits for them."""
+    """``@concurrent_endpoint`` handlers overlap; a plain endpoint does not wait for them."""
 
     def __init__(self) -> None:
         self.gate = asyncio.Event()

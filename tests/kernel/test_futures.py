@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import time
 
 import pytest
 
@@ -169,18 +171,32 @@ def test_get_inside_an_async_endpoint_warns(procs):
 
 
 @pytest.mark.transport_independent  # pure: no process
-def test_get_on_the_client_inside_a_running_loop_warns():
+def test_get_on_the_client_inside_a_running_loop_does_not_warn():
+    # A notebook cell, code under asyncio.run: the result never comes through this loop, so
+    # blocking it cannot deadlock (Monarch warns here; tetrarch only warns on an actor's loop).
+    import warnings
+
     from tetrarch import Channel
 
     _port, receiver = Channel.open()
     fut = receiver.recv()
 
-    async def main() -> None:
-        with pytest.warns(UserWarning, match="await"), pytest.raises(TimeoutError):
-            fut.get(timeout=0.01)
+    async def main() -> list[warnings.WarningMessage]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with pytest.raises(TimeoutError):
+                fut.get(timeout=0.01)
+        return seen
 
-    asyncio.run(main())
+    assert asyncio.run(main()) == []
     receiver.close()
+
+
+def test_get_on_the_client_inside_a_running_loop_returns_the_result(gates):
+    async def main() -> int:
+        return gates.slice(gpus=2).value.call_one(7).get(timeout=WAIT_S)
+
+    assert asyncio.run(main()) == 7
 
 
 def test_sync_endpoint_blocks_on_another_actors_future(procs, gates):
@@ -198,3 +214,78 @@ def test_error_of_the_awaited_actor_reaches_the_original_caller(procs, gates):
     with pytest.raises(ActorError, match="relayed boom"):
         blocker.relay_boom.call_one(gates, 1, "relayed boom").get(timeout=WAIT_S)
     assert blocker.ask_sync.call_one(gates, 1, "after").get(timeout=WAIT_S) == "after"  # both survive
+
+
+def _waiting_in_get(ident: int) -> bool:
+    """Whether the thread ``ident`` is inside ``Future._wait`` now (so an interrupt lands there)."""
+    frame = sys._current_frames().get(ident)
+    while frame is not None:
+        if frame.f_code.co_name == "_wait" and frame.f_code.co_filename.endswith("_future.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _interrupt_when(received: object) -> threading.Thread:
+    """A thread that waits for ``received`` (a future: the call started) and for the main
+    thread to wait in ``Future.get``, then interrupts it as Ctrl-C or a notebook's interrupt
+    button do."""
+    import signal
+
+    main = threading.main_thread().ident
+    assert main is not None and threading.get_ident() == main, "the interrupt tests run on the main thread"
+
+    def go() -> None:
+        received.get(timeout=WAIT_S)  # type: ignore[attr-defined]
+        deadline = time.monotonic() + WAIT_S
+        poll = threading.Event()
+        while not _waiting_in_get(main):  # a condition on another thread's stack: polled
+            assert time.monotonic() < deadline, "the main thread never waited in Future.get"
+            poll.wait(0.001)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def test_interrupted_get_cancels_a_running_async_endpoint(procs, caplog):
+    from gate_actors import Sleeper
+    from tetrarch import Channel
+
+    sleeper = procs.spawn("future_sleeper", Sleeper).slice(gpus=3)
+    started, started_rx = Channel.open()
+    nap = sleeper.nap.call_one(started, WAIT_S * 10)
+    t = _interrupt_when(started_rx.recv())
+    with pytest.raises(KeyboardInterrupt):
+        nap.get(timeout=WAIT_S)
+    t.join(WAIT_S)
+    # The handler got CancelledError; the actor lives on and the next call is served at once.
+    assert sleeper.ping.call_one().get(timeout=WAIT_S) == ("pong", 1)
+    with pytest.raises(ActorError, match="was cancelled: its caller was interrupted"):
+        nap.get(timeout=WAIT_S)
+    assert "waits" not in caplog.text
+    started_rx.close()
+
+
+def test_interrupted_get_of_a_sync_endpoint_says_it_cannot_be_cancelled(procs, caplog):
+    import logging
+
+    from gate_actors import Sleeper
+    from tetrarch import Channel
+
+    sleeper = procs.spawn("future_blocked", Sleeper).slice(gpus=2)
+    started, started_rx = Channel.open()
+    block = sleeper.block.call_one(started, scaled(1.0))
+    t = _interrupt_when(started_rx.recv())
+    with caplog.at_level(logging.WARNING, logger="tetrarch"):
+        with pytest.raises(KeyboardInterrupt):
+            block.get(timeout=WAIT_S)
+        t.join(WAIT_S)
+        assert "future_blocked.block was interrupted, but it is a sync endpoint" in caplog.text
+        # The next call waits behind it, and says so once.
+        pings = [sleeper.ping.call_one() for _ in range(2)]
+        assert [p.get(timeout=WAIT_S) for p in pings] == [("pong", 0)] * 2
+    assert caplog.text.count("future_blocked.ping waits: its actor is still running future_blocked.block") == 1
+    assert block.get(timeout=WAIT_S) == "unblocked"  # it ran to its end
+    started_rx.close()

@@ -9,26 +9,156 @@ pending call watches its target procs: if one dies, the future fails with
 ``Endpoint[P, R]`` is typed from the actor method's signature (``P``: its parameters
 after ``self``, ``R``: its return value, awaited for ``async def``), so
 ``mesh.method.call_one(x).get()`` is known to return ``R``.
+
+Each future of a call knows its call (:class:`_Call`): a wait that could never end (an
+actor waiting for a call to itself from a plain handler, or blocking its own thread on
+one) raises ``UsageError``; a caller interrupted in ``get`` sends :data:`CANCEL` to the
+targets, and the next call to an actor still busy with an abandoned call says so once.
 """
 
 from __future__ import annotations
 
 import random
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
 
-from .._errors import ArgumentError, ArgumentTypeError
+from .._errors import ArgumentError, ArgumentTypeError, UsageError
+from .._log import get_logger
 from . import _serial, _wire
 from ._collect import Claims, Collector, Targets
+from ._context import _current
 from ._future import Future
 from ._router import PeerUnreachable, Router
 from ._shape import Extent, Shape
 from ._valuemesh import ValueMesh
 
-__all__ = ["Endpoint", "EndpointMesh"]
+__all__ = ["CANCEL", "Endpoint", "EndpointMesh"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+#: The method name of a ``CALL`` that cancels the call its reply address, reply port and
+#: rank name (sent when that call's caller is interrupted; the actor's runner handles it).
+CANCEL = "__tetrarch_cancel__"
+#: How long an abandoned async call may take to end (its cancellation) before a new call
+#: that waits behind it is reported.
+_CANCEL_GRACE_S = 1.0
+
+_log = get_logger("actor")
+
+
+class _SelfWait(Protocol):
+    """The running actor, as a call to itself sees it (``ActorRunner``)."""
+
+    def waits_on_itself(self, blocking: bool) -> str | None: ...
+
+
+class _Call:
+    """One endpoint call, as its futures see it (``Future._call``)."""
+
+    __slots__ = ("_rt", "_what", "_targets", "_raddr", "_rport", "_cls", "_name", "_me", "_future", "_noted",
+                 "_interrupted")
+
+    def __init__(self, rt: Router, what: str, targets: list[tuple[str, str]], raddr: str, rport: int, cls: Any,
+                 name: str, me: _SelfWait | None) -> None:
+        self._rt, self._what, self._targets, self._raddr, self._rport = rt, what, targets, raddr, rport
+        self._cls, self._name = cls, name
+        self._me = me  # the calling actor, when it is one of the targets
+        self._future: weakref.ref[Future[Any]] | None = None
+        self._noted = False  # a later call was reported waiting behind this abandoned one
+        self._interrupted = False
+
+    def check_wait(self, blocking: bool) -> None:
+        """Raise if the caller waits for this call where it could never end.
+
+        Raises:
+            UsageError: the caller is one of the call's actors and waits where that actor
+                cannot run the call (its own thread, or its running plain handler).
+        """
+        why = self._me.waits_on_itself(blocking) if self._me is not None else None
+        if why:
+            raise UsageError(
+                f"waiting for {self._what} here would never end: {why}. Call the method directly "
+                f"(self.{self._name}(...)) instead of through the mesh, or wait for the call from a "
+                f"@concurrent_endpoint with 'await' (it does not hold the actor)")
+
+    def is_sync(self) -> bool:
+        """Whether the called endpoint is a plain ``def`` (it cannot be cancelled)."""
+        prop = getattr(self._cls, self._name, None) if self._cls is not None else None
+        return getattr(prop, "is_async", True) is False
+
+    def pending(self) -> bool:
+        fut = self._future() if self._future is not None else None
+        return fut is not None and not fut.done()
+
+    def interrupted(self) -> None:
+        """The waiting caller was interrupted: ask every target to cancel the call."""
+        for i, (addr, key) in enumerate(self._targets):
+            try:
+                self._rt.send(addr, [_wire.call_header(key, CANCEL, self._raddr, self._rport, i, (), ())])
+            except Exception:  # noqa: BLE001 - a target that is gone runs nothing
+                pass
+        if self._interrupted:
+            return
+        self._interrupted = True
+        if self.is_sync():
+            _log.warning("%s was interrupted, but it is a sync endpoint: it cannot be cancelled and runs to its "
+                         "end; the actor handles no other call meanwhile (make it 'async def' to be able to "
+                         "interrupt it)", self._what)
+        with _abandoned_lock:
+            for target in self._targets:
+                _abandoned[target] = self
+        fut = self._future() if self._future is not None else None
+        if fut is not None:
+            fut.add_done_callback(lambda _f: self._forget())
+
+    def _forget(self) -> None:
+        with _abandoned_lock:
+            for target in self._targets:
+                if _abandoned.get(target) is self:
+                    del _abandoned[target]
+
+    def note_waiter(self, what: str) -> None:
+        """A new call, ``what``, went to an actor still running this abandoned call: say so once."""
+        if self._noted:
+            return
+        self._noted = True
+        if self.is_sync():
+            self._report(what)
+            return
+        timer = threading.Timer(_CANCEL_GRACE_S, self._report, (what,))  # its cancellation may still end it
+        timer.daemon = True
+        timer.start()
+
+    def _report(self, what: str) -> None:
+        if self.pending():
+            _log.warning("%s waits: its actor is still running %s, whose caller was interrupted (%s)", what,
+                         self._what, "a sync endpoint cannot be cancelled" if self.is_sync()
+                         else "it did not end when cancelled")
+
+
+#: Calls whose caller was interrupted while they were pending, by target ``(address, actor key)``.
+_abandoned: dict[tuple[str, str], _Call] = {}
+_abandoned_lock = threading.Lock()
+
+
+def _waiting_behind(what: str, targets: list[tuple[str, str]]) -> None:
+    with _abandoned_lock:
+        found = {id(c): c for c in (_abandoned.get(t) for t in targets) if c is not None}
+    for call in found.values():
+        call.note_waiter(what)
+
+
+def _caller_among(targets: list[tuple[str, str]]) -> _SelfWait | None:
+    """The actor that runs this code, if it is one of ``targets``."""
+    info = _current.get()
+    runner = info.instance._runner if info is not None else None
+    me = (getattr(getattr(runner, "runtime", None), "address", None), getattr(runner, "key", None))
+    if me[1] is None or not hasattr(runner, "waits_on_itself"):
+        return None
+    return runner if me in targets else None  # type: ignore[return-value]
 
 
 class EndpointMesh(Protocol):
@@ -104,9 +234,16 @@ class Endpoint(Generic[P, R]):
         rport: int | None
         coll = (Collector(rt, len(targets), shape, what, single, stream, mesh._claims, claimed)
                 if reply and reply_to is None else None)
+        if _abandoned:
+            _waiting_behind(what, targets)
         if coll is not None:
             raddr, rport = rt.address, coll.port
             coll.watch_targets(by_addr)
+            call = _Call(rt, what, targets, raddr, rport, getattr(mesh, "_cls", None), self._name,
+                         _caller_among(targets))
+            for fut in coll.futures:
+                fut._call = call
+            call._future = weakref.ref(coll.futures[-1])  # the last to complete
         elif reply_to is not None:
             raddr, rport = reply_to
         else:

@@ -6,6 +6,16 @@
 * Replies are decoded lazily, in the thread that asks for them, not on the I/O thread.
 * A thread blocked in ``get`` reads for the transport's I/O loop while nobody else does
   (:meth:`tetrarch.plugins.LeaderLoop.try_lead`), so its reply wakes it directly.
+
+``get`` from a thread whose asyncio loop runs (a Jupyter cell, code under ``asyncio.run``)
+works and says nothing: tetrarch never delivers a result through the caller's loop (replies
+are read by tetrarch's I/O thread, or by the waiting thread itself, and handed to an
+awaiting loop with ``call_soon_threadsafe``), so blocking that loop cannot keep the result
+from coming. Only an actor's own loop is different: blocking it stalls the actor's other
+handlers, so ``get`` there warns (use ``await``), and a wait that could never end (for a
+call to the waiting actor itself) raises :class:`~tetrarch.UsageError` instead of hanging.
+A ``KeyboardInterrupt`` (Ctrl-C, a notebook's interrupt button) during ``get`` asks the
+actors to cancel the call before it propagates.
 """
 
 from __future__ import annotations
@@ -15,12 +25,23 @@ import asyncio
 import math
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._errors import ArgumentError, ArgumentTypeError, FutureTimeoutError
 
 __all__ = ["CoroutineFuture", "Future", "use_loop"]
+
+
+class _Call(Protocol):
+    """What a future knows of the endpoint call it stands for (``_endpoint``)."""
+
+    def check_wait(self, blocking: bool) -> None:
+        """Raise ``UsageError`` if waiting now, on this thread, could never end (``blocking``: ``get``)."""
+
+    def interrupted(self) -> None:
+        """The waiting caller was interrupted (``KeyboardInterrupt``): cancel the call."""
 
 
 class _Loop(Protocol):
@@ -46,6 +67,13 @@ _PENDING, _DONE = 0, 1
 _TOKEN = object()
 _CB_LOCK = _thread.allocate_lock()
 _loop: _Loop | None = None  # the I/O loop a waiting thread may read for
+#: The asyncio loops that run actor code: ``get`` on one of them blocks an actor.
+_actor_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def runs_actor_code(loop: asyncio.AbstractEventLoop) -> None:
+    """Note that ``loop`` runs an actor's handlers: ``Future.get`` warns there (use ``await``)."""
+    _actor_loops.add(loop)
 
 
 def use_loop(loop: _Loop | None) -> None:
@@ -59,7 +87,7 @@ class Future(Generic[R]):
     """The eventual result of an operation on a mesh. Not constructible by users."""
 
     __slots__ = ("_latch", "_state", "_value", "_error", "_decode", "_callbacks", "_asked", "_waiter", "_poll",
-                 "__weakref__")
+                 "_call", "__weakref__")
 
     def __init__(self, _token: object = None) -> None:
         if _token is not _TOKEN:
@@ -81,6 +109,9 @@ class Future(Generic[R]):
         #: ``spin_s``): set for a wait on one reply. A wait on many sleeps at once: its replies
         #: come from several processes, which need the CPUs more than the waiter does.
         self._poll = False
+        #: The endpoint call this future stands for (None: not a call): checks a wait, cancels
+        #: the call when its waiter is interrupted.
+        self._call: _Call | None = None
 
     # -- completion (runtime side) ----------------------------------------
     @classmethod
@@ -150,18 +181,31 @@ class Future(Generic[R]):
             TimeoutError: not done within ``timeout`` seconds (the future stays usable).
             ValueError: ``timeout`` is negative or not finite.
             ActorError, SupervisionError: the call failed remotely / the target died.
+            UsageError: the wait could never end (an actor waiting for a call to itself).
+            KeyboardInterrupt: the wait was interrupted; the call is cancelled on its actors
+                (an async handler gets ``CancelledError``; a sync one runs to its end).
         """
         if self._state is not _DONE:
             if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
                 raise ArgumentError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
+            call = self._call
+            if call is not None:
+                call.check_wait(True)
             self._asked = True
-            if _in_running_loop():
+            if _on_actor_loop():
                 warnings.warn(
-                    "Future.get() called from within an active event loop blocks it; use 'await' instead",
+                    "Future.get() called from within an active event loop blocks it; use 'await' instead "
+                    "(this loop runs an actor: its other handlers wait meanwhile)",
                     UserWarning,
                     stacklevel=2,
                 )
-            if not self._wait(timeout):
+            try:
+                done = self._wait(timeout)
+            except KeyboardInterrupt:
+                if call is not None and self._state is not _DONE:
+                    call.interrupted()
+                raise
+            if not done:
                 with _CB_LOCK:  # atomic with completion: either we saw it done, or nobody will receive it
                     if self._state is not _DONE:
                         self._asked = False
@@ -189,13 +233,15 @@ class Future(Generic[R]):
                         latch = self._sleeper()
                 if not waiting:
                     loop.followed()
-                elif not latch.acquire(timeout=-1 if timeout is None else timeout):
-                    with _CB_LOCK:
-                        if self._waiter is loop:  # still pending: stop counting as a follower
-                            self._waiter = None
-                            loop.followed()
-                    return self._state is _DONE
                 else:
+                    try:
+                        got = latch.acquire(timeout=-1 if timeout is None else timeout)
+                    except BaseException:  # interrupted: stop counting as a follower
+                        self._unfollow(loop)
+                        raise
+                    if not got:
+                        self._unfollow(loop)
+                        return self._state is _DONE
                     latch.release()
                     return True
         with _CB_LOCK:
@@ -206,6 +252,12 @@ class Future(Generic[R]):
             latch.release()
             return True
         return False
+
+    def _unfollow(self, loop: _Loop) -> None:
+        with _CB_LOCK:
+            if self._waiter is loop:  # still pending: stop counting as a follower
+                self._waiter = None
+                loop.followed()
 
     def _sleeper(self) -> Any:
         """The latch a thread sleeps on until done (made now if none; call holding ``_CB_LOCK``,
@@ -257,8 +309,13 @@ class Future(Generic[R]):
 
         Raises:
             RuntimeError: no asyncio loop is running in this thread.
+            UsageError: awaiting could never end (an actor's plain endpoint awaiting a call to
+                its own actor, which cannot start before that endpoint returns).
         """
         loop = asyncio.get_running_loop()
+        call = self._call
+        if call is not None and self._state is not _DONE:
+            call.check_wait(False)
         afut: asyncio.Future[R] = loop.create_future()
         self._asked = True
 
@@ -335,9 +392,7 @@ class CoroutineFuture(Future[R], Coroutine[Any, Any, R]):
         """Nothing to release (the coroutine protocol's ``close``)."""
 
 
-def _in_running_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+def _on_actor_loop() -> bool:
+    """Whether this thread runs an actor's loop now (not a user's loop: a notebook's, ``asyncio.run``'s)."""
+    loop = asyncio.events._get_running_loop()
+    return loop is not None and loop in _actor_loops

@@ -6,7 +6,18 @@ Messages are handled one at a time in arrival order (= send order per sender):
 a sync endpoint runs inline on the actor's thread (with no asyncio loop visible, so
 blocking on other actors' futures is fine); an async endpoint runs as a task and the
 mailbox waits for it to finish before the next message. ``@concurrent_endpoint``
-handlers start in arrival order without waiting for each other.
+handlers start in arrival order and the mailbox moves on as soon as one has reached
+its first ``await`` (Monarch's rule, except that Monarch may start the next plain message
+even before that): the messages behind it, plain ones included, do not wait for it to
+finish. So a plain endpoint may release concurrent handlers that wait for it (the gate
+pattern). Only ``stop`` waits for them: it cancels the ones still running first.
+
+A call waited for from the actor's own plain handler (or blocking its thread) could never
+start: :mod:`._endpoint` refuses that wait with an error instead of hanging. A caller
+interrupted while it waits (``KeyboardInterrupt`` in ``Future.get``) cancels its call
+(:data:`~._endpoint.CANCEL`): a queued call is answered with an error without running,
+a running async handler gets ``CancelledError`` (the actor lives on; a sync one cannot
+be interrupted and runs to its end).
 
 Failure rules (Monarch's): an endpoint that raises an ``Exception`` while a caller
 waits for its reply answers with the error and the actor lives on. Anything else that
@@ -37,7 +48,8 @@ from .._log import get_logger
 from . import _serial, _wire
 from ._actor import Actor, endpoints_of
 from ._context import Instance, _current, _MessageInfo
-from ._future import Future
+from ._endpoint import CANCEL
+from ._future import Future, runs_actor_code
 from ._outcome import error_record
 from ._port import Port
 from ._router import Router
@@ -66,6 +78,13 @@ except ImportError:  # pragma: no cover
 
 _set_running_loop = asyncio.events._set_running_loop  # hide the loop inside sync endpoints
 _HOST = socket.gethostname()
+
+#: A call, as its caller names it: (reply address, reply port, rank). What ``CANCEL`` names.
+_CallKey = tuple[str | None, int | None, int]
+
+
+def _key(hdr: _wire.CallHeader) -> _CallKey:
+    return (hdr.reply_addr, hdr.reply_port, hdr.rank)
 
 
 def current_actor() -> ActorRunner | None:
@@ -112,8 +131,13 @@ class ActorRunner:
         self._mailbox: deque = deque()
         self._scheduled = False
         self._busy = False
-        self._inflight: set[asyncio.Task] = set()  # running concurrent handlers
+        self._inflight: dict[asyncio.Task, _CallKey] = {}  # running concurrent handlers and their calls
+        self._running: tuple[_CallKey, asyncio.Task] | None = None  # the plain async handler running now
+        self._running_method = ""  # its endpoint's name
+        self._cancelled: set[_CallKey] = set()  # queued calls their callers cancelled
+        self._cancelling: set[_CallKey] = set()  # running async handlers cancelled by their callers
         self._loop = _new_loop()
+        runs_actor_code(self._loop)
         self._standby: Standby | None = None  # this actor's thread reads for the proc's transport when idle
         self._tid = 0
         self._info = _MessageInfo(instance, instance.rank.rank, tuple(instance.rank.extent.labels),
@@ -128,6 +152,12 @@ class ActorRunner:
 
     # -- delivery (any thread) ------------------------------------------------
     def deliver(self, hdr: _wire.CallHeader, payload: list) -> None:
+        if hdr.method == CANCEL:  # the caller gave up on one of its calls (it names the call, see _key)
+            try:
+                self._loop.call_soon_threadsafe(self._cancel_call, _key(hdr))
+            except RuntimeError:  # the actor is gone: nothing runs
+                pass
+            return
         self._mailbox.append((self._handle_call, (hdr, payload)))
         if not self._scheduled:
             self._scheduled = True
@@ -199,34 +229,103 @@ class ActorRunner:
         mailbox = self._mailbox
         while mailbox and not self._busy:
             fn, args = mailbox[0]
-            concurrent = bool(self._concurrent) and fn == self._handle_call and args[0].method in self._concurrent
-            if self._inflight and not concurrent:
-                if fn == self._stop_now:  # everything before the stop has started: cancel what still runs
-                    self.stopped = True
-                    for task in self._inflight:
-                        task.cancel()
-                return  # a plain message waits for the running concurrent handlers
+            if self._inflight and fn == self._stop_now:
+                # Everything before the stop has started: cancel the concurrent handlers that
+                # still run, and stop once they have ended (before __cleanup__, as Monarch does).
+                self.stopped = True
+                for task in self._inflight:
+                    task.cancel()
+                return
             mailbox.popleft()
             coro = fn(*args)
             if coro is None:
                 continue
             task = self._loop.create_task(coro)
-            if concurrent:
-                self._inflight.add(task)
+            if fn != self._handle_call:  # control (stop): nothing else runs meanwhile
+                self._busy = True
+                task.add_done_callback(self._control_done)
+                return
+            hdr = args[0]
+            if hdr.method in self._concurrent:
+                self._inflight[task] = _key(hdr)
                 task.add_done_callback(self._concurrent_done)
+                # The next message starts once this handler ran to its first await (the pump
+                # comes after the task's first step), not once it finished.
+                self._scheduled = True
+                self._loop.call_soon(self._pump)
+                return
             else:
                 self._busy = True
+                self._running = (_key(hdr), task)
+                self._running_method = hdr.method
                 task.add_done_callback(self._resume)
                 return
 
-    def _resume(self, _task: asyncio.Task) -> None:
+    def _control_done(self, _task: asyncio.Task) -> None:
         self._busy = False
         self._pump()
 
+    def _resume(self, task: asyncio.Task) -> None:
+        running, self._running = self._running, None
+        self._busy = False
+        if task.cancelled() and running is not None:  # cancelled before its first step
+            self._never_started(running[0])
+        self._pump()
+
     def _concurrent_done(self, task: asyncio.Task) -> None:
-        self._inflight.discard(task)
+        key = self._inflight.pop(task, None)
+        if task.cancelled() and key is not None:
+            self._never_started(key)
         if not self._inflight:
             self._pump()
+
+    def _never_started(self, key: _CallKey) -> None:
+        """Answer a call whose handler was cancelled before it ran a line (so it could not answer)."""
+        self._cancelling.discard(key)
+        if self.stopped:
+            self.runtime.reply(*key, _wire.DEAD, f"{self.display} was stopped before the call started")
+        else:
+            self._answer_cancelled(key, "")
+
+    def _answer_cancelled(self, key: _CallKey, method: str) -> None:
+        exc = asyncio.CancelledError(f"{self.display}.{method or 'call'} was cancelled: its caller was interrupted")
+        self.runtime.reply(*key, _wire.ERR, error_record(exc, self.display, method, skip=0))
+
+    def _cancel_call(self, key: _CallKey) -> None:
+        """The caller of ``key`` gave up (interrupted): cancel it if it runs, drop it if queued.
+
+        A sync handler cannot be interrupted: by the time this runs, it has ended.
+        """
+        running = self._running
+        if running is not None and running[0] == key:
+            self._cancelling.add(key)
+            running[1].cancel()
+            return
+        for task, k in self._inflight.items():
+            if k == key:
+                self._cancelling.add(key)
+                task.cancel()
+                return
+        # list() copies the deque in one step (the I/O thread may append meanwhile).
+        if any(fn == self._handle_call and _key(args[0]) == key for fn, args in list(self._mailbox)):
+            self._cancelled.add(key)
+
+    def waits_on_itself(self, blocking: bool) -> str | None:
+        """Why a wait, made now on this thread, for a call to this very actor could never end
+        (None: it could). ``blocking``: ``Future.get`` (else ``await``)."""
+        if threading.get_ident() != self._tid:
+            return None
+        if blocking:
+            return f"it blocks the thread of {self.display}, the actor that must run that call"
+        running = self._running
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        if running is not None and task is running[1]:
+            return (f"{self.display}.{self._running_method} is a plain endpoint: the call cannot start "
+                    f"before it returns")
+        return None
 
     def _init(self, args: tuple, kwargs: dict, on_init: Callable[[BaseException | None], None]) -> None:
         token = _current.set(self._info)
@@ -249,6 +348,11 @@ class ActorRunner:
         method, raddr, rport, rank = hdr.method, hdr.reply_addr, hdr.reply_port, hdr.rank
         if self.failed is not None or self.stopped:
             self._reject(hdr)
+            return None
+        if self._cancelled and _key(hdr) in self._cancelled:  # its caller gave up before it started
+            self._cancelled.discard(_key(hdr))
+            payload.clear()
+            self._answer_cancelled(_key(hdr), method)
             return None
         try:
             args, kwargs = _serial.loads(payload) if payload else ((), {})
@@ -286,6 +390,7 @@ class ActorRunner:
     async def _call_async(self, info: _MessageInfo, fn: Callable, args: tuple, kwargs: dict, raddr: str | None,
                           rport: int | None, rank: int, method: str, explicit: bool = False) -> None:
         _current.set(info)  # the task runs in its own copy of the context
+        key = (raddr, rport, rank)
         try:
             result = await fn(self.obj, *args, **kwargs)
         except asyncio.CancelledError:
@@ -293,11 +398,17 @@ class ActorRunner:
                 self.runtime.reply(raddr, rport, rank, _wire.DEAD,
                                    f"{self.display} was stopped while {method} was running")
                 return
+            if key in self._cancelling:  # its caller was interrupted: not a failure either
+                self._answer_cancelled(key, method)
+                return
             self._raised(asyncio.CancelledError(f"{method} was cancelled"), explicit, raddr, rport, rank, method)
             return
         except BaseException as exc:  # noqa: BLE001 - see _raised
             self._raised(exc, explicit, raddr, rport, rank, method)
             return
+        finally:
+            if self._cancelling:
+                self._cancelling.discard(key)
         self._answer(result, explicit, raddr, rport, rank, method)
 
     def _answer(self, result: Any, explicit: bool, raddr: str | None, rport: int | None, rank: int,

@@ -1,0 +1,126 @@
+"""Actor classes for the gate-pattern and cancellation tests (importable by the procs)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from tetrarch import Actor, Port, concurrent_endpoint, endpoint
+
+
+class AsyncGate(Actor):
+    """Monarch's gate: concurrent handlers wait for an event that a plain endpoint sets."""
+
+    def __init__(self) -> None:
+        self.ready = asyncio.Event()
+        self.unblock = asyncio.Event()
+        self.log: list[str] = []
+
+    @concurrent_endpoint
+    async def wait(self, tag: str = "done") -> str:
+        self.log.append(f"start {tag}")
+        self.ready.set()
+        await self.unblock.wait()
+        self.log.append(f"end {tag}")
+        return tag
+
+    @endpoint
+    async def release_when_ready(self) -> str:
+        await self.ready.wait()
+        self.log.append("release")
+        self.unblock.set()
+        return "released"
+
+    @endpoint
+    def release_sync(self) -> str:
+        self.log.append("release")
+        self.unblock.set()
+        return "released"
+
+    @endpoint
+    async def plain(self, tag: str, delay: float = 0.0) -> str:
+        self.log.append(f"plain {tag} start")
+        await asyncio.sleep(delay)
+        self.log.append(f"plain {tag} end")
+        return tag
+
+    @endpoint
+    def dump(self) -> list[str]:
+        return list(self.log)
+
+
+class ExplicitPortGate(Actor):
+    def __init__(self) -> None:
+        self.unblock = asyncio.Event()
+
+    @concurrent_endpoint(explicit_response_port=True)
+    async def wait(self, port: Port[str]) -> None:
+        port.send("started")
+        await self.unblock.wait()
+
+    @endpoint
+    async def ping(self) -> str:
+        return "pong"
+
+    @endpoint
+    async def release(self) -> None:
+        self.unblock.set()
+
+
+class SelfCaller(Actor):
+    """Waits for calls to its own endpoints: the waits that could never end raise."""
+
+    @endpoint
+    async def target(self) -> str:
+        return "target"
+
+    @concurrent_endpoint
+    async def concurrent_target(self) -> str:
+        return "concurrent target"
+
+    @endpoint
+    async def await_self(self, me: Any) -> str:
+        try:
+            return await me.target.call_one()
+        except Exception as exc:  # noqa: BLE001 - the test reads the error
+            return f"{type(exc).__name__}: {exc}"
+
+    @endpoint
+    def get_self_sync(self, me: Any) -> str:
+        try:
+            return me.concurrent_target.call_one().get()
+        except Exception as exc:  # noqa: BLE001
+            return f"{type(exc).__name__}: {exc}"
+
+    @concurrent_endpoint
+    async def await_self_concurrently(self, me: Any) -> str:
+        return await me.target.call_one()
+
+
+class Sleeper(Actor):
+    """Long endpoints a caller gives up on."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+        self.release = threading.Event()
+
+    @endpoint
+    async def nap(self, started: Port[str], seconds: float) -> str:
+        started.send("napping")
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return "woke"
+
+    @endpoint
+    def block(self, started: Port[str], seconds: float) -> str:
+        started.send("blocking")
+        self.release.wait(seconds)
+        return "unblocked"
+
+    @endpoint
+    def ping(self) -> tuple[str, int]:
+        return ("pong", self.cancelled)
