@@ -10,6 +10,8 @@ cannot honour.
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -19,7 +21,7 @@ import psutil
 import pytest
 
 from job_actors import Where
-from tetrarch import ArgumentError, ArgumentTypeError, MeshStoppedError, this_host
+from tetrarch import ArgumentError, ArgumentTypeError, MeshStoppedError, NotSupportedError, this_host
 from tetrarch.job import AllocatorJob, JobState, LocalJob, MeshNotFoundError, ProcessJob
 from tetrarch.plugins import BackendNotFound, BackendUnavailable
 from tetrarch.testing import scaled
@@ -212,3 +214,80 @@ def test_a_policy_hook_chooses_the_allocator_of_jobs_and_this_host(select) -> No
     assert select("job")["TEST_ALLOC_BY"] == ["None"], "without the policy, priority picks local"
     assert select("job", TEST_ALLOC_POLICY="tagged")["TEST_ALLOC_BY"] == ["tagged"]
     assert select("this_host", TEST_ALLOC_POLICY="tagged")["TEST_ALLOC_BY"] == ["tagged"]
+
+
+# --------------------------------------------------------------------------- Monarch's smaller job and mesh APIs
+
+
+def test_bootstrap_command_sets_how_procs_start_and_refuses_what_cannot_work() -> None:
+    from tetrarch import BootstrapCommand, ProcessStartError, default_bootstrap_cmd
+
+    host = this_host()
+    assert host.initialized.get(timeout=scaled(60)) is True
+    cmd = default_bootstrap_cmd().with_env({"TEST_BOOT": "uniform"})
+    procs = host.spawn_procs(per_host={"gpus": 2}, name="boot", bootstrap_command=cmd)
+    assert set(procs.spawn("where", Where).env.call("TEST_BOOT").get().values()) == {"uniform"}
+    procs.stop().get(timeout=scaled(30))
+    per_rank = host.spawn_procs(per_host={"gpus": 2}, name="boot2",
+                                bootstrap_command=lambda p: cmd.with_env({"TEST_BOOT": f"r{p['gpus']}"}))
+    assert sorted(per_rank.spawn("where", Where).env.call("TEST_BOOT").get().values()) == ["r0", "r1"]
+    per_rank.stop().get(timeout=scaled(30))
+    with pytest.raises(ProcessStartError, match="cannot start /nonexistent/python"):
+        host.spawn_procs(name="bad", bootstrap_command=BootstrapCommand("/nonexistent/python"))
+    with pytest.raises(ArgumentError, match="arg0"):
+        BootstrapCommand("python3", arg0="other")
+    with pytest.raises(ArgumentTypeError, match="BootstrapCommand or a function"):
+        host.spawn_procs(name="bad", bootstrap_command="python3")  # type: ignore[arg-type]
+
+
+def test_a_process_job_passes_env_to_its_host_agents_and_procs_and_keeps_no_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with ProcessJob({"trainers": 1}, env={"TEST_JOB_ENV": "yes"}) as job:
+        assert not job.active and job.apply_id is None
+        procs = job.state().trainers.spawn_procs(name="env")
+        assert job.active and job.apply_id is not None and job.can_run(job) is False
+        assert procs.spawn("where", Where).env.call_one("TEST_JOB_ENV").get() == "yes"
+    assert not (tmp_path / ".monarch").exists(), "hosts that end with the client are not cached by default"
+    with pytest.raises(NotSupportedError, match="LocalJob can"):
+        ProcessJob({"trainers": 1}).apply(client_script="train.py")
+
+
+def test_a_dump_is_private_and_loads_back_and_a_stale_cache_is_replaced(tmp_path) -> None:
+    from tetrarch.job import job_load, job_loads
+
+    job = LocalJob(hosts=("a", "b"))
+    path = tmp_path / "new" / "job.pkl"
+    job.dump(path)
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert repr(job_load(path)) == repr(job) == repr(job_loads(job.dumps()))
+    path.chmod(0o622)
+    with pytest.raises(PermissionError, match="chmod 600"):
+        job_load(path)
+    with pytest.raises(ArgumentTypeError, match="not a job"):
+        job_loads(pickle.dumps({"not": "a job"}))
+    stale = ProcessJob({"trainers": 1})
+    stale._running = True  # as a dump of a running job from an earlier process
+    stale.dump(tmp_path / "cache.pkl")
+    with LocalJob() as local:
+        state = local.state(cached_path=tmp_path / "cache.pkl")  # ProcessJob.can_run is False: apply, and cache
+        assert state.hosts is this_host() and local.apply_id is not None
+        assert isinstance(job_load(tmp_path / "cache.pkl"), LocalJob)
+
+
+@pytest.mark.isolated
+def test_a_local_job_runs_a_client_script_in_batch_mode(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "client.py"
+    script.write_text(
+        "import os\n"
+        "from job_actors import Where\n"
+        "from tetrarch.job import LocalJob\n"
+        "procs = LocalJob().state().hosts.spawn_procs(name='batch')\n"
+        "print('batch', os.environ['MONARCH_BATCH_JOB'], procs.spawn('w', Where).env.call_one('MONARCH_BATCH_JOB')"
+        ".get(), flush=True)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    job = LocalJob()
+    job.apply(client_script=str(script))
+    assert job.process.wait(scaled(90)) == 0, (Path(job.log_dir) / "stderr.log").read_text()
+    assert (Path(job.log_dir) / "stdout.log").read_text().strip() == "batch 1 1"
+    assert (tmp_path / ".monarch" / "job_state.pkl").stat().st_mode & 0o777 == 0o600

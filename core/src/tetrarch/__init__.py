@@ -35,6 +35,10 @@ _EXPORTS = {
     "HostMesh": "tetrarch._runtime._procmesh",
     "this_host": "tetrarch._runtime._procmesh",
     "this_proc": "tetrarch._runtime._procmesh",
+    "BootstrapCommand": "tetrarch._runtime._bootcmd",
+    "default_bootstrap_cmd": "tetrarch._runtime._bootcmd",
+    "attach_to_workers": "tetrarch._runtime._attach",
+    "run_worker_loop_forever": "tetrarch._runtime._worker",
     "get_or_spawn_controller": "tetrarch._runtime._controller",
     "shutdown_context": "tetrarch._runtime._shutdown",
     "context": "tetrarch._runtime._context",
@@ -72,6 +76,7 @@ __all__ = [
     "AllocatorError",
     "ArgumentError",
     "ArgumentTypeError",
+    "BootstrapCommand",
     "Channel",
     "ConfigError",
     "Context",
@@ -100,6 +105,7 @@ __all__ = [
     "UsageError",
     "ValueMesh",
     "__version__",
+    "attach_to_workers",
     "concurrent_endpoint",
     "configure",
     "configured",
@@ -107,8 +113,10 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "default_bootstrap_cmd",
     "endpoint",
     "get_or_spawn_controller",
+    "run_worker_loop_forever",
     "send",
     "shutdown_context",
     "this_host",
@@ -144,6 +152,8 @@ if TYPE_CHECKING:  # pragma: no cover
         UsageError,
     )
     from ._runtime._actor import Actor, concurrent_endpoint, endpoint
+    from ._runtime._attach import attach_to_workers
+    from ._runtime._bootcmd import BootstrapCommand, default_bootstrap_cmd
     from ._runtime._channel import Accumulator, Channel, send
     from ._runtime._context import Context, context, current_actor_name, current_rank, current_size
     from ._runtime._controller import get_or_spawn_controller
@@ -156,3 +166,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._runtime._shutdown import shutdown_context
     from ._runtime._supervision import MeshFailure, unhandled_fault_hook
     from ._runtime._valuemesh import ValueMesh
+    from ._runtime._worker import run_worker_loop_forever

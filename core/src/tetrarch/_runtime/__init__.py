@@ -30,6 +30,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_stdio``      a proc's sys.stdout/sys.stderr: never blocked by a host agent that does not read
     ``_procstate``  what the OS says of a process (stopped, ended) and a tick that notices its own stalls
     ``_stopguard``  bounds on a proc's stop: actors whose stop cannot begin, a finalisation that hangs
+    ``_bootcmd``    BootstrapCommand: how a host agent starts a proc
 
 ``transport`` (outside ``_runtime``)
     ``tetrarch._transport``  the transport interface, the builtin ipc/tcp transport, authentication
@@ -66,7 +67,11 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_procmesh``   HostMesh, ProcMesh, this_host(), this_proc()
     ``_controller`` get_or_spawn_controller(): one named singleton actor per process
     ``_shutdown``   shutdown_context(), and stopping what the client started at exit
+    ``_workerauth`` the secret file and address checks of workers and the clients that attach to them
+    ``_attach``     attach_to_workers(): a HostMesh over workers something else started
+    ``_job_cache``  dump / job_load of jobs, and the cached job state() reuses
     ``_job``        jobs: named host meshes from an allocator (``tetrarch.job``)
+    ``_worker_job`` WorkerJob: a job over running workers, reusable across runs
     ``_channel``    Channel, send(), Accumulator
 
 ``spmd`` (outside ``_runtime``; torchrun-style programs on a proc mesh, behind ``tetrarch.spmd``)
@@ -75,6 +80,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
 ``programs`` (entry points of the processes tetrarch starts)
     ``_host_agent``  one per host: starts procs
     ``_proc_main``   one per proc
+    ``_worker``      run_worker_loop_forever(): a host agent that serves one client at a time, forever
 """
 
 from __future__ import annotations
@@ -88,7 +94,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
         "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
-        "_early", "_secret", "_spawn", "_alloc", "_local_alloc", "_cma", "_stdio", "_procstate", "_stopguard"))),
+        "_early", "_secret", "_spawn", "_alloc", "_local_alloc", "_cma", "_stdio", "_procstate", "_stopguard",
+        "_bootcmd"))),
     ("transport", ("tetrarch._transport",)),
     ("plugins", ("tetrarch._plugins",)),
     ("router", ("tetrarch._runtime._router",)),
@@ -98,7 +105,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("process", ("tetrarch._runtime._root",)),
     ("rdma", ("tetrarch._rdma",)),
     ("meshes", tuple(f"tetrarch._runtime.{m}" for m in (
-        "_mesh", "_hostalloc", "_procmesh", "_controller", "_shutdown", "_job", "_channel"))),
+        "_mesh", "_hostalloc", "_procmesh", "_controller", "_shutdown", "_workerauth", "_attach", "_job_cache", "_job",
+        "_worker_job", "_channel"))),
     ("spmd", ("tetrarch._spmd",)),
-    ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main")),
+    ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main", "tetrarch._runtime._worker")),
 )

@@ -110,12 +110,16 @@ class HostAgent:
         """Start the procs of ``request``; each reports ready to ``request.owner``, and we report its exit."""
         owner = request.owner
         host_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        for ident, extra, gpu in request.specs:
+        for ident, extra, gpu, command in request.specs:
             env = child_env(self.root, extra)
             env.update({ENV_OWNER_ADDR.name: owner, ENV_PROC_ID.name: ident,
                         ENV_HOST_AGENT_ADDR.name: self.root.runtime.address})
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = proc_visible_devices(gpu, host_visible)
+            argv = [sys.executable, "-m", "tetrarch._runtime._proc_main"]
+            if command is not None:  # spawn_procs(bootstrap_command=...)
+                argv = [command.program, *command.args]
+                env.update(command.env)
 
             def on_exit(info: ExitInfo, ident: str = ident) -> None:
                 self.output.finish(ident)  # every line it wrote reaches its owner before its exit report
@@ -128,11 +132,11 @@ class HostAgent:
             self.output.add(ident, owner, env.get(ENV_PROC_MESH.name, ident), env.get(ENV_PROC_COORDS.name, ""),
                             FORWARD_OUTPUT.value_in(env))
             try:
-                proc = spawn_watched([sys.executable, "-m", "tetrarch._runtime._proc_main"], env, on_exit,
-                                     secret=self.root.secret, output=partial(self.output.line, ident))
+                proc = spawn_watched(argv, env, on_exit, secret=self.root.secret,
+                                     output=partial(self.output.line, ident))
             except OSError as exc:
                 self.output.finish(ident)
-                report_exit(self.root.runtime, owner, ident, 127, f"cannot start {sys.executable}: {exc}\n")
+                report_exit(self.root.runtime, owner, ident, 127, f"cannot start {argv[0]}: {exc}\n")
                 continue
             frozen_s, interval_s = FROZEN_TIMEOUT.value_in(env), HEARTBEAT_INTERVAL.value_in(env)
             with self.lock:

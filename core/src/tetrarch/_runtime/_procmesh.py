@@ -41,6 +41,7 @@ from .._plugins import get_registry
 from . import _serial, _wire
 from ._actor import Actor
 from ._alloc import AgentCommand, Allocation, Allocator, AllocRequest
+from ._bootcmd import BootstrapSpec, proc_command
 from ._collect import Collector, group_by_address
 from ._context import _current
 from ._future import CoroutineFuture, Future
@@ -83,8 +84,9 @@ class HostMesh(MeshTrait):
 
     def __init__(self, shape: Shape, hosts: list[_Host] | None, *, allocator: str = "local",
                  owned: bool = True, implicit: bool = False, name: str = "hosts",
-                 options: Mapping[str, object] | None = None) -> None:
+                 options: Mapping[str, object] | None = None, env: Mapping[str, str] | None = None) -> None:
         self._shape = shape
+        self._env = dict(env or {})  # added to the host agents' environment (ProcessJob(env=...))
         self._hosts = hosts  # None: not started yet (this_host() starts on first use)
         self._implicit = implicit  # the client's this_host(): restarted if its agent died
         self._allocator = allocator  # a backend name, resolved through the plugin registry
@@ -125,6 +127,26 @@ class HostMesh(MeshTrait):
                 self._hosts = _start_hosts(get_root(), allocator, len(self._shape) or 1, self)
             return self._hosts
 
+    @property
+    def initialized(self) -> Future[bool]:
+        """Completes with True once every host agent is up (starting them now if they are not yet).
+
+        ``.get()`` or ``await`` it; it raises what starting or attaching raised
+        (``ProcessStartError``, ``SupervisionError``, ``MeshStoppedError``, ...).
+        """
+        fut: Future[bool] = Future._new()
+
+        def start() -> None:
+            try:
+                self._ensure_started()
+            except BaseException as exc:  # noqa: BLE001 - the future carries it
+                fut._set_exception(exc)
+            else:
+                fut._set_result(True)
+
+        threading.Thread(target=start, name="tetrarch-host-start", daemon=True).start()
+        return fut
+
     def _restart(self) -> None:
         """Replace this_host()'s dead host agent with a fresh one (lock held)."""
         allocation, self._allocation = self._allocation, None
@@ -137,16 +159,19 @@ class HostMesh(MeshTrait):
         self._hosts = None
 
     def spawn_procs(self, per_host: dict[str, int] | None = None, *, name: str | None = None,
-                    bootstrap: Any = None) -> ProcMesh:
+                    bootstrap: Any = None, bootstrap_command: BootstrapSpec = None) -> ProcMesh:
         """Start ``per_host`` procs on every host, e.g. ``per_host={"gpus": 4}``.
 
         Blocks until every proc is ready. A ``gpus`` dimension sets each proc's
         ``CUDA_VISIBLE_DEVICES``; every proc gets rank variables (``RANK``,
         ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``TETRARCH_RANK_<DIM>``).
+        ``bootstrap_command`` (a :class:`~tetrarch.BootstrapCommand`, or a function of the
+        proc's ``Point`` returning one) is how the host agents start the procs.
 
         Raises:
             TypeError: ``per_host`` is not a dict of dimension names to sizes (e.g. a bare
-                ``per_host=4``: the message names ``per_host={"gpus": 4}``).
+                ``per_host=4``: the message names ``per_host={"gpus": 4}``), or
+                ``bootstrap_command`` is no ``BootstrapCommand``.
             ValueError: bad ``per_host`` (non-positive sizes, labels that clash with hosts').
             ProcessStartError: a proc exited before it was ready (exit code, stderr tail).
         """
@@ -188,7 +213,7 @@ class HostMesh(MeshTrait):
                     env[ENV_SIZE_DIM.for_dim(label)] = str(size)
                 env[ENV_PROC_COORDS.name] = " ".join(f"{label}={point[label]}" for label in extent.labels)
                 gpu = lp["gpus"] if "gpus" in local.labels else None
-                specs.append(_wire.ProcSpec(ident, env, gpu))
+                specs.append(_wire.ProcSpec(ident, env, gpu, proc_command(bootstrap_command, point)))
                 records.append(ProcRecord(ident, f"proc {mesh_name}{point}", meta={"agent": hosts[host_rank].address}))
             requests.append((hosts[host_rank], specs))
         waiter = root.launches.expect(records)
@@ -278,7 +303,8 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
     alloc_id = _uid("hosts")
     records = [ProcRecord(f"{alloc_id}/{i}", f"host agent {i}", kind="host agent") for i in range(n)]
     waiter = root.launches.expect(records)
-    env = child_env(root, {ENV_CLIENT_ADDR.name: root.runtime.address, ENV_ALLOC_ID.name: alloc_id, **extra})
+    env = child_env(root, {**mesh._env, ENV_CLIENT_ADDR.name: root.runtime.address, ENV_ALLOC_ID.name: alloc_id,
+                           **extra})
     command = AgentCommand((sys.executable, "-m", "tetrarch._runtime._host_agent"), env, secret=root.secret)
 
     def on_exit(index: int, info: ExitInfo) -> None:

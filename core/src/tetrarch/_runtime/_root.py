@@ -9,6 +9,7 @@ sit above this layer and reach it through :func:`get_root`.
 from __future__ import annotations
 
 import atexit
+import hmac
 import os
 import secrets
 import sys
@@ -37,26 +38,30 @@ from ._output import OutputPrinter
 from ._port import link_service
 from ._procagent import ProcAgent
 from ._router import Router, install_router
+from ._secret import SecretError
 from ._supervision import Supervisor, install_exit_path
 
 __all__ = ["Root", "adopt_client_sys_path", "child_env", "get_root", "install_root", "launched_root",
-           "on_client_exit", "root_if_any"]
+           "on_client_exit", "root_if_any", "use_secret"]
 
 _log = get_logger("supervision")
 
 _root: Root | None = None
 _lock = threading.Lock()
+#: The secret the client runtime starts with, when one was given (``use_secret``); else a random one.
+_client_secret: bytes | None = None
 
 
 class Root:
     """This process's runtime and bookkeeping."""
 
     def __init__(self, role: str, secret: bytes, transport_name: str | None, name: str,
-                 on_proc_exit: Callable[[], None] | None = None) -> None:
+                 on_proc_exit: Callable[[], None] | None = None, *, listen_address: str | None = None) -> None:
         self.role = role
         self.secret = secret
         # The client may be told where to listen; a qualified scheme there selects the transport.
-        address = LISTEN_ADDRESS() if role == "client" else None
+        # (A worker of run_worker_loop_forever listens where its user said: ``listen_address``.)
+        address = listen_address or (LISTEN_ADDRESS() if role == "client" else None)
         spec = get_registry().select(BackendKind.TRANSPORT, transport_name, address=address)
         self.transport_name = spec.name
         transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name)
@@ -169,11 +174,38 @@ def get_root() -> Root:
         return root
     with _lock:
         if _root is None:
-            _root = Root("client", secrets.token_bytes(32), None, name="client")  # select() reads the setting
+            secret = _client_secret or secrets.token_bytes(32)
+            _root = Root("client", secret, None, name="client")  # select() reads the setting
             install_router(_root.runtime)
             atexit.register(_shutdown_at_exit)
             install_exit_path()
         return _root
+
+
+def use_secret(secret: bytes, origin: str) -> None:
+    """Make this process's runtime authenticate with ``secret`` (workers it attaches to hold the same).
+
+    Before the runtime starts, it will start with ``secret``; once it runs, ``secret``
+    must be the one it runs with. ``origin`` names where the secret came from, for the error.
+
+    Raises:
+        SecretError: the runtime already runs with another secret (it started before, with
+            a random one or another file's; or this is a proc of another allocation).
+    """
+    global _client_secret
+    with _lock:
+        root = _root
+        if root is None:
+            if _client_secret is not None and not hmac.compare_digest(_client_secret, secret):
+                raise SecretError(f"{origin} differs from the secret this process was already told to use; one "
+                                  f"process runs with one secret")
+            _client_secret = secret
+            return
+    if not hmac.compare_digest(root.secret, secret):
+        raise SecretError(
+            f"this process's tetrarch runtime already runs (as {root.role}) with another secret than {origin}: give "
+            f"the secret before anything else uses tetrarch in this process (before this_host(), a job's state(), "
+            f"spawn_procs), or attach from a fresh process")
 
 
 _exit_hooks: list[Callable[[], None]] = []

@@ -27,6 +27,7 @@ __all__ = [
     "SVC_PORT",
     "SVC_PROC",
     "SVC_SUPERVISE",
+    "SVC_WORKER",
     "SYS",
     "CallHeader",
     "ErrorRecord",
@@ -36,6 +37,7 @@ __all__ = [
     "OutputLines",
     "OutputMode",
     "PortHeader",
+    "ProcCommand",
     "ProcExit",
     "ProcFrozen",
     "ProcReady",
@@ -43,6 +45,7 @@ __all__ = [
     "SpawnMeta",
     "SpawnProcs",
     "SysHeader",
+    "WorkerAttach",
     "call_header",
     "decode",
     "encode",
@@ -71,6 +74,9 @@ SVC_HOST = "host"
 SVC_OUTPUT = "output"
 SVC_SUPERVISE = "supervise"  #: supervision: ``failure`` (FailureRecord)
 SVC_PORT = "port"  #: ports: ``link`` (the sender holds a port of ours; watch it)
+#: a worker started by ``run_worker_loop_forever``: ``attach`` (:class:`WorkerAttach`), answered with a
+#: :class:`ProcReady` (or ``DEAD`` and why: it serves another client)
+SVC_WORKER = "worker"
 
 
 class CallHeader(NamedTuple):
@@ -242,6 +248,15 @@ class ProcFrozen(NamedTuple):
     timeout_s: float
 
 
+class ProcCommand(NamedTuple):
+    """How a host agent starts one proc (``spawn_procs(bootstrap_command=...)``): ``[program, *args]``."""
+
+    program: str
+    args: tuple[str, ...]
+    #: Set in the proc's environment over everything else.
+    env: dict[str, str]
+
+
 class ProcSpec(NamedTuple):
     """One proc a host agent is asked to start."""
 
@@ -250,6 +265,8 @@ class ProcSpec(NamedTuple):
     env: dict[str, str]
     #: Index into the host's visible GPUs, or None.
     gpu: int | None
+    #: The command that starts it; None: the host agent's Python running tetrarch's proc main.
+    command: ProcCommand | None = None
 
 
 class SpawnProcs(NamedTuple):
@@ -284,3 +301,12 @@ class OutputMode(NamedTuple):
     idents: list[str]
     #: True: to their owner, prefixed; False: to the host agent's own stdout and stderr.
     forward: bool
+
+
+class WorkerAttach(NamedTuple):
+    """Payload of ``worker``/``attach``: a client asks a worker to be its host agent."""
+
+    #: The client's address (it gets the worker's heartbeats and its procs' reports).
+    client: str
+    #: The identity the client tracks the worker under (as a host agent's ``alloc-id/index``).
+    ident: str

@@ -15,6 +15,10 @@ Without ``allocator=``, the allocator is chosen as every backend is: the
 ``TETRARCH_ALLOCATOR`` setting, then ``tetrarch_select_backend`` hooks, then priority
 (docs/plugins.md §4). See docs/jobs.md.
 
+Jobs persist: ``job.dump(path)`` / ``job_load(path)``; ``job.state(cached_path=...)`` reuses a
+running job across runs where its hosts outlive the client: ``WorkerJob`` over workers that run
+``tetrarch.run_worker_loop_forever`` (docs/jobs.md).
+
 ``tetrarch.job.spmd`` (a submodule) serves a torchrun command line on procs reserved once
 (``serve``, ``job_load``; docs/spmd.md).
 
@@ -32,6 +36,12 @@ from .._lazy import lazy_exports
 
 _EXPORTS = {
     "AllocatorJob": "tetrarch._runtime._job",
+    "BatchJob": "tetrarch._runtime._job",
+    "DEFAULT_JOB_PATH": "tetrarch._runtime._job",
+    "WorkerJob": "tetrarch._runtime._worker_job",
+    "job_load": "tetrarch._runtime._job",
+    "job_loads": "tetrarch._runtime._job",
+    "new_secret_file": "tetrarch._runtime._workerauth",
     "JobState": "tetrarch._runtime._job",
     "JobTrait": "tetrarch._runtime._job",
     "LocalJob": "tetrarch._runtime._job",
@@ -40,13 +50,19 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "DEFAULT_JOB_PATH",
     "AllocatorJob",
+    "BatchJob",
     "JobState",
     "JobTrait",
     "LocalJob",
     "MeshNotFoundError",
     "ProcessJob",
     "SlurmJob",
+    "WorkerJob",
+    "job_load",
+    "job_loads",
+    "new_secret_file",
 ]
 # (kept literal so linters see the re-exports; tests/test_public_api.py checks it)
 
@@ -81,4 +97,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from tetrarch_alloc_slurm import SlurmJob
 
     from .._errors import MeshNotFoundError
-    from .._runtime._job import AllocatorJob, JobState, JobTrait, LocalJob, ProcessJob
+    from .._runtime._job import (
+        DEFAULT_JOB_PATH,
+        AllocatorJob,
+        BatchJob,
+        JobState,
+        JobTrait,
+        LocalJob,
+        ProcessJob,
+        job_load,
+        job_loads,
+    )
+    from .._runtime._worker_job import WorkerJob
+    from .._runtime._workerauth import new_secret_file

@@ -1,0 +1,205 @@
+"""Workers started by something else: ``run_worker_loop_forever`` and ``attach_to_workers`` (Monarch's names).
+
+Real processes on 127.0.0.1: two workers started with subprocess (port 0; each prints
+the address it listens at), clients in their own processes (a client's runtime starts
+with the secret of the file it is given, so it cannot be the test process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tetrarch import ArgumentError, NotSupportedError, attach_to_workers, run_worker_loop_forever
+from tetrarch._runtime._secret import SecretError
+from tetrarch.job import new_secret_file
+from tetrarch.testing import scaled
+
+pytestmark = [pytest.mark.transport_independent, pytest.mark.isolated, pytest.mark.timeout(scaled(180))]
+
+HERE = Path(__file__).parent
+CLIENT = HERE / "scenarios" / "attach_client.py"
+WORKER = ("import sys; from tetrarch import run_worker_loop_forever; "
+          "run_worker_loop_forever(address=sys.argv[1], secret_file=sys.argv[2])")
+
+
+def _read_line(stream: Any, timeout: float) -> str:
+    """The first line of ``stream``, waiting at most ``timeout`` s ('' if none came)."""
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return box[0] if box else ""
+
+
+class Worker:
+    """One ``run_worker_loop_forever`` process on 127.0.0.1 (a free port)."""
+
+    def __init__(self, secret: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, "tcp://127.0.0.1:0", str(secret)], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        line = _read_line(self.proc.stdout, scaled(60))
+        if not line.startswith("tetrarch worker listening at "):
+            self.stop()
+            raise AssertionError(f"the worker did not start: {line!r} {self.proc.stderr.read()}")
+        self.address = line.split()[-1]
+
+    def children(self) -> list[int]:
+        try:
+            return [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> None:
+        """SIGTERM (the worker kills its procs and exits), SIGKILL of its session past a bound."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(scaled(20))
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            stream.close()
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    return Path(new_secret_file(tmp_path / "keys" / "secret"))
+
+
+@pytest.fixture
+def workers(secret: Path) -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    try:
+        started += [Worker(secret), Worker(secret)]
+        yield started
+    finally:
+        for w in started:
+            w.stop()
+
+
+def _gone(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still alive after a bounded wait for them to end."""
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=scaled(30))
+    return [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture
+def client(run_scenario: Callable[..., Any]) -> Callable[..., dict]:
+    def run(*args: str) -> dict:
+        res = run_scenario(CLIENT, *args, timeout=90, pythonpath=[HERE])
+        lines = res.stdout.strip().splitlines()
+        assert lines, res.stderr
+        return json.loads(lines[-1])
+
+    return run
+
+
+def test_clients_attach_one_after_the_other_spawn_and_call_on_the_same_workers(workers, secret, client) -> None:
+    addresses = [w.address for w in workers]
+    first = client("call", str(secret), *addresses)
+    assert "error" not in first, first
+    agents = {w.proc.pid for w in workers}
+    assert len(first["pids"]) == 4 and {ppid for _pid, ppid in first["pids"].values()} == agents, \
+        "every proc is a child of a worker"
+    second = client("call", str(secret), *addresses)
+    assert "error" not in second, second
+    assert {ppid for _pid, ppid in second["pids"].values()} == agents, "the next client gets the same workers"
+    assert all(w.proc.poll() is None for w in workers), "workers serve forever"
+    assert _gone([pid for pid, _ in first["pids"].values()]) == []
+    assert _gone([pid for pid, _ in second["pids"].values()]) == []
+
+
+def test_a_client_with_another_secret_is_refused_and_the_worker_serves_on(workers, secret, client,
+                                                                         tmp_path: Path) -> None:
+    other = new_secret_file(tmp_path / "other")
+    refused = client("call", other, workers[0].address)
+    assert refused.get("error") == "ProcessStartError", refused
+    assert "attach failed" in refused["message"] and workers[0].address in refused["message"], refused
+    assert "authentication handshake" in refused["message"], refused
+    assert workers[0].proc.poll() is None and workers[0].children() == []
+    assert "error" not in client("call", str(secret), workers[0].address), "the worker still serves"
+
+
+def test_a_worker_whose_client_died_kills_its_procs_and_takes_the_next(workers, secret, client) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    holder = subprocess.Popen([sys.executable, str(CLIENT), "hold", str(secret), workers[0].address], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        line = _read_line(holder.stdout, scaled(90))
+        assert line, "the holding client printed nothing"
+        pids = [pid for pid, _ in json.loads(line)["pids"].values()]
+        assert set(pids) <= set(workers[0].children())
+    finally:
+        holder.kill()  # SIGKILL: no goodbye
+        holder.wait()
+        holder.stdin.close()
+        holder.stdout.close()
+    assert _gone(pids) == [], "the worker must kill the procs of a client that died"
+    assert "error" not in client("call", str(secret), workers[0].address), "and serve the next client"
+
+
+def test_trust_all_connections_is_refused_with_the_fix(secret) -> None:
+    for call in (lambda: attach_to_workers(workers=["tcp://127.0.0.1:1"], ca="trust_all_connections"),
+                 lambda: run_worker_loop_forever(address="tcp://127.0.0.1:0", ca="trust_all_connections")):
+        with pytest.raises(ArgumentError, match=r"tetrarch requires the secret.*secret_file=PATH"):
+            call()
+    with pytest.raises(NotSupportedError, match="TLS certificates"):
+        run_worker_loop_forever(address="tcp://127.0.0.1:0", ca=b"---CERT---", secret_file=secret)
+
+
+@pytest.mark.parametrize("address", ["tcp://*:26600", "tcp://0.0.0.0:26600", "tcp://h:1@tcp://0.0.0.0:1"])
+def test_a_worker_never_binds_a_wildcard(secret, address: str) -> None:
+    with pytest.raises(ArgumentError, match=r"never a wildcard|alias form"):
+        run_worker_loop_forever(address=address, secret_file=secret)
+
+
+def test_the_secret_file_must_be_private_and_long_enough(tmp_path: Path) -> None:
+    with pytest.raises(SecretError, match="pass secret_file=PATH"):
+        run_worker_loop_forever(address="tcp://127.0.0.1:0")
+    loose = tmp_path / "loose"
+    loose.write_text("x" * 64)
+    loose.chmod(0o644)
+    with pytest.raises(SecretError, match=f"chmod 600 {loose}"):
+        run_worker_loop_forever(address="tcp://127.0.0.1:0", secret_file=loose)
+    short = tmp_path / "short"
+    short.write_text("abc")
+    short.chmod(0o600)
+    with pytest.raises(SecretError, match="32 to 4096 characters"):
+        attach_to_workers(workers=["tcp://127.0.0.1:1"], secret_file=short)
+    made = Path(new_secret_file(tmp_path / "new" / "secret"))
+    assert made.stat().st_mode & 0o777 == 0o600 and made.parent.stat().st_mode & 0o777 == 0o700
+    with pytest.raises(FileExistsError):
+        new_secret_file(made)
+
+
+def test_a_worker_job_is_reused_by_a_later_process_from_its_cache(workers, secret, client, tmp_path: Path) -> None:
+    cache = tmp_path / "state" / "job_state.pkl"
+    addresses = [w.address for w in workers]
+    first = client("job", str(secret), str(cache), *addresses)
+    assert "error" not in first, first
+    assert cache.stat().st_mode & 0o777 == 0o600 and cache.parent.stat().st_mode & 0o777 == 0o700
+    second = client("job", str(secret), str(cache), *addresses)
+    assert "error" not in second, second
+    assert second["apply_id"] == first["apply_id"], "the second run connected to the cached job"
+    agents = {w.proc.pid for w in workers}
+    assert {ppid for _p, ppid in second["pids"].values()} == agents == {ppid for _p, ppid in first["pids"].values()}
