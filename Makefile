@@ -37,7 +37,7 @@ TORCH := torch==2.13.0
 # third-party dependencies are listed here explicitly. numpy: torch warns on import without it.
 # setproctitle: a core dependency (process titles). setuptools: make test-packaging builds
 # the wheels with --no-build-isolation.
-THIRD_PARTY := pyzmq pynng pytest pytest-timeout psutil uvloop numpy setproctitle setuptools hypothesis cffi
+THIRD_PARTY := pyzmq pynng pytest pytest-timeout psutil uvloop numpy setproctitle setuptools hypothesis cffi nbclient ipykernel
 # `make lint`'s tools, pinned: a new release may add findings, so upgrades are deliberate.
 LINT_TOOLS := ruff==0.17.5 mypy==2.4.1
 PLUGINS := transport_zmq transport_nng rdma_verbs rdma_efa alloc_local alloc_slurm
