@@ -128,7 +128,8 @@ def test_an_unknown_name_far_from_any_gets_the_list_only() -> None:
         ({"rdma_ibverbs_target": "gpu:0"}, ValueError, "only the 'nic:<device>' form"),
         ({"rdma_max_chunk_size_mb": "64"}, TypeError, "expected an integer of MiB, got str"),
         ({"rdma_disable_ibverbs": "yes"}, TypeError, "expected a boolean, got str"),
-        ({"enable_log_forwarding": "perhaps"}, ValueError, r"configure\(forward_output='perhaps'\) must be a boolean"),
+        ({"enable_log_forwarding": "perhaps"}, TypeError,
+         r"configure\(enable_log_forwarding='perhaps'\): expected a boolean, got str"),
     ],
 )
 def test_a_bad_value_under_a_monarch_name_sets_nothing(values: dict[str, object], error: type[Exception],

@@ -108,7 +108,9 @@ def _bounded_seconds(name: str, value: object) -> float:
     return seconds
 
 
-def _same(name: str, value: object) -> object:
+def _boolean(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"configure({name}={value!r}): expected a boolean, got {type(value).__name__}")
     return value
 
 
@@ -133,9 +135,7 @@ def _transport(name: str, value: object) -> object:
 
 
 def _disable_ibverbs(name: str, value: object) -> object:
-    if not isinstance(value, bool):
-        raise ArgumentTypeError(f"configure({name}={value!r}): expected a boolean, got {type(value).__name__}")
-    return "tcp" if value else None  # False: the backend is chosen as usual
+    return "tcp" if _boolean(name, value) else None  # False: the backend is chosen as usual
 
 
 def _nic(name: str, value: object) -> object:
@@ -169,7 +169,7 @@ def _duration(name: str, key: str, note: str, *, bounded: bool = False) -> Monar
 _ALIASES = (
     MonarchAlias("default_transport", "transport", _transport, lambda v: v,
                  "'tcp', or 'ipc'/'unix' (Monarch's default); no ChannelTransport enum, no TLS/QUIC"),
-    MonarchAlias("enable_log_forwarding", "forward_output", _same, lambda v: v,
+    MonarchAlias("enable_log_forwarding", "forward_output", _boolean, lambda v: v,
                  "a boolean; Monarch's default is off, tetrarch's on (procs' lines reach the client, prefixed)"),
     _duration("host_spawn_ready_timeout", "proc_start_timeout", "Monarch's 0 (wait forever) is refused", bounded=True),
     _duration("mesh_proc_spawn_max_idle", "proc_start_timeout", "tetrarch bounds the whole start, not idle gaps"),
@@ -179,7 +179,7 @@ _ALIASES = (
     _duration("proc_stop_max_idle", "stop_timeout", "one bound for the whole graceful stop"),
     _duration("cleanup_timeout", "cleanup_timeout", "same name; Monarch's default is 3s, tetrarch's 5s"),
     _duration("mesh_orphan_timeout", "orphan_timeout", "Monarch's default is 60s, tetrarch's 30s"),
-    MonarchAlias("rdma_allow_tcp_fallback", "rdma_fallback", _same, lambda v: v, "a boolean, same meaning"),
+    MonarchAlias("rdma_allow_tcp_fallback", "rdma_fallback", _boolean, lambda v: v, "a boolean, same meaning"),
     MonarchAlias("rdma_max_chunk_size_mb", "rdma_chunk_size", _mebibytes,
                  lambda v: v >> 20 if v % (1 << 20) == 0 else v / (1 << 20), "MiB; tetrarch's setting is in bytes"),
     MonarchAlias("rdma_disable_ibverbs", "rdma_backend", _disable_ibverbs, lambda v: v == "tcp",
