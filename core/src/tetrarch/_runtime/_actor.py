@@ -205,11 +205,13 @@ def concurrent_endpoint(method: Any = None, *, propagate: Any = None, explicit_r
                         instrument: bool = False) -> Any:
     """Like :func:`endpoint`, for an ``async def`` whose handlers may overlap.
 
-    Messages still start in arrival order, but a concurrent handler does not wait
-    for the previous one to finish: while it awaits, the next concurrent message
-    starts. A plain (non-concurrent) message waits until every running handler has
-    finished, and none starts while it runs. Stopping the actor cancels running
-    concurrent handlers (their callers get SupervisionError) before ``__cleanup__``.
+    Messages still start in arrival order, but a concurrent handler does not hold the
+    actor: once it reaches its first ``await``, the next message starts, plain ones
+    included (as in Monarch). So a plain endpoint may set an ``asyncio.Event`` that
+    concurrent handlers wait for. Plain endpoints still run one at a time, and a
+    concurrent message waits behind a running plain one. Stopping the actor cancels
+    running concurrent handlers (their callers get SupervisionError) before
+    ``__cleanup__``.
 
     Raises:
         TypeError: the method is not an ``async def``.
