@@ -67,7 +67,7 @@ class Root:
         transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name)
         set_process_name(name)
         spans_hosts = role != "client" and os.environ.get(ENV_SPANS_HOSTS.name) == "1"
-        if spans_hosts:  # listen on the interface that reaches our launcher (the host name may be loopback)
+        if spans_hosts and listen_address is None:  # listen on the interface that reaches our launcher
             launcher = os.environ.get((ENV_CLIENT_ADDR if role == "host" else ENV_OWNER_ADDR).name)
             address = pin_host(transport.default_address(spans_hosts=True), source_ip_toward(host_of(launcher)))
         self.runtime = Router(transport, secret, name=name, spans_hosts=spans_hosts,
