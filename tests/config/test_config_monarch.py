@@ -164,6 +164,17 @@ def test_configured_yields_the_merged_config_and_restores() -> None:
     assert SETTINGS["stop_timeout"]() == 9.0
 
 
+def test_the_view_configured_yields_reads_on_access(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETRARCH_HEARTBEAT_INTERVAL", "often")  # a bad variable elsewhere does not stop the block
+    with configured(cleanup_timeout="2s") as config:
+        assert config["cleanup_timeout"] == 2.0 and "mesh_orphan_timeout" in config and "nope" not in config
+        assert len(config) == len(list(config)) == len(set(SETTINGS) | set(MONARCH_ALIASES))
+        with pytest.raises(ValueError, match="TETRARCH_HEARTBEAT_INTERVAL='often'"):
+            config["heartbeat_interval"]
+        with pytest.raises(KeyError):
+            config["message_delivery_timeout"]  # refused: no value to show
+
+
 def test_the_public_module_mirrors_monarch_config() -> None:
     assert sorted(tetrarch.config.__all__) == ["clear_runtime_config", "configure", "configured",
                                                "get_global_config", "get_runtime_config", "source"]

@@ -459,22 +459,46 @@ def configure(**values: object) -> None:
 
 
 @contextmanager
-def configured(**values: object) -> Iterator[dict[str, Any]]:
+def configured(**values: object) -> Iterator[Mapping[str, Any]]:
     """:func:`configure` for the ``with`` block; the previous values set from code come back on exit.
 
-    Yields :func:`get_global_config` as it is inside the block, as Monarch's ``configured``
-    does. Restores also when the block raises; blocks nest. Threads share the values: one
-    thread's block is seen by the others while it lasts.
+    Yields the configuration as Monarch's ``configured`` does: a read-only mapping of every
+    setting by key and by Monarch's names (as :func:`get_global_config`), each read when
+    accessed. Restores also when the block raises; blocks nest. Threads share the values:
+    one thread's block is seen by the others while it lasts.
 
     Raises:
-        TypeError, ValueError: as :func:`configure` (on entry; nothing is set), and as
-            :func:`get_global_config`.
+        TypeError, ValueError: as :func:`configure` (on entry; nothing is set).
     """
     previous = _apply(_staged("configured", values))
     try:
-        yield get_global_config()
+        yield _ConfigView()
     finally:
         _apply(previous)
+
+
+class _ConfigView(Mapping[str, Any]):
+    """Every setting's current value by key and by Monarch's names, read on access.
+
+    Raises:
+        KeyError: (on ``view[name]``) no such key or Monarch name.
+        ValueError: (on ``view[name]``) its environment variable holds no valid value.
+    """
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in SETTINGS and name not in MONARCH_ALIASES:
+            raise KeyError(name)
+        setting, shown = _setting_named(name)
+        return setting() if shown is None else shown(setting())
+
+    def __iter__(self) -> Iterator[str]:
+        yield from SETTINGS
+        yield from (name for name in MONARCH_ALIASES if name not in SETTINGS)
+
+    def __len__(self) -> int:
+        return len(SETTINGS) + sum(name not in SETTINGS for name in MONARCH_ALIASES)
 
 
 def _setting_named(name: str) -> tuple[Setting[Any], Any]:
@@ -513,10 +537,7 @@ def get_global_config() -> dict[str, Any]:
     Raises:
         ValueError: an environment variable holds no valid value (names it).
     """
-    config: dict[str, Any] = {key: setting() for key, setting in SETTINGS.items()}
-    for name, alias in MONARCH_ALIASES.items():
-        config.setdefault(name, alias.to_theirs(config[alias.key]))
-    return config
+    return dict(_ConfigView())
 
 
 def get_runtime_config() -> dict[str, Any]:
