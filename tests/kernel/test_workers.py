@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +43,13 @@ def _read_line(stream: Any, timeout: float) -> str:
 
 
 class Worker:
-    """One ``run_worker_loop_forever`` process on 127.0.0.1 (a free port)."""
+    """One ``run_worker_loop_forever`` process at ``address`` (default 127.0.0.1, a free port), under ``wrap``."""
 
-    def __init__(self, secret: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, "tcp://127.0.0.1:0", str(secret)], env=env,
+    def __init__(self, secret: Path, address: str = "tcp://127.0.0.1:0", wrap: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+               **(env or {})}
+        self.proc = subprocess.Popen([*wrap, sys.executable, "-c", WORKER, address, str(secret)], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         line = _read_line(self.proc.stdout, scaled(60))
@@ -140,22 +142,53 @@ def test_a_client_with_another_secret_is_refused_and_the_worker_serves_on(worker
     assert "error" not in client("call", str(secret), workers[0].address), "the worker still serves"
 
 
-def test_a_worker_whose_client_died_kills_its_procs_and_takes_the_next(workers, secret, client) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    holder = subprocess.Popen([sys.executable, str(CLIENT), "hold", str(secret), workers[0].address], env=env,
+def _holding_client(secret: Path, worker: Worker, **env: str) -> tuple[subprocess.Popen, list[int]]:
+    """A client that attached to ``worker``, spawned procs there and holds them; and the procs' pids."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]), **env}
+    holder = subprocess.Popen([sys.executable, str(CLIENT), "hold", str(secret), worker.address], env=env,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    line = _read_line(holder.stdout, scaled(90))
+    if not line:
+        _end(holder)
+        raise AssertionError("the holding client printed nothing")
+    pids = [pid for pid, _ in json.loads(line)["pids"].values()]
+    assert set(pids) <= set(worker.children())
+    return holder, pids
+
+
+def _end(holder: subprocess.Popen) -> None:
+    holder.kill()  # SIGKILL: no goodbye
+    holder.wait()
+    holder.stdin.close()
+    holder.stdout.close()
+
+
+def test_a_worker_whose_client_died_kills_its_procs_and_takes_the_next(workers, secret, client) -> None:
+    holder, pids = _holding_client(secret, workers[0])
     try:
-        line = _read_line(holder.stdout, scaled(90))
-        assert line, "the holding client printed nothing"
-        pids = [pid for pid, _ in json.loads(line)["pids"].values()]
-        assert set(pids) <= set(workers[0].children())
+        busy = client("call", str(secret), workers[0].address)
+        assert busy.get("error") == "ProcessStartError" and "serves another client" in busy["message"], busy
     finally:
-        holder.kill()  # SIGKILL: no goodbye
-        holder.wait()
-        holder.stdin.close()
-        holder.stdout.close()
+        _end(holder)
     assert _gone(pids) == [], "the worker must kill the procs of a client that died"
     assert "error" not in client("call", str(secret), workers[0].address), "and serve the next client"
+
+
+def test_a_worker_whose_client_stops_answering_kills_its_procs(secret, client) -> None:
+    worker = Worker(secret, env={"TETRARCH_ORPHAN_TIMEOUT": "3"})
+    try:
+        # The procs give their owner a long time: what ends them is the worker's verdict.
+        holder, pids = _holding_client(secret, worker, TETRARCH_ORPHAN_TIMEOUT="120")
+        try:
+            holder.send_signal(signal.SIGSTOP)  # connected, silent
+            assert _gone(pids) == [], "a worker whose client stopped answering kills its procs"
+            assert worker.proc.poll() is None
+        finally:
+            holder.send_signal(signal.SIGCONT)
+            _end(holder)
+        assert "error" not in client("call", str(secret), worker.address), "and serves the next client"
+    finally:
+        worker.stop()
 
 
 def test_trust_all_connections_is_refused_with_the_fix(secret) -> None:
@@ -203,3 +236,38 @@ def test_a_worker_job_is_reused_by_a_later_process_from_its_cache(workers, secre
     assert second["apply_id"] == first["apply_id"], "the second run connected to the cached job"
     agents = {w.proc.pid for w in workers}
     assert {ppid for _p, ppid in second["pids"].values()} == agents == {ppid for _p, ppid in first["pids"].values()}
+
+
+FAKE_HOSTS = HERE.parents[1] / "scripts" / "fake-hosts"
+
+
+@pytest.fixture
+def namespaced_hosts() -> list[str]:
+    """The addresses of two emulated hosts (scripts/fake-hosts), brought up when none are; skips without root."""
+    if os.geteuid() != 0 or not FAKE_HOSTS.exists():
+        pytest.skip("network-namespace hosts need root and scripts/fake-hosts")
+    status = subprocess.run([str(FAKE_HOSTS), "status"], capture_output=True, text=True, timeout=scaled(30))
+    if status.returncode == 3:  # none up: make two (an existing set, of any size, is used as it is)
+        up = subprocess.run([str(FAKE_HOSTS), "up", "2"], capture_output=True, text=True, timeout=scaled(60))
+        if up.returncode != 0:
+            pytest.skip(f"scripts/fake-hosts up 2 failed: {up.stderr.strip()}")
+        status = subprocess.run([str(FAKE_HOSTS), "status"], capture_output=True, text=True, timeout=scaled(30))
+    hosts = [line.split()[0] for line in status.stdout.splitlines() if " UP 10.99.0." in line]
+    if status.returncode != 0 or len(hosts) < 2:
+        pytest.skip(f"fewer than two fake hosts are up: {status.stdout.strip()}")
+    return hosts[:2]
+
+
+def test_workers_on_two_namespaced_hosts_serve_a_client_in_the_root_namespace(namespaced_hosts, secret,
+                                                                              client) -> None:
+    started: list[Worker] = []
+    try:
+        for i, host in enumerate(namespaced_hosts, start=1):
+            started.append(Worker(secret, address=f"tcp://10.99.0.{i}:0", wrap=[str(FAKE_HOSTS), "exec", host]))
+        assert all(w.address.startswith("tcp://10.99.0.") for w in started), [w.address for w in started]
+        out = client("call", str(secret), *(w.address for w in started))
+        assert "error" not in out, out
+        assert len({ppid for _pid, ppid in out["pids"].values()}) == 2, "one worker per host"
+    finally:
+        for w in started:
+            w.stop()
