@@ -23,7 +23,7 @@ import pytest
 from tetrarch import ArgumentError, NotSupportedError, attach_to_workers, run_worker_loop_forever
 from tetrarch._runtime._secret import SecretError
 from tetrarch.job import new_secret_file
-from tetrarch.testing import scaled
+from tetrarch.testing import scaled, still_running
 
 pytestmark = [pytest.mark.transport_independent, pytest.mark.isolated, pytest.mark.timeout(scaled(180))]
 
@@ -95,14 +95,7 @@ def workers(secret: Path) -> Iterator[list[Worker]]:
 
 def _gone(pids: list[int]) -> list[int]:
     """Those of ``pids`` still alive after a bounded wait for them to end."""
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=scaled(30))
-    return [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    return still_running(pids, scaled(30))
 
 
 @pytest.fixture
@@ -129,6 +122,12 @@ def test_clients_attach_one_after_the_other_spawn_and_call_on_the_same_workers(w
     assert all(w.proc.poll() is None for w in workers), "workers serve forever"
     assert _gone([pid for pid, _ in first["pids"].values()]) == []
     assert _gone([pid for pid, _ in second["pids"].values()]) == []
+
+
+def test_one_client_attaches_a_worker_once_at_a_time_and_again_after_shutdown(workers, secret, client) -> None:
+    out = client("twice", str(secret), workers[0].address)
+    assert "attached to the worker" in out.get("refused", "") and "shut that HostMesh down first" in out["refused"], out
+    assert {ppid for _p, ppid in out["pids"].values()} == {workers[0].proc.pid}, out
 
 
 def test_a_client_with_another_secret_is_refused_and_the_worker_serves_on(workers, secret, client,

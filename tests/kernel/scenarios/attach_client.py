@@ -3,6 +3,7 @@
     attach_client.py call SECRET ADDR...    attach, spawn 2 procs per worker, call them, shut down; JSON
     attach_client.py hold SECRET ADDR...    attach, spawn, print the procs' pids, then wait for stdin to close
     attach_client.py job SECRET CACHE ADDR...  WorkerJob({"w": ADDR...}).state(cached_path=CACHE); JSON
+    attach_client.py twice SECRET ADDR...   attach twice (the second is refused), shut down, attach again; JSON
 
 The last line of stdout is JSON: ``{"error": ..., "message": ...}`` on failure.
 """
@@ -37,6 +38,17 @@ def main() -> int:
             return 0
         mesh = attach_to_workers(workers=rest, secret_file=secret, name="w")
         mesh.initialized.get()
+        if mode == "twice":
+            try:
+                attach_to_workers(workers=rest, secret_file=secret).initialized.get()
+                refused = ""
+            except Exception as exc:  # noqa: BLE001 - reported
+                refused = str(exc)
+            mesh.shutdown().get()
+            again = attach_to_workers(workers=rest, secret_file=secret)
+            procs, pids = _pids(again)
+            print(json.dumps({"refused": refused, "pids": pids}), flush=True)
+            return 0
         procs, pids = _pids(mesh)
         if mode == "hold":
             print(json.dumps({"pids": pids}), flush=True)

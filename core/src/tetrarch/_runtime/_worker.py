@@ -81,13 +81,13 @@ class Worker:
         runtime = self.root.runtime
         with self.lock:
             current = self.session
-        if current is not None and current.client == request.client:
-            self.end(current, "it attached again")  # the same client process starts over
-        with self.lock:
-            current = self.session
             if current is not None:
-                busy = (f"the worker at {runtime.address} serves another client (at {current.client}); it takes the "
-                        f"next one when that client disconnects or shuts its mesh down")
+                if current.client == request.client:
+                    busy = (f"this client is attached to the worker at {runtime.address} already (another HostMesh "
+                            f"over it is live); shut that HostMesh down first")
+                else:
+                    busy = (f"the worker at {runtime.address} serves another client (at {current.client}); it takes "
+                            f"the next one when that client disconnects or shuts its mesh down")
                 runtime.reply(hdr.reply_addr, hdr.reply_port, 0, _wire.DEAD, busy)
                 return
             session = self.session = _Session(request.client, request.ident)
