@@ -32,7 +32,10 @@ def test_default_hook_prints_the_report_and_exits_1_running_atexit(run_scenario)
     assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
     assert "unhandled failure reached the client" in res.stderr
     assert "MeshFailure on mesh 'doomed', rank 1" in res.stderr
-    assert "root event: doomed{'gpus': 1/2}" in res.stderr and "plain exception" in res.stderr
+    # Monarch's order: the actor (class, then name and rank), the endpoint it ran, what happened.
+    err = res.stderr
+    assert ("root event: actor <supervision_actors.Fragile doomed{'gpus': 1/2}> (pid " in err
+            and "failed in endpoint 'raise_exc': raise_exc raised ValueError: plain exception" in err), err
     assert "FINALLY RAN" in res.stdout and "ATEXIT RAN" in res.stdout
     assert "MAIN" not in res.stdout  # the wait was interrupted, not finished
 
@@ -48,5 +51,6 @@ def test_a_raising_hook_is_called_once_and_ends_the_client_with_1(run_scenario):
 def test_a_replaced_hook_that_returns_keeps_the_client_running(run_scenario):
     res = run_scenario(SCENARIOS / "returning_fault_hook.py", timeout=50, pythonpath=[HERE])
     assert res.returncode == 0, (res.returncode, res.stdout, res.stderr)
-    assert "SEEN MeshFailure(mesh='doomed', crashed_ranks=[1]" in res.stdout
+    assert "SEEN MeshFailure(mesh='doomed', crashed_ranks=[1], actor=<supervision_actors.Fragile doomed" in res.stdout
+    assert "endpoint=raise_exc" in res.stdout  # a hook can tell which class and endpoint failed
     assert "STILL RUNNING alive" in res.stdout

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from kernel_actors import InitFails
 from supervision_actors import AsyncSupervisor, Fragile, RefUser, Supervisor
 from tetrarch import ActorError, Channel, PortReceiver, ProcMesh, SupervisionError, this_host
 from tetrarch.testing import scaled
@@ -41,10 +42,26 @@ def test_broadcast_exception_kills_the_actor_and_tells_the_owner(procs, faults):
     (failure,) = faults.wait(1)
     assert (failure.mesh_name, failure.rank, failure.crashed_ranks) == ("split_broadcast", 2, [2])
     assert "plain exception" in failure.cause and failure.pid > 0
-    assert "split_broadcast{'gpus': 2/4}" in failure.report()
+    # What failed, for a fault hook: the actor's class and the endpoint it ran, named in the
+    # report in Monarch's order (class and actor, then endpoint, then cause).
+    assert (failure.actor_class, failure.endpoint) == ("supervision_actors.Fragile", "raise_exc")
+    report = failure.report()
+    assert "actor <supervision_actors.Fragile split_broadcast{'gpus': 2/4}> (pid" in report
+    assert report.index("supervision_actors.Fragile") < report.index("endpoint 'raise_exc'") < report.index(
+        "plain exception")
     with pytest.raises(SupervisionError, match="unhealthy: rank 2"):
         mesh.ok.call()
     assert mesh.slice(gpus=slice(0, 2)).ok.call().get(timeout=scaled(10)).values() == ["alive"] * 2
+
+
+def test_a_failed_init_is_reported_with_its_class_and_init(procs, faults):
+    mesh = procs.slice(gpus=3).spawn("init_fails", InitFails)
+    with pytest.raises(ActorError):
+        mesh.initialized.get(timeout=scaled(10))
+    (failure,) = faults.wait(1)
+    assert (failure.actor_class, failure.endpoint) == ("kernel_actors.InitFails", "__init__")
+    assert "actor <kernel_actors.InitFails init_fails> (pid" in failure.report()
+    assert "failed in __init__: __init__ raised" in failure.report()
 
 
 @pytest.mark.parametrize(("method", "args", "text"), [
@@ -59,6 +76,8 @@ def test_deadly_raises_fail_the_call_and_reach_the_owner(procs, faults, method, 
     assert text in str(info.value)
     (failure,) = faults.wait(1)
     assert failure.rank == 1 and text in failure.cause
+    assert (failure.actor_class, failure.endpoint) == ("supervision_actors.Fragile", method)
+    assert f"failed in endpoint {method!r}: " in failure.report()
     with pytest.raises(SupervisionError):  # later calls fail fast
         mesh.slice(gpus=1).ok.call_one().get(timeout=scaled(1))
 
@@ -89,8 +108,12 @@ def test_unhandled_failure_goes_up_to_the_owners_owner_with_the_chain(procs, chi
     assert failure.mesh_name == "sup_pass" and "did not handle a failure of its mesh 'fragile'" in failure.cause
     root = failure.root_event
     assert root.mesh_name == "fragile" and "plain exception" in root.cause
+    assert (root.actor_class, root.endpoint) == ("supervision_actors.Fragile", "raise_exc")
+    assert failure.actor_class == "supervision_actors.Supervisor" and failure.endpoint == "__supervise__"
     report = failure.report()
-    assert report.index("root event: fragile") < report.index("then: sup_pass")
+    assert report.index("root event: actor <supervision_actors.Fragile fragile") < report.index(
+        "then: actor <supervision_actors.Supervisor sup_pass")
+    assert "failed in endpoint 'raise_exc'" in report and "failed in __supervise__" in report
     with pytest.raises(SupervisionError, match=r"unhealthy: rank 0 failed .*root event: fragile"):
         sup.seen_failures.call_one()
 
@@ -101,6 +124,7 @@ def test_raising_supervise_chains_a_new_failure(procs, child_procs, faults):
     (failure,) = faults.wait(1)
     assert "__supervise__ raised RuntimeError: supervise hook raised on purpose" in failure.cause
     assert failure.root_event.mesh_name == "fragile" and failure.root_event.rank == 1
+    assert failure.endpoint == "__supervise__" and failure.root_event.endpoint == "raise_exc"
 
 
 def test_failures_of_a_reference_go_to_the_owner_and_the_user_gets_supervision_error(procs, child_procs,
@@ -140,6 +164,9 @@ def test_exit_of_a_proc_fails_pending_calls_fast_naming_actor_rank_and_cause(fau
         assert "exiting.exit" in text and "rank 1" in text and "exit code 1" in text
         (failure,) = faults.wait(1)
         assert failure.rank == 1 and "exit code 1" in failure.cause
+        # Its owner knows the class; what ran when the process died is unknown there.
+        assert (failure.actor_class, failure.endpoint) == ("supervision_actors.Fragile", "")
+        assert "actor <supervision_actors.Fragile exiting{'gpus': 1/2}> (pid" in failure.report()
         with pytest.raises(SupervisionError, match="unhealthy"):
             mesh.ok.call()
         assert mesh.slice(gpus=0).ok.call_one().get(timeout=scaled(10)) == "alive"

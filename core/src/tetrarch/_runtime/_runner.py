@@ -54,6 +54,7 @@ from ._outcome import error_record
 from ._port import Port
 from ._router import Router
 from ._standby import Standby
+from ._stopguard import class_name, running_endpoint
 from ._supervision import MeshFailure, report_failure
 
 __all__ = ["ActorRunner", "Stoppable", "current_actor"]
@@ -307,8 +308,11 @@ class ActorRunner:
                 task.cancel()
                 return
         # list() copies the deque in one step (the I/O thread may append meanwhile).
-        if any(fn == self._handle_call and _key(args[0]) == key for fn, args in list(self._mailbox)):
-            self._cancelled.add(key)
+        for fn, args in list(self._mailbox):
+            if fn == self._handle_call and _key(args[0]) == key:  # answered now, dropped when its turn comes
+                self._cancelled.add(key)
+                self._answer_cancelled(key, args[0].method)
+                return
 
     def waits_on_itself(self, blocking: bool) -> str | None:
         """Why a wait, made now on this thread, for a call to this very actor could never end
@@ -349,10 +353,9 @@ class ActorRunner:
         if self.failed is not None or self.stopped:
             self._reject(hdr)
             return None
-        if self._cancelled and _key(hdr) in self._cancelled:  # its caller gave up before it started
+        if self._cancelled and _key(hdr) in self._cancelled:  # its caller gave up, and was answered
             self._cancelled.discard(_key(hdr))
             payload.clear()
-            self._answer_cancelled(_key(hdr), method)
             return None
         try:
             args, kwargs = _serial.loads(payload) if payload else ((), {})
@@ -448,7 +451,7 @@ class ActorRunner:
         self.failed = f"the actor {self.display} and all its descendants have failed: {cause}"
         rt = self.runtime
         record = _wire.FailureRecord(self.key, self.instance.name, self.instance.rank.rank, self.display, _HOST,
-                                     os.getpid(), cause, causes)
+                                     os.getpid(), cause, causes, class_name(self.cls), running_endpoint(self))
         if self.owner_address:
             report_failure(rt, self.owner_address, record)
         else:

@@ -27,7 +27,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["EXIT_STUCK_FINALIZING", "StopTarget", "bound_stop", "describe_stuck", "guard_exit"]
+__all__ = ["EXIT_STUCK_FINALIZING", "StopTarget", "bound_stop", "class_name", "describe_stuck", "guard_exit",
+           "running_endpoint"]
 
 #: The exit code of a proc that had to cut its own finalisation short (past its stop's bound).
 EXIT_STUCK_FINALIZING = 3
@@ -37,8 +38,11 @@ _BACKSTOP_S = 1.0
 #: The innermost frames of a stuck actor's stack that its report shows.
 _STACK_FRAMES = 8
 
-#: What the actor runner's methods are doing while on a stuck thread's stack.
-_RUNNER_FRAMES = {"_init": "__init__", "_supervise_now": "__supervise__", "_cleanup": "__cleanup__"}
+#: What the actor runner's methods run for it, while they are on its thread's stack.
+_RUNNER_FRAMES = {"_init": "__init__", "_supervised": "__supervise__", "_supervised_async": "__supervise__",
+                  "_supervise_raised": "__supervise__", "_cleanup": "__cleanup__"}
+#: Runner methods that run an endpoint (its name is their ``method`` local, or ``hdr.method``).
+_CALL_FRAMES = {"_handle_call", "_call_async"}
 
 
 class StopTarget(Protocol):
@@ -64,28 +68,38 @@ def _stop_queued(actor: StopTarget) -> bool:
     return True
 
 
+def _runner_frame(actor: object, frame: Any) -> tuple[str, Any]:
+    """``(what, frame)``: the innermost frame of ``actor``'s runner on the stack at ``frame`` and
+    what it runs for the actor (an endpoint's name, ``__init__``, ...); ``("", None)`` if none."""
+    f = frame
+    while f is not None:
+        name = f.f_code.co_name
+        if (name in _RUNNER_FRAMES or name in _CALL_FRAMES) and f.f_locals.get("self") is actor:
+            if name in _RUNNER_FRAMES:
+                return _RUNNER_FRAMES[name], f
+            method = f.f_locals.get("method") or getattr(f.f_locals.get("hdr"), "method", "")
+            return str(method), f
+        f = f.f_back
+    return "", None
+
+
+def running_endpoint(actor: object) -> str:
+    """What ``actor`` runs on the calling thread: an endpoint's name, ``__init__``,
+    ``__supervise__`` or ``__cleanup__``; '' when none of its code is on this thread's stack."""
+    return _runner_frame(actor, sys._getframe(1))[0]
+
+
 def describe_stuck(actor: StopTarget) -> tuple[str, str]:
     """``(what, stack)``: what the thread of ``actor`` runs (e.g. ``"its __init__"``,
     ``"its endpoint 'step'"``) and its innermost frames, formatted; ``stack`` is ''
     when the thread waits in its event loop (an async handler that does not return)."""
     frame = sys._current_frames().get(actor._thread.ident or -1)
-    what, start = "", None
-    f = frame
-    while f is not None:
-        name = f.f_code.co_name
-        if f.f_locals.get("self") is actor:
-            if name in _RUNNER_FRAMES:
-                what, start = f"its {_RUNNER_FRAMES[name]}", f
-                break
-            if name == "_handle_call":
-                method = f.f_locals.get("method") or getattr(f.f_locals.get("hdr"), "method", "?")
-                what, start = f"its endpoint {method!r}", f
-                break
-        f = f.f_back
+    running, start = _runner_frame(actor, frame)
     if start is None:
         running = getattr(actor, "_running_method", "")
         what = f"its async endpoint {running!r}" if running else "an async handler that does not return"
         return what, ""
+    what = f"its {running}" if running.startswith("__") else f"its endpoint {running!r}"
     stack = traceback.format_stack(frame)
     depth = 0
     f = frame
@@ -96,7 +110,8 @@ def describe_stuck(actor: StopTarget) -> tuple[str, str]:
     return what, "".join(shown[-_STACK_FRAMES:]).rstrip()
 
 
-def _class_name(cls: type) -> str:
+def class_name(cls: type) -> str:
+    """``module.QualName`` of ``cls``: how a failure report names an actor's class (as Monarch's)."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
@@ -113,7 +128,7 @@ def bound_stop(actor: StopTarget, finished: threading.Event, limit: float,
         if finished.wait(limit) or not _stop_queued(actor):
             return
         what, stack = describe_stuck(actor)
-        reason = (f"actor {actor.display} ({_class_name(actor.cls)}) could not be stopped: {limit:g} s after its "
+        reason = (f"actor {actor.display} ({class_name(actor.cls)}) could not be stopped: {limit:g} s after its "
                   f"stop (TETRARCH_STOP_TIMEOUT) its thread still runs {what}, which Python cannot interrupt")
         on_stuck(reason, stack)
 

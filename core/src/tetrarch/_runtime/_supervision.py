@@ -35,6 +35,7 @@ from .._log import get_logger
 from .._transport._loop import defer_while_dispatching
 from . import _serial, _wire
 from ._router import Router
+from ._stopguard import class_name
 from ._wire import FailureRecord
 
 __all__ = ["MeshFailure", "MeshState", "Supervised", "Supervisor", "default_fault_hook", "report_failure",
@@ -70,6 +71,9 @@ class MeshFailure:
         mesh: the owned ``ActorMesh`` (in the owner's process; None elsewhere).
         rank: the failed actor's rank in the mesh (``crashed_ranks == [rank]``).
         actor: the failed actor, e.g. ``trainer{'gpus': 1/4}``.
+        actor_class: its class, module-qualified, e.g. ``train.Trainer`` ('' when unknown).
+        endpoint: what it was running when it failed: an endpoint's name, ``__init__`` or
+            ``__supervise__`` ('' when nothing, or unknown: its proc died).
         host, pid: where it ran (empty / 0 when unknown).
         cause: what happened, e.g. ``"proc ... died: killed by SIGKILL"``.
         causes: the earlier failures that led to this one, the root event first.
@@ -81,10 +85,12 @@ class MeshFailure:
     Picklable (without ``mesh`` and ``received``); ``str(failure)`` names mesh, rank and cause.
     """
 
-    __slots__ = ("mesh_key", "mesh_name", "rank", "actor", "host", "pid", "cause", "causes", "mesh", "received")
+    __slots__ = ("mesh_key", "mesh_name", "rank", "actor", "host", "pid", "cause", "causes", "mesh", "received",
+                 "actor_class", "endpoint")
 
     def __init__(self, mesh_key: str, mesh_name: str, rank: int, actor: str, host: str, pid: int, cause: str,
-                 causes: tuple[MeshFailure, ...] = (), mesh: Any = None) -> None:
+                 causes: tuple[MeshFailure, ...] = (), mesh: Any = None, actor_class: str = "",
+                 endpoint: str = "") -> None:
         self.mesh_key = mesh_key
         self.mesh_name = mesh_name
         self.rank = rank
@@ -95,15 +101,18 @@ class MeshFailure:
         self.causes = causes
         self.mesh = mesh
         self.received = False
+        self.actor_class = actor_class
+        self.endpoint = endpoint
 
     @classmethod
     def _from_record(cls, record: FailureRecord, mesh: Any = None) -> MeshFailure:
         r = record
         return cls(r.mesh_key, r.mesh_name, r.rank, r.actor, r.host, r.pid, r.cause,
-                   tuple(cls._from_record(c) for c in r.causes), mesh)
+                   tuple(cls._from_record(c) for c in r.causes), mesh, r.actor_class, r.endpoint)
 
     def _flat(self) -> FailureRecord:
-        return FailureRecord(self.mesh_key, self.mesh_name, self.rank, self.actor, self.host, self.pid, self.cause)
+        return FailureRecord(self.mesh_key, self.mesh_name, self.rank, self.actor, self.host, self.pid, self.cause,
+                             (), self.actor_class, self.endpoint)
 
     def _chain(self) -> tuple[FailureRecord, ...]:
         """Records (without causes) of the causes and of this failure, the root event first."""
@@ -123,23 +132,44 @@ class MeshFailure:
             return f" (pid {self.pid}{' on ' + self.host if self.host else ''})"
         return ""
 
+    def _qualified(self) -> str:
+        """The actor as Monarch names it: ``<module.Class name{'gpus': 1/4}>`` (class first, when known)."""
+        return f"<{self.actor_class} {self.actor}>" if self.actor_class else f"<{self.actor}>"
+
+    def _event(self) -> str:
+        """One event: the actor (its class, name and rank), where it ran, the endpoint it ran, then the cause."""
+        running = ""
+        if self.endpoint:
+            running = f" in {self.endpoint}" if self.endpoint.startswith("__") else f" in endpoint {self.endpoint!r}"
+        return f"actor {self._qualified()}{self._where()} failed{running}: {self.cause}"
+
     def report(self) -> str:
-        """A readable multi-line report, the root event first."""
+        """A readable multi-line report, the root event first.
+
+        Each event names, in Monarch's order, the actor's class and name
+        (``<module.Class name{'gpus': 1/4}>``), then the endpoint it was running (when
+        one was), then what happened::
+
+            MeshFailure on mesh 'trainers', rank 1:
+              root event: actor <train.Trainer trainers{'gpus': 1/4}> (pid 123 on host) failed in endpoint
+              'step': step raised ValueError: bad batch with no caller to receive it
+        """
         lines = [f"MeshFailure on mesh {self.mesh_name!r}, rank {self.rank}:"]
         events = (*self.causes, self)
         for i, ev in enumerate(events):
-            head = "root event" if i == 0 else "then"
-            lines.append(f"  {head}: {ev.actor}{ev._where()} of mesh {ev.mesh_name!r} rank {ev.rank}: {ev.cause}")
+            lines.append(f"  {'root event' if i == 0 else 'then'}: {ev._event()}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        return (f"MeshFailure(mesh={self.mesh_name!r}, crashed_ranks=[{self.rank}], actor={self.actor}"
-                f"{self._where()}, cause={self.cause})")
+        endpoint = f", endpoint={self.endpoint}" if self.endpoint else ""
+        return (f"MeshFailure(mesh={self.mesh_name!r}, crashed_ranks=[{self.rank}], actor={self._qualified()}"
+                f"{self._where()}{endpoint}, cause={self.cause})")
 
     __repr__ = __str__
 
     def __reduce__(self) -> tuple:
-        return (MeshFailure, (*self._flat(), self.causes))
+        return (MeshFailure, (self.mesh_key, self.mesh_name, self.rank, self.actor, self.host, self.pid, self.cause,
+                              self.causes, None, self.actor_class, self.endpoint))
 
 
 def report_failure(runtime: Router, owner_address: str, record: FailureRecord) -> None:
@@ -358,7 +388,9 @@ class Supervisor:
     # -- events -------------------------------------------------------------------
     def _proc_died(self, owned: _Owned, rank: int, reason: str) -> None:
         _addr, _rank, actor, host, pid = owned.ranks[rank]
-        self.failure(FailureRecord(owned.key, owned.name, rank, actor, host, pid, reason))
+        cls = getattr(owned.mesh, "_cls", None)
+        self.failure(FailureRecord(owned.key, owned.name, rank, actor, host, pid, reason, (),
+                                   class_name(cls) if isinstance(cls, type) else ""))
 
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
         """``supervise``/``failure`` messages from the procs of meshes spawned here (I/O thread)."""

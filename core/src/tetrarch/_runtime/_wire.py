@@ -208,6 +208,11 @@ class FailureRecord(NamedTuple):
     #: The earlier failures that led to this one, the root event first (their own
     #: ``causes`` are empty).
     causes: tuple[FailureRecord, ...] = ()
+    #: The failed actor's class, module-qualified (``train.Trainer``); '' when unknown.
+    actor_class: str = ""
+    #: What the actor was running when it failed: an endpoint's name, ``__init__`` or
+    #: ``__supervise__``; '' when nothing (or unknown, e.g. its proc died).
+    endpoint: str = ""
 
 
 class ProcReady(NamedTuple):
