@@ -122,5 +122,14 @@ class Sleeper(Actor):
         return "unblocked"
 
     @endpoint
+    async def hold(self, started: Port[Any]) -> str:
+        """Hold the actor (a plain async endpoint) until the port it sends back gets a message."""
+        from tetrarch import Channel
+
+        release, released = Channel.open()
+        started.send(release)
+        return await released.recv()
+
+    @endpoint
     def ping(self) -> tuple[str, int]:
         return ("pong", self.cancelled)

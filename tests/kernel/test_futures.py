@@ -289,3 +289,26 @@ def test_interrupted_get_of_a_sync_endpoint_says_it_cannot_be_cancelled(procs, c
     assert caplog.text.count("future_blocked.ping waits: its actor is still running future_blocked.block") == 1
     assert block.get(timeout=WAIT_S) == "unblocked"  # it ran to its end
     started_rx.close()
+
+
+def test_interrupted_get_of_a_queued_call_answers_it_without_running_it(procs):
+    from gate_actors import Sleeper
+    from tetrarch import Channel
+
+    sleeper = procs.spawn("future_queued", Sleeper).slice(gpus=1)
+    started, started_rx = Channel.open()
+    first = sleeper.hold.call_one(started)  # holds the actor until released
+    release = started_rx.recv().get(timeout=WAIT_S)
+    queued = sleeper.nap.call_one(started, WAIT_S * 10)  # in line behind it
+    t = _interrupt_when(first.__class__._completed(None))
+    with pytest.raises(KeyboardInterrupt):
+        queued.get(timeout=WAIT_S)
+    t.join(WAIT_S)
+    with pytest.raises(ActorError, match="was cancelled: its caller was interrupted"):
+        queued.get(timeout=WAIT_S)  # answered while first still holds the actor
+    assert not first.done()
+    release.send("released")
+    assert first.get(timeout=WAIT_S) == "released"
+    assert sleeper.ping.call_one().get(timeout=WAIT_S) == ("pong", 0)  # nap never ran: not even cancelled
+    assert not started_rx.recv().done()  # nor said it started
+    started_rx.close()
