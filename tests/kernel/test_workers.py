@@ -270,3 +270,11 @@ def test_workers_on_two_namespaced_hosts_serve_a_client_in_the_root_namespace(na
     finally:
         for w in started:
             w.stop()
+
+
+def test_attaching_from_a_runtime_that_runs_with_another_secret_says_so(secret) -> None:
+    from tetrarch._runtime._root import get_root
+
+    get_root()  # this process's runtime runs, with a random secret
+    with pytest.raises(SecretError, match=r"already runs .* with another secret .* before anything else uses tetrarch"):
+        attach_to_workers(workers=["tcp://127.0.0.1:1"], secret_file=secret)
