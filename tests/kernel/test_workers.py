@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tetrarch import ArgumentError, NotSupportedError, attach_to_workers, run_worker_loop_forever
+from tetrarch import ArgumentError, NotSupportedError, UsageError, attach_to_workers, run_worker_loop_forever
 from tetrarch._runtime._secret import SecretError
 from tetrarch.job import new_secret_file
 from tetrarch.testing import scaled, still_running
@@ -278,3 +278,5 @@ def test_attaching_from_a_runtime_that_runs_with_another_secret_says_so(secret) 
     get_root()  # this process's runtime runs, with a random secret
     with pytest.raises(SecretError, match=r"already runs .* with another secret .* before anything else uses tetrarch"):
         attach_to_workers(workers=["tcp://127.0.0.1:1"], secret_file=secret)
+    with pytest.raises(UsageError, match="must run in a process of its own"):
+        run_worker_loop_forever(address="tcp://127.0.0.1:0", secret_file=secret)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._config import ENV_SPANS_HOSTS, FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, TRANSPORT
+from .._errors import UsageError
 from .._log import get_logger
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
@@ -29,7 +30,7 @@ from . import _serial, _wire
 from ._host_agent import HostAgent
 from ._launch import report_exit, start_heartbeat
 from ._output import set_process_title
-from ._root import Root, install_root
+from ._root import Root, install_root, root_if_any
 from ._workerauth import check_address, check_tls, is_loopback, read_secret_file
 
 __all__ = ["Worker", "run_worker_loop_forever"]
@@ -145,6 +146,7 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
     Raises:
         ArgumentError: ``ca="trust_all_connections"``, or a wildcard / alias address.
         NotSupportedError: TLS arguments (``ca=`` a certificate, ``private_key=``).
+        UsageError: this process already runs tetrarch (a client or a proc).
         SecretError: no usable secret file (the message says how to make one).
         TransportError: the address cannot be bound.
     """
@@ -152,6 +154,10 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
     check_tls(ca, private_key, who)
     check_address(address, who)
     secret = read_secret_file(secret_file, who)
+    running = root_if_any()
+    if running is not None:
+        raise UsageError(f"{who} must run in a process of its own: this one already runs tetrarch (as "
+                         f"{running.role}); start the worker with python -c or a script")
     spec = get_registry().select(BackendKind.TRANSPORT, TRANSPORT(), address=address)
     if not is_loopback(address):
         os.environ[ENV_SPANS_HOSTS.name] = "1"  # its procs listen where the client can reach them
@@ -160,8 +166,8 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
     install_root(root)
     worker = Worker(root)
     stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if main else None
     print(f"tetrarch worker listening at {root.runtime.address}", flush=True)
     try:
         while not stop.wait(3600):
@@ -170,4 +176,6 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
         pass
     finally:
         worker.close()
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     print("tetrarch worker stopped", file=sys.stderr, flush=True)
