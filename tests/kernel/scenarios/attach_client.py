@@ -3,7 +3,8 @@
     attach_client.py call SECRET ADDR...    attach, spawn 2 procs per worker, call them, shut down; JSON
     attach_client.py hold SECRET ADDR...    attach, spawn, print the procs' pids, then wait for stdin to close
     attach_client.py job SECRET CACHE ADDR...  WorkerJob({"w": ADDR...}).state(cached_path=CACHE); JSON
-    attach_client.py twice SECRET ADDR...   attach twice (the second is refused), shut down, attach again; JSON
+    attach_client.py twice SECRET ADDR...   attach twice (the second is refused), shut down, attach again
+                                            (the addresses as futures); JSON
 
 The last line of stdout is JSON: ``{"error": ..., "message": ...}`` on failure.
 """
@@ -14,7 +15,7 @@ import json
 import sys
 
 from job_actors import Where
-from tetrarch import attach_to_workers
+from tetrarch import Future, attach_to_workers
 from tetrarch.job import WorkerJob
 
 
@@ -45,7 +46,7 @@ def main() -> int:
             except Exception as exc:  # noqa: BLE001 - reported
                 refused = str(exc)
             mesh.shutdown().get()
-            again = attach_to_workers(workers=rest, secret_file=secret)
+            again = attach_to_workers(workers=[Future._completed(a) for a in rest], secret_file=secret)
             procs, pids = _pids(again)
             print(json.dumps({"refused": refused, "pids": pids}), flush=True)
             return 0

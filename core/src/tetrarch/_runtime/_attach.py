@@ -121,14 +121,21 @@ def _attach_one(root: Root, address: str, ident: str, timeout: float) -> _wire.P
     return value
 
 
-def _attach_all(mesh: _AttachedHostMesh, root: Root, addresses: list[Any]) -> None:
-    """Attach ``mesh`` to its workers (a thread); completes ``mesh._attached``."""
+def _attach_all(mesh: _AttachedHostMesh, root: Root | None, addresses: list[Any], secret: bytes,
+                origin: str) -> None:
+    """Attach ``mesh`` to its workers (a thread); completes ``mesh._attached``.
+
+    ``root`` is None when every address was a future: the runtime is started (or checked)
+    once the first one resolved.
+    """
     alloc_id = _uid("attach")
     records: list[ProcRecord] = []
     try:
         resolved = [a.get() if isinstance(a, Future) else a for a in addresses]
         for a in resolved:
             check_address(a, "attach_to_workers")
+        if root is None:
+            root = _client_root(resolved[0], secret, origin)
         timeout = max(HOST_START_TIMEOUT(), CONNECT_TIMEOUT())
         idents = [f"{alloc_id}/{i}" for i in range(len(resolved))]
         with ThreadPoolExecutor(max_workers=min(len(resolved), 32)) as pool:
@@ -167,6 +174,8 @@ def attach_to_workers(*, workers: Sequence[str | Future[str]], name: str | None 
         NotSupportedError: TLS arguments.
         SecretError: no usable secret file, or this process already runs with another secret.
         TransportError: this process already runs a transport the workers do not speak.
+        (When every worker is a future, the last two and a bad resolved address come from
+        ``initialized`` instead.)
     """
     who = "attach_to_workers"
     check_tls(ca, private_key, who)
@@ -180,11 +189,10 @@ def attach_to_workers(*, workers: Sequence[str | Future[str]], name: str | None 
         if not isinstance(a, Future):
             check_address(a, who)
     secret = read_secret_file(secret_file, who)
+    origin = f"secret_file={os.fspath(secret_file)!r}"  # type: ignore[arg-type]
     first = next((a for a in addresses if isinstance(a, str)), None)
-    if first is None:
-        raise ArgumentError(f"{who}: at least one worker must be given as an address (not a future), so the "
-                            f"client knows the transport to start")
-    root = _client_root(first, secret, f"secret_file={os.fspath(secret_file)!r}")  # type: ignore[arg-type]
+    root = _client_root(first, secret, origin) if first is not None else None  # else once a future resolved
     mesh = _AttachedHostMesh(Shape(Extent([HOSTS_DIM], [len(addresses)])), name or HOSTS_DIM)
-    threading.Thread(target=_attach_all, args=(mesh, root, addresses), name="tetrarch-attach", daemon=True).start()
+    threading.Thread(target=_attach_all, args=(mesh, root, addresses, secret, origin), name="tetrarch-attach",
+                     daemon=True).start()
     return mesh
