@@ -240,29 +240,41 @@ def test_a_worker_job_is_reused_by_a_later_process_from_its_cache(workers, secre
 FAKE_HOSTS = HERE.parents[1] / "scripts" / "fake-hosts"
 
 
+def _fake_hosts(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FAKE_HOSTS), *args], capture_output=True, text=True, timeout=scaled(60))
+
+
 @pytest.fixture
-def namespaced_hosts() -> list[str]:
-    """The addresses of two emulated hosts (scripts/fake-hosts), brought up when none are; skips without root."""
+def namespaced_hosts() -> Iterator[list[tuple[str, str]]]:
+    """Two emulated hosts (scripts/fake-hosts) as (name, IP): those up already, else two made (and removed)
+    here; skips without root."""
     if os.geteuid() != 0 or not FAKE_HOSTS.exists():
         pytest.skip("network-namespace hosts need root and scripts/fake-hosts")
-    status = subprocess.run([str(FAKE_HOSTS), "status"], capture_output=True, text=True, timeout=scaled(30))
+    status = _fake_hosts("status")
+    made = False
     if status.returncode == 3:  # none up: make two (an existing set, of any size, is used as it is)
-        up = subprocess.run([str(FAKE_HOSTS), "up", "2"], capture_output=True, text=True, timeout=scaled(60))
+        up = _fake_hosts("up", "2")
         if up.returncode != 0:
             pytest.skip(f"scripts/fake-hosts up 2 failed: {up.stderr.strip()}")
-        status = subprocess.run([str(FAKE_HOSTS), "status"], capture_output=True, text=True, timeout=scaled(30))
-    hosts = [line.split()[0] for line in status.stdout.splitlines() if " UP 10.99.0." in line]
-    if status.returncode != 0 or len(hosts) < 2:
-        pytest.skip(f"fewer than two fake hosts are up: {status.stdout.strip()}")
-    return hosts[:2]
+        made = True
+        status = _fake_hosts("status")
+    try:
+        hosts = [(line.split()[0], line.split()[2].split("/")[0]) for line in status.stdout.splitlines()
+                 if " UP 10.99.0." in line and not line.startswith("bridge")]
+        if status.returncode != 0 or len(hosts) < 2:
+            pytest.skip(f"fewer than two fake hosts are up: {status.stdout.strip()}")
+        yield hosts[:2]
+    finally:
+        if made:
+            _fake_hosts("down")
 
 
 def test_workers_on_two_namespaced_hosts_serve_a_client_in_the_root_namespace(namespaced_hosts, secret,
                                                                               client) -> None:
     started: list[Worker] = []
     try:
-        for i, host in enumerate(namespaced_hosts, start=1):
-            started.append(Worker(secret, address=f"tcp://10.99.0.{i}:0", wrap=[str(FAKE_HOSTS), "exec", host]))
+        for host, ip in namespaced_hosts:
+            started.append(Worker(secret, address=f"tcp://{ip}:0", wrap=[str(FAKE_HOSTS), "exec", host]))
         assert all(w.address.startswith("tcp://10.99.0.") for w in started), [w.address for w in started]
         out = client("call", str(secret), *(w.address for w in started))
         assert "error" not in out, out
