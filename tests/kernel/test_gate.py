@@ -64,3 +64,85 @@ def test_waiting_for_a_call_to_itself_raises_instead_of_hanging(one):
     assert answer.startswith("UsageError:") and "blocks the thread of self_caller" in answer, answer
     # A concurrent handler does not hold the actor: awaiting its own plain endpoint works.
     assert me.await_self_concurrently.call_one(me).get(timeout=WAIT_S) == "target"
+
+
+@pytest.mark.transport_independent  # pure: one asyncio loop, no process
+def test_calls_waiting_long_behind_a_suspended_plain_handler_are_said_once(monkeypatch, caplog):
+    # Plain endpoints run one at a time (Monarch's rule): one that awaits what a later message
+    # would provide waits forever. That cannot be told from a long legitimate wait, so the
+    # actor says it (once), naming the fix, instead of raising.
+    import asyncio
+    import logging
+    from collections import deque
+
+    from tetrarch._runtime import _stall
+
+    monkeypatch.setattr(_stall, "STALL_S", 0.01)
+
+    async def main() -> None:
+        never = asyncio.Event()
+        hold = asyncio.create_task(never.wait())
+        running: list[tuple[asyncio.Task, str]] = [(hold, "release_when_ready")]
+        mailbox: deque = deque(["the call that would set it"])
+        watch = _stall.StallWatch(asyncio.get_running_loop(), "gate[0]", lambda: running[0] if running else None,
+                                  mailbox)
+        said = asyncio.Event()
+
+        class Said(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                said.set()  # the watch logs on the loop's thread
+
+        handler = Said()
+        logging.getLogger("tetrarch.actor").addHandler(handler)
+        try:
+            for _ in range(3):
+                watch.queued_behind()  # armed once, however often calls queue
+            await said.wait()
+            watch.queued_behind()  # said: never again for this actor
+            done = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_later(0.05, done.set_result, None)
+            await done
+        finally:
+            logging.getLogger("tetrarch.actor").removeHandler(handler)
+            hold.cancel()
+
+    with caplog.at_level(logging.WARNING, logger="tetrarch.actor"):
+        asyncio.run(asyncio.wait_for(main(), scaled(10)))
+    assert len(caplog.records) == 1, caplog.text
+    text = caplog.records[0].getMessage()
+    assert text.startswith("gate[0]: 1 message(s) have waited 0.01 s or more behind its plain endpoint "
+                           "release_when_ready"), text
+    assert "make release_when_ready a @concurrent_endpoint" in text
+
+
+@pytest.mark.transport_independent  # pure: one asyncio loop, no process
+def test_a_handler_that_ends_in_time_is_not_reported(monkeypatch, caplog):
+    import asyncio
+    import logging
+    from collections import deque
+
+    from tetrarch._runtime import _stall
+
+    monkeypatch.setattr(_stall, "STALL_S", 0.05)
+
+    async def main() -> None:
+        first = asyncio.create_task(asyncio.sleep(0))
+        running: list[tuple[asyncio.Task, str]] = [(first, "a")]
+        mailbox: deque = deque(["next"])
+        loop = asyncio.get_running_loop()
+        watch = _stall.StallWatch(loop, "w[0]", lambda: running[0] if running else None, mailbox)
+        watch.queued_behind()  # looks at STALL_S
+        await first
+        # Another handler when the watch looks: it watches that one, which ends before it looks again
+        # (timers fire in deadline order: 0.08 s, then 0.1 s).
+        second = asyncio.create_task(asyncio.sleep(0.08))
+        running[0] = (second, "b")
+        await second
+        running.clear()
+        done = loop.create_future()
+        loop.call_later(0.15, done.set_result, None)  # after it looked again
+        await done
+
+    with caplog.at_level(logging.WARNING, logger="tetrarch.actor"):
+        asyncio.run(asyncio.wait_for(main(), scaled(10)))
+    assert not caplog.records, caplog.text

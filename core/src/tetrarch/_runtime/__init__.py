@@ -52,6 +52,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
 ``actors``
     ``_actor``      Actor and the @endpoint decorators
     ``_standby``    an idle actor thread reading for its proc's transport loop (one wake-up per call)
+    ``_stall``      calls that wait long behind a plain async handler: said once per actor
     ``_runner``     ActorRunner: one actor's thread, loop, mailbox and fate
     ``_procagent``  the ``proc`` service: spawns and stops the actors of a process
 
@@ -101,7 +102,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("router", ("tetrarch._runtime._router",)),
     ("services", tuple(f"tetrarch._runtime.{m}" for m in (
         "_launch", "_supervision", "_port", "_collect", "_endpoint", "_output"))),
-    ("actors", tuple(f"tetrarch._runtime.{m}" for m in ("_actor", "_standby", "_runner", "_procagent"))),
+    ("actors", tuple(f"tetrarch._runtime.{m}" for m in ("_actor", "_standby", "_stall", "_runner", "_procagent"))),
     ("process", ("tetrarch._runtime._root",)),
     ("rdma", ("tetrarch._rdma",)),
     ("meshes", tuple(f"tetrarch._runtime.{m}" for m in (

@@ -34,14 +34,22 @@ from ._router import PeerUnreachable, Router
 from ._shape import Extent, Shape
 from ._valuemesh import ValueMesh
 
-__all__ = ["CANCEL", "Endpoint", "EndpointMesh"]
+__all__ = ["CANCEL", "CallKey", "Endpoint", "EndpointMesh", "call_key"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 #: The method name of a ``CALL`` that cancels the call its reply address, reply port and
-#: rank name (sent when that call's caller is interrupted; the actor's runner handles it).
+#: rank name (:func:`call_key`; sent when that call's caller is interrupted; the actor's
+#: runner handles it).
 CANCEL = "__tetrarch_cancel__"
+#: A call, as its caller names it: (reply address, reply port, rank).
+CallKey = tuple[str | None, int | None, int]
+
+
+def call_key(hdr: _wire.CallHeader) -> CallKey:
+    """How ``CANCEL`` names the call ``hdr`` (and how a runner finds it)."""
+    return (hdr.reply_addr, hdr.reply_port, hdr.rank)
 #: How long an abandoned async call may take to end (its cancellation) before a new call
 #: that waits behind it is reported.
 _CANCEL_GRACE_S = 1.0

@@ -48,11 +48,12 @@ from .._log import get_logger
 from . import _serial, _wire
 from ._actor import Actor, endpoints_of
 from ._context import Instance, _current, _MessageInfo
-from ._endpoint import CANCEL
+from ._endpoint import CANCEL, CallKey, call_key
 from ._future import Future, runs_actor_code
 from ._outcome import error_record
 from ._port import Port
 from ._router import Router
+from ._stall import StallWatch
 from ._standby import Standby
 from ._stopguard import class_name, running_endpoint
 from ._supervision import MeshFailure, report_failure
@@ -79,13 +80,6 @@ except ImportError:  # pragma: no cover
 
 _set_running_loop = asyncio.events._set_running_loop  # hide the loop inside sync endpoints
 _HOST = socket.gethostname()
-
-#: A call, as its caller names it: (reply address, reply port, rank). What ``CANCEL`` names.
-_CallKey = tuple[str | None, int | None, int]
-
-
-def _key(hdr: _wire.CallHeader) -> _CallKey:
-    return (hdr.reply_addr, hdr.reply_port, hdr.rank)
 
 
 def current_actor() -> ActorRunner | None:
@@ -132,13 +126,15 @@ class ActorRunner:
         self._mailbox: deque = deque()
         self._scheduled = False
         self._busy = False
-        self._inflight: dict[asyncio.Task, _CallKey] = {}  # running concurrent handlers and their calls
-        self._running: tuple[_CallKey, asyncio.Task] | None = None  # the plain async handler running now
+        self._inflight: dict[asyncio.Task, CallKey] = {}  # running concurrent handlers and their calls
+        self._starting: asyncio.Task | None = None  # a concurrent handler yet to reach its first await
+        self._running: tuple[CallKey, asyncio.Task] | None = None  # the plain async handler running now
         self._running_method = ""  # its endpoint's name
-        self._cancelled: set[_CallKey] = set()  # queued calls their callers cancelled
-        self._cancelling: set[_CallKey] = set()  # running async handlers cancelled by their callers
+        self._cancelled: set[CallKey] = set()  # queued calls their callers cancelled
+        self._cancelling: set[CallKey] = set()  # running async handlers cancelled by their callers
         self._loop = _new_loop()
         runs_actor_code(self._loop)
+        self._stall = StallWatch(self._loop, self.display, self._plain_running, self._mailbox)
         self._standby: Standby | None = None  # this actor's thread reads for the proc's transport when idle
         self._tid = 0
         self._info = _MessageInfo(instance, instance.rank.rank, tuple(instance.rank.extent.labels),
@@ -155,7 +151,7 @@ class ActorRunner:
     def deliver(self, hdr: _wire.CallHeader, payload: list) -> None:
         if hdr.method == CANCEL:  # the caller gave up on one of its calls (it names the call, see _key)
             try:
-                self._loop.call_soon_threadsafe(self._cancel_call, _key(hdr))
+                self._loop.call_soon_threadsafe(self._cancel_call, call_key(hdr))
             except RuntimeError:  # the actor is gone: nothing runs
                 pass
             return
@@ -228,7 +224,7 @@ class ActorRunner:
 
     def _drain(self) -> None:
         mailbox = self._mailbox
-        while mailbox and not self._busy:
+        while mailbox and not self._busy and self._starting is None:
             fn, args = mailbox[0]
             if self._inflight and fn == self._stop_now:
                 # Everything before the stop has started: cancel the concurrent handlers that
@@ -248,19 +244,23 @@ class ActorRunner:
                 return
             hdr = args[0]
             if hdr.method in self._concurrent:
-                self._inflight[task] = _key(hdr)
+                self._inflight[task] = call_key(hdr)
                 task.add_done_callback(self._concurrent_done)
-                # The next message starts once this handler ran to its first await (the pump
-                # comes after the task's first step), not once it finished.
-                self._scheduled = True
-                self._loop.call_soon(self._pump)
+                # The next message starts once this handler ran to its first await (its first
+                # step schedules the pump: _call_async), not once it finished.
+                self._starting = task
                 return
-            else:
-                self._busy = True
-                self._running = (_key(hdr), task)
-                self._running_method = hdr.method
-                task.add_done_callback(self._resume)
-                return
+            self._busy = True
+            self._running = (call_key(hdr), task)
+            self._running_method = hdr.method
+            task.add_done_callback(self._resume)
+            break
+        if self._running is not None and mailbox:  # calls in line behind a plain async handler
+            self._stall.queued_behind()
+
+    def _plain_running(self) -> tuple[asyncio.Task, str] | None:
+        running = self._running
+        return (running[1], self._running_method) if running is not None else None
 
     def _control_done(self, _task: asyncio.Task) -> None:
         self._busy = False
@@ -275,12 +275,15 @@ class ActorRunner:
 
     def _concurrent_done(self, task: asyncio.Task) -> None:
         key = self._inflight.pop(task, None)
+        if self._starting is task:  # cancelled before its first step
+            self._starting = None
+            self._pump()
         if task.cancelled() and key is not None:
             self._never_started(key)
         if not self._inflight:
             self._pump()
 
-    def _never_started(self, key: _CallKey) -> None:
+    def _never_started(self, key: CallKey) -> None:
         """Answer a call whose handler was cancelled before it ran a line (so it could not answer)."""
         self._cancelling.discard(key)
         if self.stopped:
@@ -288,11 +291,11 @@ class ActorRunner:
         else:
             self._answer_cancelled(key, "")
 
-    def _answer_cancelled(self, key: _CallKey, method: str) -> None:
+    def _answer_cancelled(self, key: CallKey, method: str) -> None:
         exc = asyncio.CancelledError(f"{self.display}.{method or 'call'} was cancelled: its caller was interrupted")
         self.runtime.reply(*key, _wire.ERR, error_record(exc, self.display, method, skip=0))
 
-    def _cancel_call(self, key: _CallKey) -> None:
+    def _cancel_call(self, key: CallKey) -> None:
         """The caller of ``key`` gave up (interrupted): cancel it if it runs, drop it if queued.
 
         A sync handler cannot be interrupted: by the time this runs, it has ended.
@@ -309,7 +312,7 @@ class ActorRunner:
                 return
         # list() copies the deque in one step (the I/O thread may append meanwhile).
         for fn, args in list(self._mailbox):
-            if fn == self._handle_call and _key(args[0]) == key:  # answered now, dropped when its turn comes
+            if fn == self._handle_call and call_key(args[0]) == key:  # answered now, dropped when its turn comes
                 self._cancelled.add(key)
                 self._answer_cancelled(key, args[0].method)
                 return
@@ -353,8 +356,8 @@ class ActorRunner:
         if self.failed is not None or self.stopped:
             self._reject(hdr)
             return None
-        if self._cancelled and _key(hdr) in self._cancelled:  # its caller gave up, and was answered
-            self._cancelled.discard(_key(hdr))
+        if self._cancelled and call_key(hdr) in self._cancelled:  # its caller gave up, and was answered
+            self._cancelled.discard(call_key(hdr))
             payload.clear()
             return None
         try:
@@ -394,6 +397,9 @@ class ActorRunner:
                           rport: int | None, rank: int, method: str, explicit: bool = False) -> None:
         _current.set(info)  # the task runs in its own copy of the context
         key = (raddr, rport, rank)
+        if self._starting is not None and self._starting is asyncio.current_task():
+            self._starting = None
+            self._loop.call_soon(self._pump)  # after this first step: the next message may start
         try:
             result = await fn(self.obj, *args, **kwargs)
         except asyncio.CancelledError:
