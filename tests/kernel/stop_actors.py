@@ -6,6 +6,7 @@ that it got there (so the test never guesses with a sleep).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import threading
@@ -22,7 +23,7 @@ class BlockedInit(Actor):
 
 
 class Blocker(Actor):
-    """A sync endpoint that sends the pid, then never returns."""
+    """Endpoints (sync, async) that send the pid, then never return."""
 
     @endpoint
     def block(self, port: Port) -> None:
@@ -30,21 +31,18 @@ class Blocker(Actor):
         threading.Event().wait()
 
     @endpoint
+    async def block_async(self, port: Port) -> None:
+        port.send(os.getpid())
+        await asyncio.Event().wait()
+
+    @endpoint
     def pid(self) -> int:
         return os.getpid()
 
 
 class Exiter(Actor):
-    """Leaves things behind for the interpreter's exit: atexit handlers and threads."""
-
-    @endpoint
-    def write_at_exit(self, path: str) -> int:
-        def write() -> None:
-            with open(path, "w") as f:
-                f.write("finalized")
-
-        atexit.register(write)
-        return os.getpid()
+    """Leaves things behind for the interpreter's exit: atexit handlers and threads (a handler that
+    writes a file is ``supervision_actors.Finalizer``)."""
 
     @endpoint
     def print_at_exit(self, line: str) -> int:

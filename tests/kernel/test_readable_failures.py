@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tetrarch._runtime._procagent import ACTORS_SHARE
 from tetrarch.testing import scaled
 
 # The wording of failures; the deaths behind them run per transport in test_process_death (run once).
@@ -119,7 +120,9 @@ def test_ctrl_c_says_what_it_waits_for_and_stops_everything(start_scenario):
     assert "KeyboardInterrupt" in out
     assert f"stopping 2 procs (waiting up to {STOP_S:g} s for them to exit; Ctrl-C again to kill them now)" in out
     assert "Exception ignored" not in out, out
-    assert elapsed >= STOP_S * 0.9, elapsed  # the busy procs were given their stop timeout
+    # The busy actors were given their share of the stop timeout (3/4 of it); then each proc exited
+    # without its stuck call, through a normal interpreter exit, within the bound.
+    assert elapsed >= STOP_S * ACTORS_SHARE * 0.9, elapsed
     assert not alive, f"left running: {alive}"
 
 

@@ -8,19 +8,23 @@ running, cannot keep it alive past the bound, and its owner is told what it wait
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from stop_actors import BlockedInit, Blocker, Exiter
-from supervision_actors import Cleaner, Fragile
+from supervision_actors import Cleaner, Finalizer, Fragile
 from tetrarch import Channel, this_host
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(90))
 
+HERE = Path(__file__).resolve().parent
+SCENARIOS = HERE / "scenarios"
 #: The TETRARCH_STOP_TIMEOUT these tests run with (s).
 STOP_S = 2.0
 #: What a bounded stop may take past TETRARCH_STOP_TIMEOUT (nominal seconds, scaled): the
@@ -68,18 +72,20 @@ def test_stopping_a_mesh_whose_init_blocks_ends_its_proc_within_the_bound(short_
         pm.stop().get(timeout=scaled(30))
 
 
-def test_stopping_a_mesh_blocked_in_a_sync_endpoint_is_bounded(short_stop, caplog):
+@pytest.mark.parametrize(("method", "what"), [("block", "its endpoint 'block'"),
+                                               ("block_async", "its async endpoint 'block_async'")])
+def test_stopping_a_mesh_blocked_in_an_endpoint_is_bounded(short_stop, caplog, method, what):
     pm = this_host().spawn_procs(per_host={"gpus": 1})
     try:
         port, receiver = Channel.open()
         mesh = pm.spawn("stuck_call", Blocker)
-        mesh.block.broadcast(port)
+        getattr(mesh, method).broadcast(port)
         pid = receiver.recv().get(timeout=scaled(10))
         with caplog.at_level(logging.WARNING, logger="tetrarch"):
             elapsed = _timed_stop(mesh.stop)
         assert STOP_S <= elapsed < STOP_S + scaled(SLACK_S), elapsed
         assert _gone(pid)
-        assert "its endpoint 'block'" in caplog.text, caplog.text
+        assert what in caplog.text, caplog.text
     finally:
         pm.stop().get(timeout=scaled(30))
 
@@ -88,8 +94,7 @@ def test_proc_mesh_stop_leaves_a_blocked_actor_behind_and_still_runs_atexit(shor
     pm = this_host().spawn_procs(per_host={"gpus": 1})
     port, receiver = Channel.open()
     mark = tmp_path / "final"
-    exiter = pm.spawn("exiter", Exiter)
-    pid = exiter.write_at_exit.call_one(str(mark)).get(timeout=scaled(10))
+    pid = pm.spawn("finalizer", Finalizer).arm.call_one(str(mark)).get(timeout=scaled(10))
     pm.spawn("stuck_init", BlockedInit, port)
     receiver.recv().get(timeout=scaled(10))
     elapsed = _timed_stop(pm.stop)
@@ -129,3 +134,21 @@ def test_an_exit_that_hangs_is_bounded_and_says_what_it_waited_for(short_stop, c
     err = capfd.readouterr().err
     waited = "atexit handlers" if how == "hang_at_exit" else "non-daemon thread(s) to end (left-running)"
     assert "had not finished exiting" in err and waited in err, err
+
+
+@pytest.mark.isolated
+@pytest.mark.parametrize("how", ["shutdown", "exit"])
+def test_host_mesh_shutdown_and_client_exit_are_bounded(run_scenario, how):
+    start = time.monotonic()
+    res = run_scenario(SCENARIOS / "stuck_shutdown.py", how, timeout=90, pythonpath=[HERE],
+                       env={"TETRARCH_STOP_TIMEOUT": str(STOP_S)})
+    took = time.monotonic() - start
+    assert res.returncode == 0, res.stderr[-3000:]
+    pids = json.loads(next(ln for ln in res.stdout.splitlines() if ln.startswith("PIDS "))[5:])
+    assert all(_gone(pid) for pid in pids), pids
+    if how == "shutdown":
+        elapsed = float(next(ln for ln in res.stdout.splitlines() if ln.startswith("SHUTDOWN "))[9:])
+        assert elapsed < STOP_S + scaled(SLACK_S), res.stdout
+    assert took < scaled(60)  # the client's own exit did not wait past the bounds either
+    out = res.stdout + res.stderr
+    assert "The proc exits without it" in out and "still running its atexit handlers" in out, out[-3000:]

@@ -22,8 +22,11 @@ _log = get_logger("supervision")
 #: How long stopping at exit may take before tetrarch says what it waits for (s).
 _QUIET_STOP_S = 1.0
 #: The meshes this process started and has not stopped (``_procmesh`` adds and discards them).
+#: Proc meshes are held until stopped, as their procs run until then (Monarch's rule: dropping
+#: the reference does not end them): the client's exit then stops them cleanly (their atexit
+#: handlers run) instead of leaving them to their host agent's kill.
 # (Typed loosely: this module sits below _procmesh, which imports it.)
-_live_proc_meshes: weakref.WeakSet[Any] = weakref.WeakSet()  # ProcMesh
+_live_proc_meshes: set[Any] = set()  # ProcMesh
 _live_host_meshes: weakref.WeakSet[Any] = weakref.WeakSet()  # HostMesh
 
 
@@ -82,7 +85,7 @@ def _wait_for_stops(meshes: list[Any], futures: list[Future[None]]) -> None:
     limit = STOP_TIMEOUT()
     deadline = time.monotonic() + limit + 6
     if not all(_stopped_within(f, _QUIET_STOP_S) for f in futures):
-        n = sum(1 for pm in meshes for p in pm._procs if not p.gone)
+        n = sum(1 for pm in meshes for p in pm._procs if p.returncode is None)
         _log.warning("stopping %d proc%s (waiting up to %g s for them to exit; Ctrl-C again to kill them now)", n,
                      "" if n == 1 else "s", limit)
     for f in futures:
@@ -107,7 +110,7 @@ def _kill_now(meshes: list[Any], futures: list[Future[None]]) -> None:
     n = 0
     for pm in meshes:
         hosts = pm._host_mesh._hosts if pm._host_mesh is not None else []
-        alive = [p for p in pm._procs if not p.gone]
+        alive = [p for p in pm._procs if p.returncode is None]
         n += len(alive)
         _kill_records(root, alive, [(h, None) for h in hosts or []])
     _log.warning("killing %d proc%s now", n, "" if n == 1 else "s")
