@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import pickle
 import threading
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._config import STOP_TIMEOUT
@@ -192,14 +194,23 @@ class ActorMesh(MeshTrait, Generic[T]):
         key = targets[0][1] if targets else ""
         known_failed = bool(self._state.failed)
 
-        def done(f: Future[Any]) -> None:
-            try:
-                f.get()
-            except Exception as exc:  # noqa: BLE001 - a dead proc counts as stopped
-                if not known_failed:  # a proc that ended during the stop: say why (e.g. an actor it could not stop)
-                    _log.warning("stopping actor mesh %r: %s", self._name, exc)
+        def finish() -> None:
             get_root().supervisor.release(key)
             fut._set_result(None)
+
+        def done(f: Future[Any]) -> None:
+            ending: list[str] = []  # procs that answered that they end (an actor they could not stop)
+            try:
+                answers = f.get().values()
+            except Exception as exc:  # noqa: BLE001 - a dead proc counts as stopped
+                if not known_failed:  # a proc that ended during the stop: say why
+                    _log.warning("stopping actor mesh %r: %s", self._name, exc)
+            else:
+                for (addr, _key), why in zip(targets, answers, strict=True):
+                    if why:
+                        _log.warning("stopping actor mesh %r: %s; its proc exits", self._name, why)
+                        ending.append(addr)
+            _when_dead(rt, ending, _BACKSTOP_GRACE_S, finish)
 
         coll.futures[0].add_done_callback(done)
         _backstop(coll.futures[0], self._name, self._proc_mesh, [a for a, _ in targets])
@@ -210,6 +221,47 @@ class ActorMesh(MeshTrait, Generic[T]):
 
     def __reduce__(self):
         return (_rebuild, (self._name, self._cls, self._shape, self._ids))
+
+
+def _when_dead(rt: Router, addresses: list[str], timeout: float, then: Callable[[], None]) -> None:
+    """Call ``then()`` once every process of ``addresses`` is known dead, or after ``timeout`` s."""
+    pending = set(addresses)
+    lock = threading.Lock()
+    called: list[bool] = []
+    watches: list[tuple[str, int]] = []
+
+    def once() -> None:
+        with lock:
+            if called:
+                return
+            called.append(True)
+            tokens = list(watches)
+        timer.cancel()
+        for address, token in tokens:
+            rt.unwatch(address, token)
+        then()
+
+    def dead(address: str) -> None:
+        with lock:
+            pending.discard(address)
+            left = len(pending)
+        if not left:
+            once()
+
+    timer = threading.Timer(timeout, once)
+    timer.daemon = True
+    if not pending:
+        once()
+        return
+    timer.start()
+    for address in set(addresses):
+        token = rt.watch(address, functools.partial(_ignore_reason, dead, address))
+        with lock:
+            watches.append((address, token))
+
+
+def _ignore_reason(fn: Callable[[str], None], address: str, _why: str) -> None:
+    fn(address)
 
 
 def _backstop(stopped: Future[Any], name: str, proc_mesh: _ProcMeshState | None, addresses: list[str]) -> None:

@@ -139,11 +139,22 @@ class ProcAgent:
             self._unwatch_owner(key)
             rt.reply(raddr, rport, actor.instance.rank.rank, _wire.OK, None)
 
-        actor.stop(done, reason)
-        bound_stop(actor, finished, STOP_TIMEOUT(), lambda why, stack: self._cannot_stop(why, stack, done))
+        def stuck(why: str, stack: str) -> None:
+            self._cannot_stop(actor, why, stack, done,
+                              lambda: rt.reply(raddr, rport, actor.instance.rank.rank, _wire.OK, why))
 
-    def _cannot_stop(self, why: str, stack: str, done: Callable[[], None]) -> None:
-        """An actor's stop never began: end its process (a proc), or leave it behind (the client)."""
+        actor.stop(done, reason)
+        bound_stop(actor, finished, STOP_TIMEOUT(), stuck)
+
+    def _cannot_stop(self, actor: ActorRunner, why: str, stack: str, done: Callable[[], None],
+                     refuse: Callable[[], None]) -> None:
+        """``actor``'s stop never began: end its process (a proc), or leave it behind (the client).
+
+        A proc answers the stop with ``why`` (``refuse``: the stop's value, which the caller
+        reports and waits for the proc's death) and fails its other actors with it, so the
+        caller and their owners learn the reason from the proc itself (its queued messages
+        leave before it exits), not from a bare report of its death.
+        """
         _where(why, stack)
         if self._on_exit is None:  # actors in the client: the client must not die for one of them
             _log.error("%s; it is left running in this process and counts as stopped", why)
@@ -153,6 +164,10 @@ class ProcAgent:
             return  # already exiting, or the proc's own stop goes on without it
         self.exit_reason = why
         _log.error("%s. Its proc exits now so that it cannot keep running (its other actors end with it)", why)
+        refuse()
+        for other in list(self.runners.values()):
+            if other is not actor:
+                other.fail(f"its proc exits: {why}")
         _stdio.flush_held(1.0)
         self._on_exit()
 
