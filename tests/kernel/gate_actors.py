@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 from tetrarch import Actor, Port, concurrent_endpoint, endpoint
@@ -103,7 +102,6 @@ class Sleeper(Actor):
 
     def __init__(self) -> None:
         self.cancelled = 0
-        self.release = threading.Event()
 
     @endpoint
     async def nap(self, started: Port[str], seconds: float) -> str:
@@ -116,10 +114,13 @@ class Sleeper(Actor):
         return "woke"
 
     @endpoint
-    def block(self, started: Port[str], seconds: float) -> str:
-        started.send("blocking")
-        self.release.wait(seconds)
-        return "unblocked"
+    def block(self, started: Port[Any], seconds: float) -> str:
+        """Block the actor's thread until the port it sends back gets a message (or ``seconds``)."""
+        from tetrarch import Channel
+
+        release, released = Channel.open()
+        started.send(release)
+        return released.recv().get(timeout=seconds)
 
     @endpoint
     async def hold(self, started: Port[Any]) -> str:

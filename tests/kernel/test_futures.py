@@ -276,17 +276,20 @@ def test_interrupted_get_of_a_sync_endpoint_says_it_cannot_be_cancelled(procs, c
 
     sleeper = procs.spawn("future_blocked", Sleeper).slice(gpus=2)
     started, started_rx = Channel.open()
-    block = sleeper.block.call_one(started, scaled(1.0))
-    t = _interrupt_when(started_rx.recv())
+    block = sleeper.block.call_one(started, WAIT_S)
+    release = started_rx.recv()
+    t = _interrupt_when(release)
     with caplog.at_level(logging.WARNING, logger="tetrarch"):
         with pytest.raises(KeyboardInterrupt):
             block.get(timeout=WAIT_S)
         t.join(WAIT_S)
         assert "future_blocked.block was interrupted, but it is a sync endpoint" in caplog.text
-        # The next call waits behind it, and says so once.
+        # The next calls wait behind it, and that is said once.
         pings = [sleeper.ping.call_one() for _ in range(2)]
+        assert caplog.text.count("future_blocked.ping waits: its actor is still running future_blocked.block") == 1
+        assert not pings[0].done()
+        release.get(timeout=WAIT_S).send("unblocked")
         assert [p.get(timeout=WAIT_S) for p in pings] == [("pong", 0)] * 2
-    assert caplog.text.count("future_blocked.ping waits: its actor is still running future_blocked.block") == 1
     assert block.get(timeout=WAIT_S) == "unblocked"  # it ran to its end
     started_rx.close()
 
