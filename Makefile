@@ -3,10 +3,11 @@
 #   make venv     build .venv (idempotent; redone when a pyproject.toml changes)
 #   make demo     run examples/quickstart.py
 #   make lint     ruff check and mypy (settings in the root pyproject.toml)
-#   make test     run the whole suite (tests/ and plugins/*/tests) with one pytest command: on the
-#                 default transport (ipc), then tests/kernel once more per plugin transport (zmq,
-#                 nng: skipped with the reason while unavailable); PYTEST_ARGS=--transports=all
-#                 adds builtin tcp, --transports=none drops them (tests/transport/test_every_transport.py)
+#   make test     run the whole suite (tests/ and plugins/*/tests) with one pytest command, on the
+#                 default transport (ipc); TEST_TRANSPORTS=auto adds the per-transport kernel passes
+#   make test-transports  tests/kernel once more per plugin transport (zmq, nng: skipped with the
+#                 reason while unavailable), side by side (about 2 minutes); TEST_TRANSPORTS=all adds
+#                 builtin tcp (tests/transport/test_every_transport.py); CI runs it after make test
 #   make test-stress  the long flood and chaos runs that make test leaves out (pytest -m stress;
 #                 about 2 minutes); CI runs it after make test
 #   make test-packaging  build the seven wheels; install each README install into a fresh venv
@@ -48,7 +49,7 @@ PYPROJECTS := $(wildcard core/pyproject.toml) $(PLUGIN_PYPROJECTS)
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: venv deps-apt demo lint test test-stress test-packaging bench clean distclean
+.PHONY: venv deps-apt demo lint test test-transports test-stress test-packaging bench clean distclean
 
 # What the run targets need first: the venv, unless VPY names another interpreter.
 ifeq ($(origin VPY),command line)
@@ -100,8 +101,14 @@ lint: $(RUN_DEPS)
 	echo "$(VPY) -m mypy"; $(VPY) -m mypy || status=1; \
 	exit $$status
 
+# The per-transport kernel passes have a target of their own (test-transports): make test stays
+# under 12 minutes on 2 cores.
+TEST_TRANSPORTS ?= none
 test: bytecode
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest --transports=$(TEST_TRANSPORTS) $(PYTEST_ARGS)
+
+test-transports: bytecode
+	$(VPY) -m pytest tests/transport/test_every_transport.py --transports=$(if $(filter none,$(TEST_TRANSPORTS)),auto,$(TEST_TRANSPORTS)) $(PYTEST_ARGS)
 
 # The long flood and chaos runs (tests/conftest.py STRESS_TESTS), on the default transport.
 test-stress: bytecode

@@ -2,9 +2,11 @@
 
 ``make test`` (one pytest command) runs the whole suite on the transport selection
 gives here (``ipc`` by default: core's highest priority; set ``TETRARCH_TRANSPORT`` to
-change it). Then this module runs tests/kernel (with the examples' tests) again in a
-fresh pytest per further transport, with ``TETRARCH_TRANSPORT=<name>``, so every proc of
-every allocation uses it (docs/plugins.md, "Testing a transport").
+change it). ``make test-transports`` (CI runs it next) runs this module: tests/kernel
+(with the examples' tests) again in a fresh pytest per further transport, with
+``TETRARCH_TRANSPORT=<name>``, so every proc of every allocation uses it (docs/plugins.md,
+"Testing a transport"). ``make test`` passes ``--transports=none`` to stay under 12
+minutes on 2 cores; a plain ``pytest`` runs the passes as well.
 
 Which transports: ``--transports`` (an option of this suite, default ``auto``):
 
