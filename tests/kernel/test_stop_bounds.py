@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import pytest
 from stop_actors import BlockedInit, Blocker, Exiter
 from supervision_actors import Cleaner, Finalizer, Fragile
 from tetrarch import Channel, this_host
+from tetrarch._runtime._mesh import _BACKSTOP_GRACE_S as BACKSTOP_GRACE_S
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(90))
@@ -152,3 +155,33 @@ def test_host_mesh_shutdown_and_client_exit_are_bounded(run_scenario, how):
     assert took < scaled(60)  # the client's own exit did not wait past the bounds either
     out = res.stdout + res.stderr
     assert "The proc exits without it" in out and "still running its atexit handlers" in out, out[-3000:]
+
+
+def test_a_proc_that_cannot_end_itself_is_killed_past_the_bound(short_stop, monkeypatch, caplog):
+    # A stopped (SIGSTOP) proc runs nothing, not even its own stop's bound; with its host
+    # agent's freeze watch off, only the stop's kill ends it.
+    monkeypatch.setenv("TETRARCH_FROZEN_TIMEOUT", "inf")
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    pid = pm.spawn("frozen", Fragile).pid.call_one().get(timeout=scaled(10))
+    os.kill(pid, signal.SIGSTOP)
+    with caplog.at_level(logging.WARNING, logger="tetrarch"):
+        elapsed = _timed_stop(pm.stop)
+    assert STOP_S <= elapsed < STOP_S + scaled(SLACK_S), elapsed
+    assert _gone(pid)
+    assert "had not exited" in caplog.text and "it was killed" in caplog.text, caplog.text
+
+
+def test_an_actor_mesh_stop_kills_a_proc_that_cannot_answer_it(short_stop, monkeypatch, caplog):
+    monkeypatch.setenv("TETRARCH_FROZEN_TIMEOUT", "inf")
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        mesh = pm.spawn("frozen", Fragile)
+        pid = mesh.pid.call_one().get(timeout=scaled(10))
+        os.kill(pid, signal.SIGSTOP)
+        with caplog.at_level(logging.WARNING, logger="tetrarch"):
+            elapsed = _timed_stop(mesh.stop)
+        assert STOP_S + BACKSTOP_GRACE_S <= elapsed < STOP_S + BACKSTOP_GRACE_S + scaled(SLACK_S), elapsed
+        assert _gone(pid)
+        assert "was not stopped" in caplog.text and "killing them" in caplog.text, caplog.text
+    finally:
+        pm.stop().get(timeout=scaled(30))

@@ -10,7 +10,6 @@ import pickle
 import secrets
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -46,14 +45,22 @@ from ._collect import Collector, group_by_address
 from ._context import _current
 from ._future import CoroutineFuture, Future
 from ._hostalloc import this_host_allocator
-from ._launch import ProcRecord, stderr_note
+from ._launch import ProcRecord
 from ._mesh import ActorMesh
 from ._output import set_output_options
 from ._root import Root, child_env, get_root, on_client_exit
 from ._router import PeerUnreachable
 from ._runner import current_actor
 from ._shape import Extent, MeshTrait, Shape
-from ._shutdown import _kill_records, _live_host_meshes, _live_proc_meshes, _this, shutdown_all
+from ._shutdown import (
+    _kill_records,
+    _live_host_meshes,
+    _live_proc_meshes,
+    _this,
+    kill_procs_at,
+    shutdown_all,
+    stop_procs,
+)
 from ._spawn import ExitInfo
 from ._supervision import MeshState
 
@@ -320,11 +327,6 @@ def _start_hosts(root: Root, allocator: Allocator, n: int, mesh: HostMesh) -> li
     return [_Host(r.address, r.hostname, r.pid) for r in records]
 
 
-#: Seconds a stop waits for the exit reports of procs it killed.
-_LATE_REPORTS_S = 5.0
-#: Seconds past ``TETRARCH_STOP_TIMEOUT`` a stop waits before it kills the procs that did not
-#: exit: each had that long to end itself, saying why.
-_KILL_GRACE_S = 1.0
 
 
 class ProcMesh(MeshTrait):
@@ -495,44 +497,15 @@ class ProcMesh(MeshTrait):
 
     def _kill_at(self, addresses: set[str], why: str) -> None:
         """Have the host agents SIGKILL this mesh's live procs at ``addresses`` (``why``: for their death reason)."""
-        procs = [p for p in self._procs if p.address in addresses and p.returncode is None]
-        for p in procs:
-            p.killed_because = why
-        hosts = self._host_mesh._hosts if self._host_mesh is not None else []
-        _kill_records(get_root(), procs, [(h, None) for h in hosts or []])
+        kill_procs_at(get_root(), self._procs, self._agents(), addresses, why)
+
+    def _agents(self) -> list[Any]:
+        return list(self._host_mesh._hosts or []) if self._host_mesh is not None else []
 
     def _stop_blocking(self, fut: Future[None]) -> None:
         root = get_root()
-        rt = root.runtime
-        limit = STOP_TIMEOUT()
-        deadline = time.monotonic() + limit + _KILL_GRACE_S
-        # Procs already known dead (exit reported, or declared dead when their connection
-        # dropped and no report could come, e.g. their host agent died) need no waiting.
-        alive = [p for p in self._procs if not p.gone and p.address not in rt.dead_peers]
-
-        def over(p: ProcRecord) -> bool:
-            # Its exit was reported, or it was lost and no report can come (its host agent is dead).
-            # Lost alone is not over: a proc closes its connections before its interpreter finalises.
-            return p.returncode is not None or (p.lost and p.meta.get("agent") in rt.dead_peers)
-
-        waiter = root.launches.expect_exits(alive, reports=True)
-        for p in alive:
-            try:
-                rt.send(p.address, [_wire.sys_header(_wire.SVC_PROC, "stop")])
-            except PeerUnreachable:
-                pass
-        waiter.wait_until(over, deadline)
-        late = [p for p in alive if not over(p)]
-        if late:  # past the bound, and each had its chance to end itself saying why: kill them
-            self._kill_at({p.address for p in late}, f"it had not exited {limit + _KILL_GRACE_S:g} s after "
-                                                     f"ProcMesh.stop()")
-            waiter.wait_until(over, time.monotonic() + _LATE_REPORTS_S)
-            for p in late:
-                if p.returncode is not None and p.returncode < 0:
-                    _log.warning("ProcMesh %r: %s (%s) had not exited %g s after its stop (TETRARCH_STOP_TIMEOUT="
-                                 "%g): it was killed%s", self._name, p.what, p.where(), limit + _KILL_GRACE_S, limit,
-                                 stderr_note(p.stderr_tail))
-        root.output.drain(timeout=limit)  # their lines came before their exit reports
+        stop_procs(root, f"ProcMesh {self._name!r}", self._procs, self._agents())
+        root.output.drain(timeout=STOP_TIMEOUT())  # their lines came before their exit reports
         for p in self._procs:
             root.launches.forget(p.ident)
         root.supervisor.release_proc_mesh(self._state)

@@ -12,11 +12,11 @@ from .._config import STOP_TIMEOUT
 from .._log import get_logger
 from . import _serial, _wire
 from ._future import Future
-from ._launch import ProcRecord
+from ._launch import ProcRecord, stderr_note
 from ._root import Root, get_root
 from ._router import PeerUnreachable
 
-__all__ = ["release_this_host", "shutdown_all", "shutdown_context"]
+__all__ = ["kill_procs_at", "release_this_host", "shutdown_all", "shutdown_context", "stop_procs"]
 
 _log = get_logger("supervision")
 #: How long stopping at exit may take before tetrarch says what it waits for (s).
@@ -49,6 +49,63 @@ def _kill_records(root: Root, records: list[ProcRecord], requests: list) -> None
                                              *_serial.dumps(_wire.KillProcs(ids, 9))])
         except PeerUnreachable:
             pass
+
+
+#: Seconds past ``TETRARCH_STOP_TIMEOUT`` a stop waits before it kills the procs that did not
+#: exit: each had that long to end itself, saying why.
+_KILL_GRACE_S = 1.0
+#: Seconds a stop waits for the exit reports of procs it killed.
+_LATE_REPORTS_S = 5.0
+
+
+def kill_procs_at(root: Root, procs: list[ProcRecord], hosts: list[Any], addresses: set[str], why: str) -> None:
+    """Have the host agents (``hosts``) SIGKILL those of ``procs`` at ``addresses`` that did not exit.
+
+    ``why`` becomes part of their death reason.
+    """
+    doomed = [p for p in procs if p.address in addresses and p.returncode is None]
+    for p in doomed:
+        p.killed_because = why
+    _kill_records(root, doomed, [(h, None) for h in hosts])
+
+
+def stop_procs(root: Root, what: str, procs: list[ProcRecord], hosts: list[Any]) -> None:
+    """Tell ``procs`` to stop and wait until they exited: ``TETRARCH_STOP_TIMEOUT`` and a grace.
+
+    Each proc bounds its own stop by the timeout, saying why when it cuts it short; one
+    still alive after the grace is killed through its host agent (``hosts``) and logged.
+    """
+    rt = root.runtime
+    limit = STOP_TIMEOUT()
+    deadline = time.monotonic() + limit + _KILL_GRACE_S
+    # Procs already known dead (exit reported, or declared dead when their connection
+    # dropped and no report could come, e.g. their host agent died) need no waiting.
+    alive = [p for p in procs if not p.gone and p.address not in rt.dead_peers]
+
+    def over(p: ProcRecord) -> bool:
+        # Its exit was reported, or it was lost and no report can come (its host agent is dead).
+        # Lost alone is not over: a proc closes its connections before its interpreter finalises.
+        return p.returncode is not None or (p.lost and p.meta.get("agent") in rt.dead_peers)
+
+    waiter = root.launches.expect_exits(alive, reports=True)
+    for p in alive:
+        try:
+            rt.send(p.address, [_wire.sys_header(_wire.SVC_PROC, "stop")])
+        except PeerUnreachable:
+            pass
+    waiter.wait_until(over, deadline)
+    late = [p for p in alive if not over(p)]
+    if not late:
+        return
+    # Past the bound, and each had its chance to end itself saying why: kill them.
+    kill_procs_at(root, late, hosts, {p.address for p in late},
+                  f"it had not exited {limit + _KILL_GRACE_S:g} s after its stop")
+    waiter.wait_until(over, time.monotonic() + _LATE_REPORTS_S)
+    for p in late:
+        if p.returncode is not None and p.returncode < 0:
+            _log.warning("%s: %s (%s) had not exited %g s after its stop (TETRARCH_STOP_TIMEOUT=%g): it was "
+                         "killed%s", what, p.what, p.where(), limit + _KILL_GRACE_S, limit,
+                         stderr_note(p.stderr_tail))
 
 
 def shutdown_all() -> None:
