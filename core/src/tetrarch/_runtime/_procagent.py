@@ -155,7 +155,7 @@ class ProcAgent:
         caller and their owners learn the reason from the proc itself (its queued messages
         leave before it exits), not from a bare report of its death.
         """
-        _where(why, stack)
+        _where(stack)
         if self._on_exit is None:  # actors in the client: the client must not die for one of them
             _log.error("%s; it is left running in this process and counts as stopped", why)
             done()
@@ -231,7 +231,7 @@ class ProcAgent:
             return done
 
         def left_behind(why: str, stack: str) -> None:
-            _where(why, stack)
+            _where(stack)
             with lock:
                 stuck.append(why)
                 last = len(stuck) == remaining[0]
@@ -241,10 +241,10 @@ class ProcAgent:
 
         for key, actor in actors:
             actor.stop(one_done(key, actor))
-            bound_stop(actor, over, limit * ACTORS_SHARE, left_behind)
+            bound_stop(actor, over, limit * ACTORS_SHARE, left_behind, f"{ACTORS_SHARE:g} of TETRARCH_STOP_TIMEOUT")
 
 
-def _where(why: str, stack: str) -> None:
+def _where(stack: str) -> None:
     """Log where the thread of an actor that cannot be stopped is (before the line saying so)."""
     if stack:
-        _log.error("%s; its thread is at:\n%s", why.partition(" could not be stopped")[0], stack)
+        _log.error("%s", stack)

@@ -14,6 +14,12 @@ a stop is bounded from outside the actor:
   process ends with :data:`EXIT_STUCK_FINALIZING`. ``faulthandler``'s own watchdog (a C
   thread that needs no GIL) ends a process stuck later in finalisation, after the Python
   threads stopped running.
+
+Both, and :func:`running_endpoint` (what a failing actor was running, for its failure
+report), read what an actor runs from its runner's frames on the thread's stack
+(``_RUNNER_FRAMES``, ``_CALL_FRAMES``: the names of ``ActorRunner`` methods). Renaming
+those methods breaks ``tests/kernel/test_supervision.py`` and ``test_stop_bounds.py``,
+which check the endpoint, ``__init__`` and ``__supervise__`` they name.
 """
 
 from __future__ import annotations
@@ -116,21 +122,24 @@ def class_name(cls: type) -> str:
 
 
 def bound_stop(actor: StopTarget, finished: threading.Event, limit: float,
-               on_stuck: Callable[[str, str], None]) -> None:
-    """Call ``on_stuck(reason, stack)`` if ``actor``'s stop has not begun ``limit`` s from now
-    (``stack``: where its thread is, see :func:`describe_stuck`).
+               on_stuck: Callable[[str, str], None], bound: str = "TETRARCH_STOP_TIMEOUT") -> None:
+    """Call ``on_stuck(reason, where)`` if ``actor``'s stop has not begun ``limit`` s from now.
 
-    ``finished`` is set when the stop completed. A stop that began (its thread runs it)
-    is bounded by its own timeouts (children, ``__cleanup__``) and is left alone.
+    ``where`` is the stuck thread's innermost frames, led by a line naming the actor ('' when
+    it waits in its event loop, see :func:`describe_stuck`); ``bound`` names where ``limit``
+    comes from, for ``reason``. ``finished`` is set when the stop completed. A stop that
+    began (its thread runs it) is bounded by its own timeouts (children, ``__cleanup__``)
+    and is left alone.
     """
 
     def watch() -> None:
         if finished.wait(limit) or not _stop_queued(actor):
             return
         what, stack = describe_stuck(actor)
-        reason = (f"actor {actor.display} ({class_name(actor.cls)}) could not be stopped: {limit:g} s after its "
-                  f"stop (TETRARCH_STOP_TIMEOUT) its thread still runs {what}, which Python cannot interrupt")
-        on_stuck(reason, stack)
+        who = f"actor {actor.display} ({class_name(actor.cls)})"
+        reason = (f"{who} could not be stopped: {limit:g} s after its stop ({bound}) its thread still runs "
+                  f"{what}, which Python cannot interrupt")
+        on_stuck(reason, f"{who}: its thread is at:\n{stack}" if stack else "")
 
     threading.Thread(target=watch, name=f"tetrarch-stop-bound-{actor.display}", daemon=True).start()
 
