@@ -15,7 +15,7 @@ import warnings
 
 import pytest
 
-from kernel_actors import Counter
+from kernel_actors import Counter, Info
 from tetrarch import ActorMesh, ArgumentTypeError, Future, ProcMesh, ValueMesh, this_host
 from tetrarch._runtime._shape import Extent, Shape
 from tetrarch.testing import scaled
@@ -73,3 +73,35 @@ def test_logging_option_is_awaited_run_with_asyncio_or_got() -> None:
         assert procs.spawn("logopt_counter", Counter, 3).value.call_one().get(timeout=scaled(30)) == 3
     finally:
         procs.stop().get(timeout=scaled(30))
+
+
+def test_deprecated_proc_mesh_and_the_awaitable_style_of_monarchs_older_examples() -> None:
+    """Monarch's spmd_ddp.py: ``pm = await proc_mesh(gpus=N, env={...})``, ``await pm.spawn(...)``."""
+    from tetrarch import proc_mesh
+
+    async def older_style() -> tuple[ProcMesh, list[int], list[str | None]]:
+        pm = await proc_mesh(gpus=2, env={"MASTER_ADDR": "localhost", "MASTER_PORT": "12355"})
+        counters = await pm.spawn("older_style", Counter, 5)
+        await counters.incr.call(2)
+        values = (await counters.value.call()).values()
+        info = await pm.spawn("older_env", Info)
+        return pm, values, (await info.env.call("MASTER_PORT")).values()
+
+    with pytest.warns(DeprecationWarning, match=r"spawn_procs\(per_host=\{'gpus': n\}\)"):
+        pm, values, env = asyncio.run(older_style())
+    try:
+        assert dict(pm.extent) == {"gpus": 2}
+        assert values == [7, 7]
+        assert env == ["12355", "12355"]  # proc_mesh(env=...) reaches every proc
+    finally:
+        pm.stop().get(timeout=scaled(30))
+
+
+@pytest.mark.transport_independent  # refused before any proc is started
+def test_deprecated_proc_mesh_refuses_what_it_cannot_do() -> None:
+    from tetrarch import NotSupportedError, proc_mesh
+
+    with pytest.warns(DeprecationWarning), pytest.raises(NotSupportedError, match="__init__ of an actor"):
+        proc_mesh(gpus=1, setup=lambda: None)
+    with pytest.warns(DeprecationWarning), pytest.raises(ArgumentTypeError, match="positive integer"):
+        proc_mesh(gpus="4")  # type: ignore[arg-type]

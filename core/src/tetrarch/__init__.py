@@ -38,6 +38,7 @@ _EXPORTS = {
     "BootstrapCommand": "tetrarch._runtime._bootcmd",
     "default_bootstrap_cmd": "tetrarch._runtime._bootcmd",
     "attach_to_workers": "tetrarch._runtime._attach",
+    "proc_mesh": "tetrarch._runtime._compat",
     "run_worker_loop_forever": "tetrarch._runtime._worker",
     "get_or_spawn_controller": "tetrarch._runtime._controller",
     "shutdown_context": "tetrarch._runtime._shutdown",
@@ -116,6 +117,7 @@ __all__ = [
     "default_bootstrap_cmd",
     "endpoint",
     "get_or_spawn_controller",
+    "proc_mesh",
     "run_worker_loop_forever",
     "send",
     "shutdown_context",
@@ -155,6 +157,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._runtime._attach import attach_to_workers
     from ._runtime._bootcmd import BootstrapCommand, default_bootstrap_cmd
     from ._runtime._channel import Accumulator, Channel, send
+    from ._runtime._compat import proc_mesh
     from ._runtime._context import Context, context, current_actor_name, current_rank, current_size
     from ._runtime._controller import get_or_spawn_controller
     from ._runtime._endpoint import Endpoint

@@ -70,6 +70,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_shutdown``   shutdown_context(), and stopping what the client started at exit
     ``_workerauth`` the secret file and address checks of workers and the clients that attach to them
     ``_attach``     attach_to_workers(): a HostMesh over workers something else started
+    ``_compat``     proc_mesh(): Monarch's deprecated way to make procs, kept for its programs
     ``_job_cache``  dump / job_load of jobs, and the cached job state() reuses
     ``_job``        jobs: named host meshes from an allocator (``tetrarch.job``)
     ``_worker_job`` WorkerJob: a job over running workers, reusable across runs
@@ -106,8 +107,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("process", ("tetrarch._runtime._root",)),
     ("rdma", ("tetrarch._rdma",)),
     ("meshes", tuple(f"tetrarch._runtime.{m}" for m in (
-        "_mesh", "_hostalloc", "_procmesh", "_controller", "_shutdown", "_workerauth", "_attach", "_job_cache", "_job",
-        "_worker_job", "_channel"))),
+        "_mesh", "_hostalloc", "_procmesh", "_controller", "_compat", "_shutdown", "_workerauth", "_attach",
+        "_job_cache", "_job", "_worker_job", "_channel"))),
     ("spmd", ("tetrarch._spmd",)),
     ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main", "tetrarch._runtime._worker")),
 )

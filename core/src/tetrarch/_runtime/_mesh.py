@@ -6,7 +6,7 @@ import difflib
 import functools
 import pickle
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._config import STOP_TIMEOUT
@@ -157,6 +157,15 @@ class ActorMesh(MeshTrait, Generic[T]):
     def initialized(self) -> Future[None]:
         """Completes once every actor's ``__init__`` ran (raises ActorError if one raised)."""
         return self._initialized if self._initialized is not None else Future._completed(None)
+
+    def __await__(self) -> Generator[Any, None, ActorMesh[T]]:
+        """``await procs.spawn(...)`` (Monarch's older style): waits for ``initialized``, gives the mesh.
+
+        Raises:
+            ActorError: an actor's ``__init__`` raised.
+        """
+        yield from self.initialized.__await__()
+        return self
 
     # -- stop -----------------------------------------------------------------
     def stop(self) -> Future[None]:

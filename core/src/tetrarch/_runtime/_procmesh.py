@@ -10,7 +10,7 @@ import pickle
 import secrets
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -511,6 +511,11 @@ class ProcMesh(MeshTrait):
         root.supervisor.release_proc_mesh(self._state)
         _live_proc_meshes.discard(self)
         fut._set_result(None)
+
+    def __await__(self) -> Generator[Any, None, ProcMesh]:
+        """``await proc_mesh(...)`` (Monarch's older style): the procs are ready; gives the mesh."""
+        yield from self.initialized.__await__()
+        return self
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._name} {self.extent!r}>"
