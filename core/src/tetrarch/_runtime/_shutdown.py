@@ -15,12 +15,15 @@ from ._future import Future
 from ._launch import ProcRecord, stderr_note
 from ._root import Root, get_root
 from ._router import PeerUnreachable
+from ._supervision import sigint_seen
 
 __all__ = ["kill_procs_at", "release_this_host", "shutdown_all", "shutdown_context", "stop_procs"]
 
 _log = get_logger("supervision")
-#: How long stopping at exit may take before tetrarch says what it waits for (s).
+#: How long stopping at exit may take before tetrarch says what it waits for (s): after a
+#: Ctrl-C, and at a plain exit.
 _QUIET_STOP_S = 1.0
+_QUIET_EXIT_S = 5.0
 #: The meshes this process started and has not stopped (``_procmesh`` adds and discards them).
 #: Proc meshes are held until stopped, as their procs run until then (Monarch's rule: dropping
 #: the reference does not end them): the client's exit then stops them cleanly (their atexit
@@ -141,7 +144,10 @@ def _shutdown_hosts() -> None:
 def _wait_for_stops(meshes: list[Any], futures: list[Future[None]]) -> None:
     limit = STOP_TIMEOUT()
     deadline = time.monotonic() + limit + 6
-    if not all(_stopped_within(f, _QUIET_STOP_S) for f in futures):
+    # After Ctrl-C a call may still run in the procs: say soon what we wait for. A plain exit
+    # waits quietly longer: clean interpreter shutdown (torch's, in 4 procs on 2 cores) takes seconds.
+    quiet = _QUIET_STOP_S if sigint_seen() else _QUIET_EXIT_S
+    if not all(_stopped_within(f, quiet) for f in futures):
         n = sum(1 for pm in meshes for p in pm._procs if p.returncode is None)
         _log.warning("stopping %d proc%s (waiting up to %g s for them to exit; Ctrl-C again to kill them now)", n,
                      "" if n == 1 else "s", limit)

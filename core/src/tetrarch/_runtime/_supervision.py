@@ -234,6 +234,13 @@ def _current_hook() -> Callable[[MeshFailure], None]:
 # -- ending the client ---------------------------------------------------------
 _exit_code: list[int] = []
 _prev_sigint: Any = None
+#: Set once this client saw Ctrl-C (SIGINT): stopping at exit then says at once what it waits for.
+_sigint_seen = threading.Event()
+
+
+def sigint_seen() -> bool:
+    """Whether the client got a Ctrl-C (SIGINT) since it started."""
+    return _sigint_seen.is_set()
 
 
 def _main_code_running(frame: Any) -> bool:
@@ -251,6 +258,7 @@ def _main_code_running(frame: Any) -> bool:
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
+    _sigint_seen.set()
     if defer_while_dispatching(lambda: _on_sigint(signum, frame)):
         return  # the main thread is handling a message for the transport: raise right after it
     if _exit_code:
