@@ -1,8 +1,8 @@
 """Workers started by something else: ``run_worker_loop_forever`` and ``attach_to_workers`` (Monarch's names).
 
 Real processes on 127.0.0.1: two workers started with subprocess (port 0; each prints
-the address it listens at), clients in their own processes (a client's runtime starts
-with the secret of the file it is given, so it cannot be the test process).
+the address it listens at), clients in their own processes (each client a fresh world:
+its runtime's secret, its procs, its exit).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,16 @@ from typing import Any
 import psutil
 import pytest
 
-from tetrarch import ArgumentError, NotSupportedError, UsageError, attach_to_workers, run_worker_loop_forever
+from tetrarch import (
+    ArgumentError,
+    NotSupportedError,
+    ProcessStartError,
+    UsageError,
+    attach_to_workers,
+    run_worker_loop_forever,
+)
 from tetrarch._runtime._secret import SecretError
+from tetrarch._runtime._workerauth import SealedSecret, seal_secret, unseal_secret
 from tetrarch.job import new_secret_file
 from tetrarch.testing import scaled, still_running
 
@@ -54,8 +63,9 @@ class Worker:
                                      start_new_session=True)
         line = _read_line(self.proc.stdout, scaled(60))
         if not line.startswith("tetrarch worker listening at "):
-            self.stop()
-            raise AssertionError(f"the worker did not start: {line!r} {self.proc.stderr.read()}")
+            self.proc.kill()
+            errors = self.proc.communicate(timeout=scaled(10))[1]
+            raise AssertionError(f"the worker did not start: {line!r} {errors}")
         self.address = line.split()[-1]
 
     def children(self) -> list[int]:
@@ -100,8 +110,8 @@ def _gone(pids: list[int]) -> list[int]:
 
 @pytest.fixture
 def client(run_scenario: Callable[..., Any]) -> Callable[..., dict]:
-    def run(*args: str) -> dict:
-        res = run_scenario(CLIENT, *args, timeout=90, pythonpath=[HERE])
+    def run(*args: str, env: dict[str, str] | None = None) -> dict:
+        res = run_scenario(CLIENT, *args, timeout=90, pythonpath=[HERE], env=env)
         lines = res.stdout.strip().splitlines()
         assert lines, res.stderr
         return json.loads(lines[-1])
@@ -126,7 +136,7 @@ def test_clients_attach_one_after_the_other_spawn_and_call_on_the_same_workers(w
 
 def test_one_client_attaches_a_worker_once_at_a_time_and_again_after_shutdown(workers, secret, client) -> None:
     out = client("twice", str(secret), workers[0].address)
-    assert "attached to the worker" in out.get("refused", "") and "shut that HostMesh down first" in out["refused"], out
+    assert "refused the handshake" in out.get("refused", "") and "serves another client" in out["refused"], out
     assert {ppid for _p, ppid in out["pids"].values()} == {workers[0].proc.pid}, out
 
 
@@ -136,7 +146,8 @@ def test_a_client_with_another_secret_is_refused_and_the_worker_serves_on(worker
     refused = client("call", other, workers[0].address)
     assert refused.get("error") == "ProcessStartError", refused
     assert "attach failed" in refused["message"] and workers[0].address in refused["message"], refused
-    assert "authentication handshake" in refused["message"], refused
+    assert f"the worker at {workers[0].address} refused the handshake: it holds another secret" in \
+        refused["message"], refused
     assert workers[0].proc.poll() is None and workers[0].children() == []
     assert "error" not in client("call", str(secret), workers[0].address), "the worker still serves"
 
@@ -166,7 +177,11 @@ def test_a_worker_whose_client_died_kills_its_procs_and_takes_the_next(workers, 
     holder, pids = _holding_client(secret, workers[0])
     try:
         busy = client("call", str(secret), workers[0].address)
-        assert busy.get("error") == "ProcessStartError" and "serves another client" in busy["message"], busy
+        assert busy.get("error") == "ProcessStartError", busy
+        refusal = (f"the worker at {workers[0].address} refused the handshake: it holds another secret, or it "
+                   f"serves another client right now")
+        assert refusal in busy["message"], busy
+        assert busy["seconds"] < scaled(15), f"the refusal must come at once, not after a timeout: {busy}"
     finally:
         _end(holder)
     assert _gone(pids) == [], "the worker must kill the procs of a client that died"
@@ -284,11 +299,100 @@ def test_workers_on_two_namespaced_hosts_serve_a_client_in_the_root_namespace(na
             w.stop()
 
 
-def test_attaching_from_a_runtime_that_runs_with_another_secret_says_so(secret) -> None:
+def test_attaching_from_a_running_runtime_is_allowed_and_a_worker_needs_a_process_of_its_own(secret) -> None:
+    from tetrarch._config import configured
     from tetrarch._runtime._root import get_root
 
-    get_root()  # this process's runtime runs, with a random secret
-    with pytest.raises(SecretError, match=r"already runs .* with another secret .* before anything else uses tetrarch"):
-        attach_to_workers(workers=["tcp://127.0.0.1:1"], secret_file=secret)
+    with configured(transport="tcp"):
+        get_root()  # this process's runtime runs, with its own random secret
+    mesh = attach_to_workers(workers=["tcp://127.0.0.1:1"], secret_file=secret)  # no SecretError: it seals its own
+    with pytest.raises(ProcessStartError, match="attach failed"):
+        mesh.initialized.get(timeout=scaled(30))
     with pytest.raises(UsageError, match="must run in a process of its own"):
         run_worker_loop_forever(address="tcp://127.0.0.1:0", secret_file=secret)
+
+
+def test_a_client_that_uses_this_host_first_attaches_and_its_actors_call_across(workers, secret, client) -> None:
+    # this_host() starts the runtime first: on the workers' transport (the attach checks it), with its own secret.
+    env = {"TETRARCH_TRANSPORT": os.environ.get("TETRARCH_TRANSPORT", "tcp")}
+    out = client("mixed", str(secret), *(w.address for w in workers), env=env)
+    assert "error" not in out, out
+    local_pid, local_agent = out["local"]
+    agents = {w.proc.pid for w in workers}
+    assert local_agent not in agents, "this_host()'s proc is a child of the client's own host agent"
+    remote = {tuple(v) for v in out["remote"].values()}
+    assert {ppid for _pid, ppid in remote} == agents, "one proc per worker"
+    assert tuple(out["remote_asks_local"]) == (local_pid, local_agent), "a worker's actor reached this_host's"
+    assert tuple(out["local_asks_remote"]) in remote, "this_host's actor reached a worker's"
+    assert tuple(out["remote_asks_remote"]) in remote
+    assert _gone([pid for pid, _ in remote] + [local_pid]) == []
+    assert all(w.children() == [] for w in workers), "the session ended: the worker killed nothing left behind"
+
+
+def test_a_second_client_is_refused_at_once_while_the_first_is_served(workers, secret, client) -> None:
+    holder, pids = _holding_client(secret, workers[0])
+    try:
+        started = time.monotonic()
+        second = client("call", str(secret), workers[0].address, workers[1].address)
+        took = time.monotonic() - started
+        assert second.get("error") == "ProcessStartError", second
+        assert f"the worker at {workers[0].address} refused the handshake" in second["message"], second
+        assert second["seconds"] < scaled(15) and took < scaled(60), second
+        assert set(pids) <= set(workers[0].children()), "the first client's procs live on"
+        assert workers[1].children() == [], "the worker that accepted the second client was released"
+    finally:
+        _end(holder)
+    assert _gone(pids) == []
+    assert "error" not in client("call", str(secret), workers[0].address, workers[1].address), \
+        "both workers serve the next client"
+
+
+def test_the_sealed_secret_travels_only_with_a_valid_tag() -> None:
+    worker, other = b"w" * 64, b"o" * 64
+    for session in (bytes(range(32)), b"s" * 100):  # a 32-byte secret, and a longer one (counter-mode pad)
+        sealed = seal_secret(worker, session)
+        assert session not in sealed.sealed and len(sealed.sealed) == len(session)
+        assert unseal_secret(worker, sealed) == session
+        assert seal_secret(worker, session).nonce != sealed.nonce, "a fresh nonce per seal"
+        with pytest.raises(SecretError, match="integrity check"):
+            unseal_secret(other, sealed)
+        forged = SealedSecret(sealed.nonce, bytes([sealed.sealed[0] ^ 1]) + sealed.sealed[1:], sealed.tag)
+        with pytest.raises(SecretError, match="integrity check"):
+            unseal_secret(worker, forged)
+        with pytest.raises(SecretError, match="malformed"):
+            unseal_secret(worker, SealedSecret(sealed.nonce[:5], sealed.sealed, sealed.tag))
+
+
+def test_a_worker_refuses_an_attach_whose_seal_has_a_bad_tag_and_serves_on(workers, secret, client) -> None:
+    out = client("badtag", str(secret), workers[0].address)
+    assert out.get("ok") is False and "integrity check" in out.get("answer", ""), out
+    assert workers[0].children() == []
+    assert "error" not in client("call", str(secret), workers[0].address), "the worker still serves"
+
+
+_PLUGIN_LIBS = {"zmq": "zmq", "nng": "pynng"}
+
+
+@pytest.mark.parametrize(("transport", "address"), [
+    ("tcp", "tcp://127.0.0.1:0"),
+    ("ipc", "ipc://{tmp}/worker.sock"),
+    ("zmq", "zmq+tcp://127.0.0.1:0"),
+    ("zmq", "zmq+ipc://{tmp}/worker.sock"),
+    ("nng", "nng+tcp://127.0.0.1:0"),
+    ("nng", "nng+ipc://{tmp}/worker.sock"),
+])
+def test_a_worker_rekeys_at_its_address_on_every_transport(secret, client, tmp_path: Path, transport: str,
+                                                          address: str) -> None:
+    """Idle (worker secret) -> serving (the client's) -> idle -> serving, at one address: each
+    transport must listen there again at once (tcp: SO_REUSEADDR; a path socket: removed at close)."""
+    if transport in _PLUGIN_LIBS:
+        pytest.importorskip(_PLUGIN_LIBS[transport], reason=f"the {transport} transport needs its library")
+    env = {"TETRARCH_TRANSPORT": transport}
+    worker = Worker(secret, address=address.format(tmp=tmp_path), env=env)
+    try:
+        out = client("twice", str(secret), worker.address, env=env)
+        assert "refused the handshake" in out.get("refused", ""), out
+        assert {ppid for _p, ppid in out["pids"].values()} == {worker.proc.pid}, out
+        assert worker.proc.poll() is None
+    finally:
+        worker.stop()

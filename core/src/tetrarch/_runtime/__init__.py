@@ -68,7 +68,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_procmesh``   HostMesh, ProcMesh, this_host(), this_proc()
     ``_controller`` get_or_spawn_controller(): one named singleton actor per process
     ``_shutdown``   shutdown_context(), and stopping what the client started at exit
-    ``_workerauth`` the secret file and address checks of workers and the clients that attach to them
+    ``_workerauth`` the secret file, the sealed session secret and address checks of workers and their clients
     ``_attach``     attach_to_workers(): a HostMesh over workers something else started
     ``_compat``     proc_mesh(): Monarch's deprecated way to make procs, kept for its programs
     ``_job_cache``  dump / job_load of jobs, and the cached job state() reuses
@@ -82,7 +82,7 @@ A module that needs something from above takes it as an argument or a ``Protocol
 ``programs`` (entry points of the processes tetrarch starts)
     ``_host_agent``  one per host: starts procs
     ``_proc_main``   one per proc
-    ``_worker``      run_worker_loop_forever(): a host agent that serves one client at a time, forever
+    ``_worker``      run_worker_loop_forever(): a host agent that serves one client at a time, re-keyed for each
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """``attach_to_workers``: a ``HostMesh`` over workers that something else started (Monarch's name).
 
-The workers run ``run_worker_loop_forever`` (:mod:`._worker`). The client starts its
-runtime with the secret of the same secret file (or checks that it runs with it) and
-on the workers' transport, dials each worker (the mutual HMAC handshake proves both
-sides hold the secret before anything is unpickled) and asks it to serve; the worker
-answers like a host agent that reports ready, pings the client from then on, and is
-tracked as one (``TETRARCH_HOST_TIMEOUT``, exit reports). ``HostMesh.shutdown()`` ends
-the session: the worker kills the procs and waits for its next client.
+The workers run ``run_worker_loop_forever`` (:mod:`._worker`). The client's runtime
+keeps its own random secret (it may run already, e.g. for ``this_host()``) and must be on
+the workers' transport. For each worker a helper router keyed with the worker secret of
+the secret file dials it (the mutual HMAC handshake proves both sides hold that secret
+before anything is unpickled) and sends the client's address and its own secret, sealed
+(:func:`~._workerauth.seal_secret`); then the helper closes. The worker re-keys with the
+client's secret at the same address and reports ready like an allocated host agent,
+pings the client from then on, and is tracked as one (``TETRARCH_HOST_TIMEOUT``, exit
+reports); its procs hold the client's secret, so they talk to the client's other procs.
+``HostMesh.shutdown()`` ends the session: the worker kills the procs and is idle again.
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ from ._alloc import Allocation
 from ._future import Future
 from ._launch import ProcRecord
 from ._procmesh import HostMesh, _Host, _uid
-from ._root import Root, get_root, root_if_any, use_secret
-from ._router import PeerUnreachable
+from ._root import Root, get_root, root_if_any
+from ._router import PeerRefused, PeerUnreachable, Router
 from ._shape import Extent, Shape
-from ._workerauth import check_address, check_tls, is_loopback, read_secret_file
+from ._workerauth import check_address, check_tls, fresh_transport, is_loopback, read_secret_file, seal_secret
 
 __all__ = ["attach_to_workers"]
 
@@ -62,14 +65,12 @@ class _AttachedHostMesh(HostMesh):
         return f"<HostMesh {self.extent!r} attached>"
 
 
-def _client_root(address: str, secret: bytes, origin: str) -> Root:
-    """This process's runtime, started (or checked) for workers at ``address`` holding ``secret``.
+def _client_root(address: str) -> Root:
+    """This process's runtime, started (or checked) for workers at ``address``; it keeps its own secret.
 
     Raises:
-        SecretError: the runtime already runs with another secret.
         TransportError: it already runs on a transport the workers do not speak.
     """
-    use_secret(secret, origin)
     spec = get_registry().select(BackendKind.TRANSPORT, TRANSPORT(), address=address)
     root = root_if_any()
     if root is None:
@@ -80,49 +81,78 @@ def _client_root(address: str, secret: bytes, origin: str) -> Root:
             f"this process's tetrarch runtime already runs the {root.transport_name!r} transport, but the workers at "
             f"{address} speak {spec.name!r}: attach before anything else uses tetrarch in this process, or start it "
             f"with TETRARCH_TRANSPORT={spec.name}")
-    host = host_of(address)
     if not is_loopback(address):  # the worker and its procs must reach us
-        root.runtime.listen_routable(source_ip_toward(host))
+        root.runtime.listen_routable(source_ip_toward(host_of(address)))
     return root
 
 
-def _attach_one(root: Root, address: str, ident: str, timeout: float) -> _wire.ProcReady:
-    """Ask the worker at ``address`` to serve this client; its ready record.
+def _ask(root: Root, address: str, ident: str, worker_secret: bytes, timeout: float) -> None:
+    """Ask the idle worker at ``address`` to serve this client, from a router keyed with ``worker_secret``.
+
+    The worker gets this runtime's address and its secret, sealed; once it answered OK it
+    re-keys and reports ready to this runtime (``root.launches``) under ``ident``.
 
     Raises:
-        ProcessStartError: it is unreachable, refused the handshake (another secret), serves
-            another client, or did not answer within ``timeout``.
+        ProcessStartError: it is unreachable, refused the handshake (another secret, or it
+            serves another client), refused the request, or did not answer within ``timeout``.
     """
-    rt = root.runtime
+    what = f"worker at {address}"
     answer: list[Any] = []
     done = threading.Event()
 
     def on_reply(hdr: _wire.PortHeader, payload: list) -> None:
-        answer.append((hdr.status, _serial.loads(payload)))
+        answer.append((hdr.status, _serial.loads(payload)))  # the worker proved it holds the secret
         done.set()
 
-    port = rt.open_port(on_reply)
-    what = f"worker at {address}"
+    transport = fresh_transport(root.transport_name)
     try:
-        rt.revive(address)  # a worker we detached from before serves again
+        helper = Router(transport, worker_secret, name="attach", lead_waiters=False)
+    except BaseException:
+        transport.close()
+        raise
+    try:
+        port = helper.open_port(on_reply)
+        sealed = seal_secret(worker_secret, root.secret)
+        request = _wire.WorkerAttach(root.runtime.address, ident, *sealed)
         try:
-            rt.send(address, [_wire.sys_header(_wire.SVC_WORKER, "attach", rt.address, port),
-                              *_serial.dumps(_wire.WorkerAttach(rt.address, ident))])
+            helper.send(address, [_wire.sys_header(_wire.SVC_WORKER, "attach", helper.address, port),
+                                  *_serial.dumps(request)])
+        except PeerRefused:
+            raise ProcessStartError(what, None, "", f"attach failed: the worker at {address} refused the handshake: "
+                                                    f"it holds another secret, or it serves another client right "
+                                                    f"now") from None
         except PeerUnreachable as exc:
             raise ProcessStartError(what, None, "", f"attach failed: {exc}") from None
         if not done.wait(timeout):
             raise ProcessStartError(what, None, "", f"attach failed: no answer within {timeout:g} s "
                                                     f"(TETRARCH_HOST_START_TIMEOUT)")
     finally:
-        rt.close_port(port)
+        helper.close()
+        transport.close()
     status, value = answer[0]
-    if status != _wire.OK or not isinstance(value, _wire.ProcReady):
+    if status != _wire.OK:
         raise ProcessStartError(what, None, "", f"attach failed: {value}")
-    return value
 
 
-def _attach_all(mesh: _AttachedHostMesh, root: Root | None, addresses: list[Any], secret: bytes,
-                origin: str) -> None:
+def _release(root: Root, records: list[ProcRecord], accepted: list[ProcRecord], timeout: float) -> None:
+    """The attach failed: end the sessions of the workers that accepted (once they reported ready,
+    within ``timeout``) and stop tracking every one of ``records``."""
+    if accepted:
+        try:
+            root.launches.expect(accepted).wait(timeout)
+        except ProcessStartError:
+            pass  # those not ready are dropped; a worker whose client stops answering ends the session itself
+    for rec in accepted:
+        if rec.ready and not rec.gone:
+            try:
+                root.runtime.send(rec.address, [_wire.sys_header(_wire.SVC_HOST, "shutdown")])
+            except PeerUnreachable:
+                pass
+    for rec in records:
+        root.launches.forget(rec.ident)
+
+
+def _attach_all(mesh: _AttachedHostMesh, root: Root | None, addresses: list[Any], secret: bytes) -> None:
     """Attach ``mesh`` to its workers (a thread); completes ``mesh._attached``.
 
     ``root`` is None when every address was a future: the runtime is started (or checked)
@@ -130,24 +160,29 @@ def _attach_all(mesh: _AttachedHostMesh, root: Root | None, addresses: list[Any]
     """
     alloc_id = _uid("attach")
     records: list[ProcRecord] = []
+    accepted: list[ProcRecord] = []
+    timeout = max(HOST_START_TIMEOUT(), CONNECT_TIMEOUT())
     try:
         resolved = [a.get() if isinstance(a, Future) else a for a in addresses]
         for a in resolved:
             check_address(a, "attach_to_workers")
         if root is None:
-            root = _client_root(resolved[0], secret, origin)
-        timeout = max(HOST_START_TIMEOUT(), CONNECT_TIMEOUT())
-        idents = [f"{alloc_id}/{i}" for i in range(len(resolved))]
+            root = _client_root(resolved[0])
+        records = [ProcRecord(f"{alloc_id}/{i}", f"worker at {a}", kind="host agent") for i, a in enumerate(resolved)]
+        waiter = root.launches.expect(records)  # before asking: a worker reports ready as soon as it accepted
         with ThreadPoolExecutor(max_workers=min(len(resolved), 32)) as pool:
-            readies = list(pool.map(lambda a, i: _attach_one(root, a, i, timeout), resolved, idents))
+            asked = [pool.submit(_ask, root, a, r.ident, secret, timeout) for a, r in zip(resolved, records,
+                                                                                            strict=True)]
+        accepted = [r for r, f in zip(records, asked, strict=True) if f.exception() is None]
+        for f in asked:
+            if f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+        waiter.wait(timeout)
     except BaseException as exc:  # noqa: BLE001 - the mesh's initialized future carries it
+        if root is not None:
+            _release(root, records, accepted, timeout)
         mesh._attached._set_exception(exc)
         return
-    for ready, address in zip(readies, resolved, strict=True):
-        records.append(ProcRecord(ready.ident, f"worker at {address}", kind="host agent"))
-    root.launches.expect(records)
-    for ready in readies:
-        root.launches.ready(ready.ident, ready.address, ready.pid, ready.hostname, ready.heartbeat_s, ready.frozen_s)
     with mesh._lock:
         mesh._host_records = records
         mesh._allocation = _Attachment()
@@ -163,18 +198,20 @@ def attach_to_workers(*, workers: Sequence[str | Future[str]], name: str | None 
     ``ProcessStartError`` naming the worker, "attach failed: ...") when every worker
     accepted, and ``spawn_procs`` waits for it. ``workers`` are addresses as the workers
     were given (``tcp://10.0.0.2:26600``) or futures of them. ``secret_file`` is the
-    file the workers were given; the client's runtime starts with its secret (so call
-    this before anything else uses tetrarch in this process) or must already hold it.
-    ``HostMesh.shutdown()`` (also at exit) stops the procs and releases the workers for
-    their next client; they keep running.
+    file the workers were given: it proves to them that this client may attach, and
+    seals this client's own secret for them (the runtime keeps its own random secret, so
+    this works whether or not this process already uses tetrarch, e.g. ``this_host()``).
+    A worker that serves another client now refuses the handshake. ``HostMesh.shutdown()``
+    (also at exit) stops the procs and releases the workers for their next client; they
+    keep running.
 
     Raises:
         ArgumentError: ``ca="trust_all_connections"`` (tetrarch requires the secret), no
             workers, or a wildcard / alias address.
         NotSupportedError: TLS arguments.
-        SecretError: no usable secret file, or this process already runs with another secret.
+        SecretError: no usable secret file.
         TransportError: this process already runs a transport the workers do not speak.
-        (When every worker is a future, the last two and a bad resolved address come from
+        (When every worker is a future, that one and a bad resolved address come from
         ``initialized`` instead.)
     """
     who = "attach_to_workers"
@@ -189,10 +226,9 @@ def attach_to_workers(*, workers: Sequence[str | Future[str]], name: str | None 
         if not isinstance(a, Future):
             check_address(a, who)
     secret = read_secret_file(secret_file, who)
-    origin = f"secret_file={os.fspath(secret_file)!r}"  # type: ignore[arg-type]
     first = next((a for a in addresses if isinstance(a, str)), None)
-    root = _client_root(first, secret, origin) if first is not None else None  # else once a future resolved
+    root = _client_root(first) if first is not None else None  # else once a future resolved
     mesh = _AttachedHostMesh(Shape(Extent([HOSTS_DIM], [len(addresses)])), name or HOSTS_DIM)
-    threading.Thread(target=_attach_all, args=(mesh, root, addresses, secret, origin), name="tetrarch-attach",
+    threading.Thread(target=_attach_all, args=(mesh, root, addresses, secret), name="tetrarch-attach",
                      daemon=True).start()
     return mesh

@@ -9,7 +9,6 @@ sit above this layer and reach it through :func:`get_root`.
 from __future__ import annotations
 
 import atexit
-import hmac
 import os
 import secrets
 import sys
@@ -38,25 +37,25 @@ from ._output import OutputPrinter
 from ._port import link_service
 from ._procagent import ProcAgent
 from ._router import Router, install_router
-from ._secret import SecretError
 from ._supervision import Supervisor, install_exit_path
 
 __all__ = ["Root", "adopt_client_sys_path", "child_env", "get_root", "install_root", "launched_root",
-           "on_client_exit", "root_if_any", "use_secret"]
+           "native_address", "on_client_exit", "root_if_any"]
 
 _log = get_logger("supervision")
 
 _root: Root | None = None
 _lock = threading.Lock()
-#: The secret the client runtime starts with, when one was given (``use_secret``); else a random one.
-_client_secret: bytes | None = None
 
 
 class Root:
     """This process's runtime and bookkeeping."""
 
     def __init__(self, role: str, secret: bytes, transport_name: str | None, name: str,
-                 on_proc_exit: Callable[[], None] | None = None, *, listen_address: str | None = None) -> None:
+                 on_proc_exit: Callable[[], None] | None = None, *, listen_address: str | None = None,
+                 own_transport: bool = False) -> None:
+        """``own_transport``: a transport instance of its own, closed with the root (a worker's
+        session: the process's shared instance is keyed once, see ``Transport.use_key``)."""
         self.role = role
         self.secret = secret
         # The client may be told where to listen; a qualified scheme there selects the transport.
@@ -65,13 +64,16 @@ class Root:
         spec = get_registry().select(BackendKind.TRANSPORT, transport_name, address=address)
         self.transport_name = spec.name
         transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name)
+        if own_transport:
+            transport = type(transport)()
+        self._own_transport = own_transport
         set_process_name(name)
         spans_hosts = role != "client" and os.environ.get(ENV_SPANS_HOSTS.name) == "1"
         if spans_hosts and listen_address is None:  # listen on the interface that reaches our launcher
             launcher = os.environ.get((ENV_CLIENT_ADDR if role == "host" else ENV_OWNER_ADDR).name)
             address = pin_host(transport.default_address(spans_hosts=True), source_ip_toward(host_of(launcher)))
         self.runtime = Router(transport, secret, name=name, spans_hosts=spans_hosts,
-                              listen_address=Registry.strip_scheme(address) if address else None)
+                              listen_address=native_address(transport, address) if address else None)
         self.launches = LaunchTracker(self.runtime)
         self.supervisor = Supervisor(self.runtime, role)
         self.proc_agent = ProcAgent(self.runtime, on_exit=on_proc_exit)
@@ -95,6 +97,16 @@ class Root:
                 except Exception:  # noqa: BLE001 - closing must go on
                     _log.exception("a close handler of this process failed")
             self.runtime.close()
+            if self._own_transport:
+                self.runtime.transport.close()
+
+
+def native_address(transport: Any, address: str) -> str:
+    """``address`` as ``transport`` listens on it: as given when the transport serves that very
+    scheme (``zmq+tcp://h:1`` for zmq, whose schemes are qualified), else without the
+    qualifier (``threaded+tcp://h:1`` -> ``tcp://h:1``)."""
+    scheme = address.split("://", 1)[0]
+    return address if scheme in transport.schemes else Registry.strip_scheme(address)
 
 
 def child_env(root: Root, extra: dict[str, str]) -> dict[str, str]:
@@ -174,38 +186,11 @@ def get_root() -> Root:
         return root
     with _lock:
         if _root is None:
-            secret = _client_secret or secrets.token_bytes(32)
-            _root = Root("client", secret, None, name="client")  # select() reads the setting
+            _root = Root("client", secrets.token_bytes(32), None, name="client")  # select() reads the setting
             install_router(_root.runtime)
             atexit.register(_shutdown_at_exit)
             install_exit_path()
         return _root
-
-
-def use_secret(secret: bytes, origin: str) -> None:
-    """Make this process's runtime authenticate with ``secret`` (workers it attaches to hold the same).
-
-    Before the runtime starts, it will start with ``secret``; once it runs, ``secret``
-    must be the one it runs with. ``origin`` names where the secret came from, for the error.
-
-    Raises:
-        SecretError: the runtime already runs with another secret (it started before, with
-            a random one or another file's; or this is a proc of another allocation).
-    """
-    global _client_secret
-    with _lock:
-        root = _root
-        if root is None:
-            if _client_secret is not None and not hmac.compare_digest(_client_secret, secret):
-                raise SecretError(f"{origin} differs from the secret this process was already told to use; one "
-                                  f"process runs with one secret")
-            _client_secret = secret
-            return
-    if not hmac.compare_digest(root.secret, secret):
-        raise SecretError(
-            f"this process's tetrarch runtime already runs (as {root.role}) with another secret than {origin}: give "
-            f"the secret before anything else uses tetrarch in this process (before this_host(), a job's state(), "
-            f"spawn_procs), or attach from a fresh process")
 
 
 _exit_hooks: list[Callable[[], None]] = []

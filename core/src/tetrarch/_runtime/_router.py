@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from .._config import CONNECT_TIMEOUT, SPIN_US
 from .._log import get_logger
 from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role, transport_key
-from .._transport._base import Connection, ConnectionClosed, Transport, TransportError
+from .._transport._base import Connection, ConnectionClosed, HandshakeRefused, Transport, TransportError
 from .._transport._limits import PreAuthLimits, raise_open_file_limit
 from .._transport._route import pin_host
 from .._transport._waiting import WaitingRoom
@@ -43,8 +43,8 @@ from ._early import EarlyCalls
 from ._future import use_loop
 from ._tombstones import Tombstones
 
-__all__ = ["Mailbox", "PeerUnreachable", "PortHandler", "PortSink", "Router", "ServiceHandler", "current_router",
-           "install_router"]
+__all__ = ["Mailbox", "PeerRefused", "PeerUnreachable", "PortHandler", "PortSink", "Router", "ServiceHandler",
+           "current_router", "install_router"]
 
 _log = get_logger("router")
 _decode, _PortHeader, _CallHeader = _wire.decode, _wire.PortHeader, _wire.CallHeader  # dispatch's hot path
@@ -94,15 +94,21 @@ class PeerUnreachable(TransportError, ConnectionError):
     """A peer could not be dialed or authenticated."""
 
 
+class PeerRefused(PeerUnreachable):
+    """A peer answered but refused the handshake (or failed it): it holds another secret."""
+
+
 class Router:
     """Routes and connections of one process."""
 
     def __init__(self, transport: Transport, secret: bytes, *, name: str, listen_address: str | None = None,
                  spans_hosts: bool = False, auth_timeout: float = _AUTH_TIMEOUT,
-                 max_unauthenticated: int = _MAX_UNAUTHENTICATED) -> None:
+                 max_unauthenticated: int = _MAX_UNAUTHENTICATED, lead_waiters: bool = True) -> None:
         """Listen on ``listen_address`` (default: the transport's local default address).
 
         Args:
+            lead_waiters: let threads waiting for a future read for this router's transport
+                loop (the process's router); False for a helper router beside it (an attach's).
             auth_timeout: seconds an accepted connection has to authenticate.
             max_unauthenticated: accepted connections that may wait for authentication
                 at once; a new one beyond it closes the oldest.
@@ -162,7 +168,8 @@ class Router:
         self.leader_loop = transport.leader_loop()  # threads waiting for replies may read for it
         if self.leader_loop is not None:
             self.leader_loop.spin_s = SPIN_US() / 1e6
-        use_loop(self.leader_loop)
+        if lead_waiters:
+            use_loop(self.leader_loop)
         self._waiting.start()  # a connection accepted already waits in the table for it
         self._listeners = [self._listener]
         self.address = self._listener.address
@@ -251,6 +258,7 @@ class Router:
         """Send one message to the process listening at ``address``.
 
         Raises:
+            PeerRefused: the peer refused (or failed) the handshake: it holds another secret.
             PeerUnreachable: the peer cannot be reached (dead, or never existed).
         """
         if address in self._own_addresses:
@@ -346,6 +354,8 @@ class Router:
             self._dialing.auth = auth
             try:
                 conn = self.transport.connect(address, self, timeout=CONNECT_TIMEOUT())
+            except HandshakeRefused as exc:
+                raise PeerRefused(f"{address} refused the transport's handshake: {exc}") from exc
             except (TransportError, ValueError) as exc:
                 raise PeerUnreachable(f"cannot reach {address}: {exc}") from exc
             finally:
@@ -354,9 +364,9 @@ class Router:
             if not auth.event.wait(limit) or not auth.done:
                 conn.close()
                 if auth.error:
-                    raise PeerUnreachable(f"{address} failed the authentication handshake ({auth.error})")
+                    raise PeerRefused(f"{address} failed the authentication handshake ({auth.error})")
                 if auth.event.is_set():  # on_close ended the wait
-                    raise PeerUnreachable(
+                    raise PeerRefused(
                         f"{address} closed the connection during the authentication handshake: it did not accept "
                         f"this process's proof of the allocation's secret (the two are of different allocations), "
                         f"or it is shutting down")

@@ -74,8 +74,8 @@ SVC_HOST = "host"
 SVC_OUTPUT = "output"
 SVC_SUPERVISE = "supervise"  #: supervision: ``failure`` (FailureRecord)
 SVC_PORT = "port"  #: ports: ``link`` (the sender holds a port of ours; watch it)
-#: a worker started by ``run_worker_loop_forever``: ``attach`` (:class:`WorkerAttach`), answered with a
-#: :class:`ProcReady` (or ``DEAD`` and why: it serves another client)
+#: an idle worker started by ``run_worker_loop_forever``: ``attach`` (:class:`WorkerAttach`), answered
+#: ``OK`` (it then serves the client keyed with its secret and reports ready) or ``DEAD`` and why
 SVC_WORKER = "worker"
 
 
@@ -309,9 +309,17 @@ class OutputMode(NamedTuple):
 
 
 class WorkerAttach(NamedTuple):
-    """Payload of ``worker``/``attach``: a client asks a worker to be its host agent."""
+    """Payload of ``worker``/``attach``: a client asks an idle worker to be its host agent.
 
-    #: The client's address (it gets the worker's heartbeats and its procs' reports).
+    Sent over a connection keyed with the worker secret; the client's own session secret
+    travels sealed under it (``_workerauth.seal_secret``), never in clear.
+    """
+
+    #: The client's runtime address (it gets the worker's ready report, heartbeats and its procs' reports).
     client: str
     #: The identity the client tracks the worker under (as a host agent's ``alloc-id/index``).
     ident: str
+    #: The sealed session secret: its fresh nonce, the sealed bytes, and their HMAC tag.
+    nonce: bytes
+    sealed: bytes
+    tag: bytes

@@ -1,133 +1,284 @@
-"""Workers started by anything: ``run_worker_loop_forever`` (Monarch's name) and the secret file they share.
+"""Workers started by anything: ``run_worker_loop_forever`` (Monarch's name), a re-keying host agent.
 
 A worker is a host agent that nobody allocated: a user, systemd, ssh or a batch
-script starts it on a host with an address to listen on and a *secret file*. It serves
-one client at a time, forever: a client that proves it holds the same secret (the
-transport's mutual HMAC handshake, before anything is unpickled) attaches
-(``attach_to_workers``, :mod:`._attach`), spawns procs, and when it goes away
-(its connection drops, its heartbeats stop answering, or it shuts the mesh down) the
-worker kills that client's procs and waits for the next one.
+script starts it on a host with an address ``A`` to listen on and a *secret file*
+holding the worker secret ``W``. It serves one client at a time, forever:
 
-The secret file (:mod:`._workerauth`) holds the secret the workers and the client share.
+* **idle**: a bare router keyed with ``W`` listens at ``A`` and answers only
+  ``worker``/``attach``. A client proves it holds ``W`` in the transport's mutual
+  handshake (before anything is unpickled) and sends its own session secret ``C``
+  sealed under ``W`` (:func:`~._workerauth.seal_secret`); the worker checks the seal's
+  tag, answers OK and waits (briefly) for the client to hang up that connection.
+* **serving**: the idle router closes and a :class:`~._root.Root` keyed with ``C``
+  listens at the same ``A``; from there the worker is a host agent of that client like
+  an allocated one: it reports ready, pings the client, starts procs that hold ``C``
+  (so they talk to the client's other procs), forwards their output, reports their exits.
+  Another client that dials meanwhile fails the handshake (it holds ``W``, not ``C``).
+* **end of the session** (the client's connection drops, its heartbeats go unanswered,
+  or it shuts the mesh down): the procs are killed, the ``C`` root closes and the worker
+  is idle again, keyed with ``W`` at ``A``.
+
+Every transition runs on one thread (:meth:`Worker._run`), in the order the events came.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import signal
-import socket
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
-from .._config import ENV_SPANS_HOSTS, FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, TRANSPORT
+from .._config import ENV_SPANS_HOSTS, TRANSPORT
 from .._errors import UsageError
 from .._log import get_logger
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
+from .._transport._base import TransportError
 from . import _serial, _wire
 from ._host_agent import HostAgent
-from ._launch import report_exit, start_heartbeat
+from ._launch import announce_ready, report_exit, start_heartbeat
 from ._output import set_process_title
-from ._root import Root, install_root, root_if_any
-from ._workerauth import check_address, check_tls, is_loopback, read_secret_file
+from ._root import Root, install_root, native_address, root_if_any
+from ._router import PeerUnreachable, Router
+from ._secret import SecretError
+from ._workerauth import (
+    SealedSecret,
+    check_address,
+    check_tls,
+    fresh_transport,
+    is_loopback,
+    read_secret_file,
+    unseal_secret,
+)
 
 __all__ = ["Worker", "run_worker_loop_forever"]
 
 _log = get_logger("host")
+T = TypeVar("T")
+
+#: Seconds a worker keeps retrying to listen at its address again (the router it just
+#: closed may hold it a moment longer: transports close their listeners on their own thread).
+REBIND_S = 10.0
+#: Seconds an accepted client has to hang up its attach connection before the worker re-keys anyway.
+DEPART_S = 5.0
 
 
 @dataclass
 class _Session:
-    """The client a worker serves now."""
+    """The client a worker serves now, and the root keyed with its secret."""
 
     client: str
     ident: str
+    root: Root
+    agent: HostAgent
     #: Set to stop pinging the client (``start_heartbeat``); None until the pings started.
     heartbeat: threading.Event | None = None
 
 
+def _report_end(session: _Session, transport_name: str) -> None:
+    """Tell the client of ``session`` (if it still listens) that the session ended, from a short-lived
+    router keyed with its secret (the session's root is closed: the worker is idle again)."""
+    transport = fresh_transport(transport_name)
+    try:
+        helper = Router(transport, session.root.secret, name="worker-detach", lead_waiters=False)
+    except TransportError:
+        transport.close()
+        return
+    try:
+        report_exit(helper, session.client, session.ident, 0, "")
+    finally:
+        _close_router(helper)
+
+
+def _close_router(router: Router) -> None:
+    """Close ``router`` and its transport (a worker makes a fresh one per state)."""
+    router.close()
+    router.transport.close()
+
+
 class Worker:
-    """A host agent serving one client at a time (see the module docstring)."""
+    """A host agent serving one client at a time (see the module docstring).
 
-    def __init__(self, root: Root) -> None:
-        self.root = root
-        self.agent = HostAgent(root, "")
+    Raises (the constructor):
+        TransportError: ``address`` cannot be bound.
+    """
+
+    def __init__(self, address: str, secret: bytes, transport: str) -> None:
+        self.secret = secret
+        self.transport_name = transport
+        self.spans_hosts = not is_loopback(address)
+        self.events: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.session: _Session | None = None
-        self.lock = threading.Lock()
-        self.closed = threading.Event()
-        root.runtime.add_service(_wire.SVC_HOST, self.host_service)
-        root.runtime.add_service(_wire.SVC_WORKER, self.worker_service)
-        root.runtime.on_peer_lost(lambda addr, _err: self.end_if(addr, "its connection dropped"))
+        self.departed: dict[str, threading.Event] = {}  # attach connection's address -> set when it dropped
+        self.idle: Router | None = self._idle_router(address)
+        self.address = self.idle.address  # the bound address (port 0 resolved): every later state listens here
+        #: Set when the worker stops: SIGTERM, or a failure to listen again (``failure`` then says why).
+        self.finished = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="tetrarch-worker", daemon=True)
+        self.thread.start()
 
-    def host_service(self, hdr: _wire.SysHeader, payload: list, conn: Any) -> None:
+    # -- states -------------------------------------------------------------------
+    def _idle_router(self, address: str) -> Router:
+        """A router keyed with the worker secret at ``address`` that answers only ``worker``/``attach``.
+
+        Raises:
+            TransportError: ``address`` cannot be bound.
+        """
+        transport = fresh_transport(self.transport_name)
+        try:
+            router = Router(transport, self.secret, name="worker", spans_hosts=self.spans_hosts,
+                            listen_address=native_address(transport, address))
+        except BaseException:
+            transport.close()
+            raise
+        router.add_service(_wire.SVC_WORKER, partial(self._worker_service, router))
+        router.on_peer_lost(lambda addr, _err: self._departed(addr))
+        return router
+
+    def _listen_again(self, make: Callable[[str], T]) -> T:
+        """``make(self.address)``, retried for up to ``REBIND_S`` while the address is still taken.
+
+        Raises:
+            TransportError: it stayed taken.
+        """
+        deadline = time.monotonic() + REBIND_S
+        pause = 0.001
+        while True:
+            try:
+                return make(self.address)
+            except TransportError:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)  # back-off of a retried bind (the old listener closes on its own thread)
+            pause = min(pause * 2, 0.05)
+
+    # -- the idle router's handlers (its I/O thread) --------------------------------
+    def _worker_service(self, router: Router, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
+        """``worker`` messages: ``attach`` is queued for the worker thread; anything else is refused."""
+        if hdr.op != "attach":
+            router.reply_later(hdr.reply_addr, hdr.reply_port, 0, _wire.DEAD,
+                               f"the worker at {self.address} answers only worker/attach while idle")
+            return
+        try:
+            request = _serial.loads(payload)  # the peer proved it holds the worker secret
+        except Exception as exc:  # noqa: BLE001 - answered
+            request = exc
+        if not isinstance(request, _wire.WorkerAttach):
+            router.reply_later(hdr.reply_addr, hdr.reply_port, 0, _wire.DEAD,
+                               f"the worker at {self.address} got a malformed attach request ({request!r:.200})")
+            return
+        self.events.put(("attach", router, request, hdr))
+
+    def _departed(self, address: str) -> None:
+        event = self.departed.get(address)
+        if event is not None:
+            event.set()
+
+    # -- the worker thread ---------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            event = self.events.get()
+            try:
+                if event[0] == "attach":
+                    self._attach(*event[1:])
+                elif event[0] == "end":
+                    self._end(*event[1:])
+                else:  # "stop"
+                    self._shut()
+                    return
+            except BaseException as exc:  # noqa: BLE001 - the worker cannot go on: run_worker_loop_forever raises it
+                _log.exception("worker at %s: cannot go on", self.address)
+                self.failure = exc
+                self.finished.set()
+                try:
+                    self._shut()
+                except Exception:  # noqa: BLE001 - already failing: the first error is the one raised
+                    _log.exception("worker at %s: closing after the failure failed too", self.address)
+                return
+
+    def _attach(self, router: Router, request: _wire.WorkerAttach, hdr: _wire.SysHeader) -> None:
+        """Check ``request``'s seal; if good, re-key as the client's host agent and report ready to it."""
+        if router is not self.idle:
+            return  # queued before an earlier attach took the worker
+        try:
+            client_secret = unseal_secret(self.secret, SealedSecret(request.nonce, request.sealed, request.tag))
+        except SecretError as exc:
+            _log.warning("worker at %s: refused an attach from %s: %s", self.address, request.client, exc)
+            router.reply(hdr.reply_addr, hdr.reply_port, 0, _wire.DEAD,
+                         f"the worker at {self.address} refused the attach: {exc}")
+            return
+        departed = self.departed[hdr.reply_addr or ""] = threading.Event()
+        router.reply(hdr.reply_addr, hdr.reply_port, 0, _wire.OK, None)
+        departed.wait(DEPART_S)  # the client hangs up once it has the answer: nothing of ours is left unsent
+        self.departed.clear()
+        self.idle = None
+        _close_router(router)
+        root = self._listen_again(lambda a: Root("host", client_secret, self.transport_name, "worker",
+                                                 listen_address=a, own_transport=True))
+        install_root(root)
+        session = _Session(request.client, request.ident, root, HostAgent(root, request.client))
+        root.runtime.add_service(_wire.SVC_HOST, partial(self._host_service, session))
+        root.runtime.on_peer_lost(lambda addr, _err: self._end_later(session, "its connection dropped")
+                                  if addr == session.client else None)
+        self.session = session
+        _log.info("worker at %s: serving client %s", self.address, request.client)
+        try:
+            announce_ready(root.runtime, request.client, request.ident)
+        except PeerUnreachable as exc:
+            self._end(session, f"it is unreachable: {exc}")
+            return
+        session.heartbeat = start_heartbeat(root.runtime, request.client, partial(self._end_later, session))
+
+    def _host_service(self, session: _Session, hdr: _wire.SysHeader, payload: list, conn: Any) -> None:
         """``host`` messages: as a host agent's, but ``shutdown`` ends the client's session, not the worker."""
         if hdr.op == "shutdown":
-            session = self.session
-            if session is not None:
-                threading.Thread(target=self.end, args=(session, "it shut the mesh down"), daemon=True,
-                                 name="tetrarch-detach").start()
+            self._end_later(session, "it shut the mesh down")
+        else:
+            session.agent.service(hdr, payload, conn)
+
+    def _end_later(self, session: _Session, why: str) -> None:
+        self.events.put(("end", session, why))
+
+    def _end(self, session: _Session, why: str, *, idle_after: bool = True) -> None:
+        """End ``session``: kill its procs, tell its client (if it still listens), close its root, go idle.
+
+        Raises:
+            TransportError: the worker cannot listen at its address again.
+        """
+        if self.session is not session:
             return
-        self.agent.service(hdr, payload, conn)
+        self.session = None
+        if session.heartbeat is not None:
+            session.heartbeat.set()
+        _log.info("worker at %s: client %s is gone (%s); killing its procs", self.address, session.client, why)
+        session.agent.kill_all(grace=2.0)  # each proc's exit is reported to its owner
+        session.agent.output.close()
+        session.root.close()  # and its transport
+        if idle_after:
+            self.idle = self._listen_again(self._idle_router)
+        # Only now: a client whose shutdown returns on this report may attach again at once.
+        threading.Thread(target=_report_end, args=(session, self.transport_name), name="tetrarch-detach",
+                         daemon=True).start()
 
-    def worker_service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
-        """``worker``/``attach`` (I/O thread): answered from a thread, which may dial."""
-        if hdr.op == "attach":
-            request: _wire.WorkerAttach = _serial.loads(payload)
-            threading.Thread(target=self.attach, args=(request, hdr), daemon=True, name="tetrarch-attach").start()
-
-    def attach(self, request: _wire.WorkerAttach, hdr: _wire.SysHeader) -> None:
-        """Serve ``request.client`` if no other client is attached; answer a ``ProcReady`` or ``DEAD`` and why."""
-        runtime = self.root.runtime
-        with self.lock:
-            current = self.session
-            if current is not None:
-                if current.client == request.client:
-                    busy = (f"this client is attached to the worker at {runtime.address} already (another HostMesh "
-                            f"over it is live); shut that HostMesh down first")
-                else:
-                    busy = (f"the worker at {runtime.address} serves another client (at {current.client}); it takes "
-                            f"the next one when that client disconnects or shuts its mesh down")
-                runtime.reply(hdr.reply_addr, hdr.reply_port, 0, _wire.DEAD, busy)
-                return
-            session = self.session = _Session(request.client, request.ident)
-            self.agent.client = request.client
-        _log.info("worker at %s: serving client %s", runtime.address, request.client)
-        ready = _wire.ProcReady(request.ident, runtime.address, os.getpid(), socket.gethostname(),
-                                HEARTBEAT_INTERVAL(), FROZEN_TIMEOUT())
-        runtime.reply(hdr.reply_addr, hdr.reply_port, 0, _wire.OK, ready)
-        heartbeat = start_heartbeat(runtime, request.client, lambda why: self.end(session, why))
-        with self.lock:
-            session.heartbeat = heartbeat
-            if self.session is not session:  # it ended meanwhile
-                heartbeat.set()
-
-    def end_if(self, address: str, why: str) -> None:
-        """End the session when ``address`` is its client (``why`` says what happened)."""
-        session = self.session
-        if session is not None and session.client == address:
-            threading.Thread(target=self.end, args=(session, why), daemon=True, name="tetrarch-detach").start()
-
-    def end(self, session: _Session, why: str) -> None:
-        """End ``session``: kill its procs, tell its client (if it still listens), wait for the next one."""
-        with self.lock:
-            if self.session is not session:
-                return
-            self.session = None
-            if session.heartbeat is not None:
-                session.heartbeat.set()
-        _log.info("worker at %s: client %s is gone (%s); killing its procs", self.root.runtime.address,
-                  session.client, why)
-        self.agent.kill_all(grace=2.0)
-        report_exit(self.root.runtime, session.client, session.ident, 0, "")
+    def _shut(self) -> None:
+        """End the session (without going idle again) and close the idle router (worker thread)."""
+        if self.session is not None:
+            self._end(self.session, "the worker is exiting", idle_after=False)
+        if self.idle is not None:
+            _close_router(self.idle)
+            self.idle = None
 
     def close(self) -> None:
-        session = self.session
-        if session is not None:
-            self.end(session, "the worker is exiting")
-        self.agent.kill_all(grace=2.0)
-        self.root.close()
+        """Stop serving: kill the procs of the client served now and stop listening."""
+        self.events.put(("stop",))
+        self.thread.join(REBIND_S + 30)
 
 
 def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = None,
@@ -136,11 +287,13 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
 
     Listens on ``address`` (``tcp://10.0.0.2:26600``: the interface clients dial, never
     a wildcard; port 0 picks a free port), prints ``tetrarch worker listening at <address>``
-    on stdout, and accepts only clients that prove they hold the secret of
-    ``secret_file`` (the same file the client gives ``attach_to_workers``). A client
-    attaches, spawns procs; when it goes away (disconnect, unanswered heartbeats for
-    ``TETRARCH_ORPHAN_TIMEOUT``, or ``HostMesh.shutdown()``) its procs are killed and the
-    worker waits for the next client. Returns only on SIGTERM or Ctrl-C, after killing
+    on stdout, and admits only clients that prove they hold the secret of ``secret_file``
+    (the same file the client gives ``attach_to_workers``). An admitted client hands over
+    its own session secret (sealed), and the worker serves it keyed with that one, at the
+    same address: its procs share the client's secret. When the client goes away
+    (disconnect, unanswered heartbeats for ``TETRARCH_ORPHAN_TIMEOUT``, or
+    ``HostMesh.shutdown()``) its procs are killed and the worker waits for the next client,
+    keyed with the file's secret again. Returns only on SIGTERM or Ctrl-C, after killing
     the procs.
 
     Raises:
@@ -148,7 +301,7 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
         NotSupportedError: TLS arguments (``ca=`` a certificate, ``private_key=``).
         UsageError: this process already runs tetrarch (a client or a proc).
         SecretError: no usable secret file (the message says how to make one).
-        TransportError: the address cannot be bound.
+        TransportError: the address cannot be bound (at start, or again after a session).
     """
     who = "run_worker_loop_forever"
     check_tls(ca, private_key, who)
@@ -162,15 +315,12 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
     if not is_loopback(address):
         os.environ[ENV_SPANS_HOSTS.name] = "1"  # its procs listen where the client can reach them
     set_process_title(f"tetrarch worker {address}")
-    root = Root("host", secret, spec.name, "worker", listen_address=address)
-    install_root(root)
-    worker = Worker(root)
-    stop = threading.Event()
+    worker = Worker(address, secret, spec.name)
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if main else None
-    print(f"tetrarch worker listening at {root.runtime.address}", flush=True)
+    previous = signal.signal(signal.SIGTERM, lambda *_: worker.finished.set()) if main else None
+    print(f"tetrarch worker listening at {worker.address}", flush=True)
     try:
-        while not stop.wait(3600):
+        while not worker.finished.wait(3600):
             pass
     except KeyboardInterrupt:
         pass
@@ -178,4 +328,6 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
         worker.close()
         if main:
             signal.signal(signal.SIGTERM, previous)
+    if worker.failure is not None:
+        raise worker.failure
     print("tetrarch worker stopped", file=sys.stderr, flush=True)

@@ -1,30 +1,46 @@
 """The shared secret file and the address checks of workers (``run_worker_loop_forever``) and their clients.
 
-The secret file is the allocation's secret shared out of band: a file only its user
+The secret file is the workers' secret shared out of band: a file only its user
 can read (no group or other permission bits), holding at least 32 characters
 (:func:`new_secret_file` makes one). The same file (or a copy) is given to the
 workers and to the client that attaches to them.
+
+That secret only admits a client: an idle worker listens keyed with it, and a client
+proves it holds it in the transport's handshake. The client then hands the worker its
+own session secret *sealed* (:func:`seal_secret`): XORed with a pad that only holders of
+the worker secret can derive, under a fresh nonce, and tagged with an HMAC of the
+worker secret (:func:`unseal_secret` checks the tag before it unseals). The worker
+serves the client keyed with that session secret, so the client's procs everywhere
+share one secret while the worker secret never leaves the secret file.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import secrets
 import stat
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._errors import ArgumentError, ArgumentTypeError, NotSupportedError
-from .._plugins import split_address
+from .._plugins import get_registry, split_address
+from .._plugins._specs import BackendKind
 from .._transport._route import host_of
 from ._secret import SecretError
 
-__all__ = ["MIN_SECRET_CHARS", "check_address", "check_tls", "is_loopback", "new_secret_file", "read_secret_file"]
+__all__ = ["MIN_SECRET_CHARS", "SealedSecret", "check_address", "check_tls", "fresh_transport", "is_loopback",
+           "new_secret_file", "read_secret_file", "seal_secret", "unseal_secret"]
 
 #: The fewest characters a secret file must hold.
 MIN_SECRET_CHARS = 32
 _MAX_SECRET = 4096
 _WILDCARDS = frozenset({"*", "0.0.0.0", "::", ""})
 _LOOPBACK = ("127.", "localhost", "::1")
+_SEAL_LABEL = b"tetrarch attach seal v1"
+_TAG_LABEL = b"tetrarch attach tag v1"
+_NONCE_BYTES = 32
+_DIGEST = hashlib.sha256().digest_size
 
 
 def new_secret_file(path: str | os.PathLike[str]) -> str:
@@ -119,7 +135,74 @@ def check_address(address: object, who: str) -> str:
     return address
 
 
+def fresh_transport(name: str) -> Any:
+    """A new instance of the transport ``name``, apart from the process's shared one (which is
+    keyed with the process's secret): for a router keyed with a worker secret. Close it after use.
+
+    Raises:
+        BackendNotFound, BackendUnavailable: as ``Registry.create``.
+    """
+    return type(get_registry().create(BackendKind.TRANSPORT, name))()
+
+
 def is_loopback(address: str) -> bool:
     """Whether ``address`` is on this machine only (loopback or a unix socket)."""
     host = host_of(address)
     return host is None or host.startswith(_LOOPBACK)
+
+
+class SealedSecret(NamedTuple):
+    """A session secret sealed under a worker secret (:func:`seal_secret`); safe to send."""
+
+    #: Fresh random bytes (32): the pad and the tag are new for every seal.
+    nonce: bytes
+    #: The session secret XOR the pad ``HMAC-SHA256(worker, "tetrarch attach seal v1" | nonce [| counter])``.
+    sealed: bytes
+    #: ``HMAC-SHA256(worker, "tetrarch attach tag v1" | nonce | sealed)``: only a holder of the worker secret makes it.
+    tag: bytes
+
+
+def _pad(worker_secret: bytes, nonce: bytes, n: int) -> bytes:
+    """``n`` bytes of pad: HMAC blocks in counter mode (the first block carries no counter)."""
+    blocks = [hmac.new(worker_secret, _SEAL_LABEL + nonce, hashlib.sha256).digest()]
+    counter = 1
+    while len(blocks) * _DIGEST < n:
+        blocks.append(hmac.new(worker_secret, _SEAL_LABEL + nonce + counter.to_bytes(4, "big"),
+                               hashlib.sha256).digest())
+        counter += 1
+    return b"".join(blocks)[:n]
+
+
+def _tag(worker_secret: bytes, nonce: bytes, sealed: bytes) -> bytes:
+    return hmac.new(worker_secret, _TAG_LABEL + nonce + sealed, hashlib.sha256).digest()
+
+
+def seal_secret(worker_secret: bytes, secret: bytes) -> SealedSecret:
+    """``secret`` (the client's session secret) sealed under ``worker_secret`` with a fresh nonce.
+
+    Raises:
+        SecretError: ``secret`` is empty or longer than 4096 bytes.
+    """
+    if not secret or len(secret) > _MAX_SECRET:
+        raise SecretError(f"a session secret holds 1 to {_MAX_SECRET} bytes, this one {len(secret)}")
+    nonce = secrets.token_bytes(_NONCE_BYTES)
+    sealed = bytes(a ^ b for a, b in zip(secret, _pad(worker_secret, nonce, len(secret)), strict=True))
+    return SealedSecret(nonce, sealed, _tag(worker_secret, nonce, sealed))
+
+
+def unseal_secret(worker_secret: bytes, sealed: SealedSecret) -> bytes:
+    """The session secret that ``sealed`` carries, once its tag proved it was sealed under ``worker_secret``.
+
+    Raises:
+        SecretError: a field has the wrong type or size, or the tag does not match (the
+            request was not sealed with this worker's secret, or it was altered).
+    """
+    nonce, body, tag = sealed
+    if not all(isinstance(f, bytes) for f in (nonce, body, tag)) or len(nonce) != _NONCE_BYTES \
+            or len(tag) != _DIGEST or not 0 < len(body) <= _MAX_SECRET:
+        raise SecretError("the sealed session secret is malformed (a nonce of 32 bytes, 1 to 4096 sealed bytes and "
+                          "a 32-byte tag are expected)")
+    if not hmac.compare_digest(tag, _tag(worker_secret, nonce, body)):
+        raise SecretError("the sealed session secret failed its integrity check: it was not sealed with this "
+                          "worker's secret, or it was altered on the way")
+    return bytes(a ^ b for a, b in zip(body, _pad(worker_secret, nonce, len(body)), strict=True))

@@ -47,6 +47,7 @@ __all__ = [
     "Connection",
     "ConnectionClosed",
     "ConnectionHandler",
+    "HandshakeRefused",
     "Listener",
     "PreAuthLimits",
     "SinkResolver",
@@ -80,6 +81,11 @@ class TransportError(TetrarchError, OSError):
 
 class ConnectionClosed(TransportError):
     """The connection is closed (by either side); the message was not sent."""
+
+
+class HandshakeRefused(TransportError):
+    """``connect``: the listener refused this process in the transport's own handshake
+    (another transport key, see :meth:`Transport.use_key`), as opposed to nobody listening."""
 
 
 class ConnectionHandler(Protocol):
@@ -208,7 +214,8 @@ class Transport(abc.ABC):
         PLAIN checked by a ZAP handler). It is a gate in front of the kernel's handshake,
         never instead of it: the kernel still proves the secret on every connection before
         it unpickles a frame. A transport that uses the key makes ``connect`` to a listener
-        with another key raise ``TransportError`` promptly. The default ignores it.
+        with another key raise ``TransportError`` promptly (best :class:`HandshakeRefused`,
+        so callers can tell a refusal from nobody listening). The default ignores it.
         """
 
     #: The bounds on connections that have not authenticated, as the kernel last set them

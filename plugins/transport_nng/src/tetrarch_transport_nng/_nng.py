@@ -192,6 +192,15 @@ class NngTransport(Transport):
         return self.loop()
 
     def listen(self, address: str, handler: ConnectionHandler) -> Listener:
+        """Listen at ``address``: ``nng+tcp://`` or ``nng+ipc://``, or the same without the
+        qualifier (``tcp://h:1``, as the kernel passes an address it was told to listen at).
+
+        Raises:
+            ValueError: the address is of another form (the message gives the expected ones).
+            TransportError: it cannot be bound.
+        """
+        if address.split("://", 1)[0] in self.schemes:
+            address = f"{self.name}+{address}"
         where = parse_qualified(address, self.name)
         with exit_gate.inside(address):
             listener = NngListener(self.loop(), self.gate, self.track, where, handler)

@@ -18,7 +18,7 @@ import threading
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from tetrarch.plugins import Connection, ConnectionHandler, TransportError
+from tetrarch.plugins import Connection, ConnectionHandler, HandshakeRefused, TransportError
 
 from ._conn import CLOSE, OPEN, ZmqConnection, split
 from ._loop import BATCH, PER_LOCK, ZmqLoop, configure_socket, readable
@@ -44,6 +44,7 @@ class _Dial:
         self.error = ""
         self.lost = False  # the peer vanished between OPEN and on_open
         self.backlogged = False  # a connect found the listener's backlog full (libzmq retries)
+        self.refused = False  # the listener refused us in zmq's handshake (another key)
         self.done = threading.Event()
 
     # -- I/O thread --------------------------------------------------------------
@@ -88,10 +89,12 @@ class _Dial:
                 else:
                     self.fail("nobody listens there (connection refused)")
             elif event in HANDSHAKE_FAILED and self.phase == "dialing":
+                self.refused = True
                 self.fail("the listener refused this process in zmq's handshake: it belongs to another "
                           "allocation (another transport key), or one of the two has no key")
             elif event == zmq.EVENT_DISCONNECTED:
                 if self.phase == "dialing":
+                    self.refused = True
                     self.fail("the listener hung up during the zmq handshake (a wrong key, or a "
                               "listener at its connection limit: see its log)")
                 elif self.phase == "accepted":
@@ -172,6 +175,7 @@ def dial(loop: ZmqLoop, address: str, native: str, handler: ConnectionHandler, t
     """Connect a DEALER to ``native`` and wait for the listener's OPEN (``address`` for messages).
 
     Raises:
+        HandshakeRefused: the listener refused this process in zmq's handshake (another key).
         TransportError: nobody listens there, the peer is no zmq listener of ours, or
             ``timeout`` passed.
     """
@@ -188,7 +192,8 @@ def dial(loop: ZmqLoop, address: str, native: str, handler: ConnectionHandler, t
         loop.queue.call(give_up)
         gave_up.wait(10)
     if attempt.phase != "accepted":
-        raise TransportError(f"cannot connect to {address}: {attempt.error or 'no answer'}")
+        error = HandshakeRefused if attempt.refused and attempt.phase == "failed" else TransportError
+        raise error(f"cannot connect to {address}: {attempt.error or 'no answer'}")
     conn = attempt.conn
     assert conn is not None
     handler.on_open(conn)
