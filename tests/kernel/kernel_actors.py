@@ -166,3 +166,19 @@ class Payloads(Actor):
     @endpoint
     def make(self, size: int) -> bytes:
         return bytes(range(256)) * (size // 256)
+
+
+class Looper(Actor):
+    """Has an endpoint named ``stop``, as Monarch's examples do (grpo_actor.py's Scorer)."""
+
+    def __init__(self) -> None:
+        self.running = True
+
+    @endpoint
+    def stop(self) -> str:
+        self.running = False
+        return "loop stopped"
+
+    @endpoint
+    def is_running(self) -> bool:
+        return self.running

@@ -15,7 +15,7 @@ import warnings
 
 import pytest
 
-from kernel_actors import Counter, Info
+from kernel_actors import Counter, Info, Looper
 from tetrarch import ActorMesh, ArgumentTypeError, Future, ProcMesh, ValueMesh, this_host
 from tetrarch._runtime._shape import Extent, Shape
 from tetrarch.testing import scaled
@@ -105,3 +105,19 @@ def test_deprecated_proc_mesh_refuses_what_it_cannot_do() -> None:
         proc_mesh(gpus=1, setup=lambda: None)
     with pytest.warns(DeprecationWarning), pytest.raises(ArgumentTypeError, match="positive integer"):
         proc_mesh(gpus="4")  # type: ignore[arg-type]
+
+
+def test_an_endpoint_named_stop_shadows_the_meshs_stop_as_in_monarch() -> None:
+    from tetrarch import SupervisionError
+
+    procs = this_host().spawn_procs(per_host={"gpus": 1}, name="looper")
+    try:
+        looper = procs.spawn("looper", Looper)
+        assert looper.stop.call_one().get(timeout=scaled(30)) == "loop stopped"  # the endpoint, not stop()
+        assert looper.slice(gpus=0).stop.call_one().get(timeout=scaled(30)) == "loop stopped"
+        assert looper.is_running.call_one().get(timeout=scaled(30)) is False
+        ActorMesh.stop(looper).get(timeout=scaled(30))  # the mesh's own stop, spelled out
+        with pytest.raises(SupervisionError, match="stopped"):
+            looper.is_running.call_one().get(timeout=scaled(30))
+    finally:
+        procs.stop().get(timeout=scaled(30))

@@ -70,7 +70,9 @@ class ActorMesh(MeshTrait, Generic[T]):
         self._claims = claims  # the client's supervisor, for meshes the client owns (see Supervisor.claim)
         self._endpoints = endpoints_of(cls)
         self._target_cache: dict[Shape, Targets] = {}
-        clash = _RESERVED.intersection(self._endpoints)
+        if "stop" in self._endpoints:  # Monarch's actors may have one (a loop's off switch): it shadows stop()
+            self.stop = Endpoint(self, "stop")  # type: ignore[method-assign, assignment]
+        clash = _RESERVED.intersection(self._endpoints) - {"stop"}
         if clash:
             raise ArgumentError(f"{cls.__qualname__} has endpoints named {sorted(clash)}, which clash with ActorMesh "
                              f"attributes; rename them")
@@ -178,6 +180,10 @@ class ActorMesh(MeshTrait, Generic[T]):
         proc's other actors with it (their owners get the failure), and the reason is
         logged here; ``__cleanup__`` is abandoned after ``TETRARCH_CLEANUP_TIMEOUT``.
         The future completes (with None) once every actor stopped or its proc ended.
+
+        An actor class with an endpoint named ``stop`` (Monarch allows it) shadows this
+        method on its meshes, as in Monarch: ``mesh.stop`` is the endpoint;
+        ``ActorMesh.stop(mesh)`` (or stopping the proc mesh) stops the mesh.
 
         Raises:
             ValueError: this is a slice or a reference (only the owner may stop).

@@ -469,7 +469,7 @@ class ActorRunner:
         children, self.children = self.children, []
         for mesh in reversed(children):
             try:
-                futures.append(mesh.stop())
+                futures.append(type(mesh).stop(mesh))  # not an actor's own "stop" endpoint
             except Exception:  # noqa: BLE001 - the other children still get stopped
                 _log.exception("stopping %r owned by %s failed", mesh, self.display)
         return futures
