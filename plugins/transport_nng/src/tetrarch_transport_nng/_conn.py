@@ -81,16 +81,12 @@ def body_view(msg: Any) -> memoryview:
     return memoryview(ffi.buffer(body, n))
 
 
-_threads_set = False
-
-
 def pair_socket(recv_buffer: int = RECV_BUFFER) -> pynng.Pair0:
     """A fresh ``pair0`` socket for one connection (its descriptor comes with :func:`hand_over`)."""
-    global _threads_set
     sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=recv_buffer, send_buffer_size=_SEND_BUFFER)
-    if not _threads_set:  # nng started its threads with its first socket (all of them, for good)
-        batch_helper_threads("nng:")
-        _threads_set = True
+    # nng starts its threads with its first socket, and each names itself once it runs: one
+    # not yet named at the first look is caught at the next socket (a few /proc reads each).
+    batch_helper_threads("nng:")
     return sock
 
 
