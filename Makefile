@@ -8,6 +8,8 @@
 #   make test-transports  tests/kernel once more per plugin transport (zmq, nng: skipped with the
 #                 reason while unavailable), side by side (about 2 minutes); TEST_TRANSPORTS=all adds
 #                 builtin tcp (tests/transport/test_every_transport.py); CI runs it after make test
+#   make test-long  the tests of 10 s or more that make test leaves out (pytest -m long; about 3
+#                 minutes); CI runs it after make test
 #   make test-stress  the long flood and chaos runs that make test leaves out (pytest -m stress;
 #                 about 2 minutes); CI runs it after make test
 #   make test-packaging  build the seven wheels; install each README install into a fresh venv
@@ -49,7 +51,7 @@ PYPROJECTS := $(wildcard core/pyproject.toml) $(PLUGIN_PYPROJECTS)
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: venv deps-apt demo lint test test-transports test-stress test-packaging bench clean distclean
+.PHONY: venv deps-apt demo lint test test-transports test-long test-stress test-packaging bench clean distclean
 
 # What the run targets need first: the venv, unless VPY names another interpreter.
 ifeq ($(origin VPY),command line)
@@ -109,6 +111,10 @@ test: bytecode
 
 test-transports: bytecode
 	$(VPY) -m pytest tests/transport/test_every_transport.py --transports=$(if $(filter none,$(TEST_TRANSPORTS)),auto,$(TEST_TRANSPORTS)) $(PYTEST_ARGS)
+
+# The tests of 10 s or more (tests/conftest.py LONG_TESTS): default bounds waited out, torch in many procs.
+test-long: bytecode
+	$(VPY) -m pytest -m long $(PYTEST_ARGS)
 
 # The long flood and chaos runs (tests/conftest.py STRESS_TESTS), on the default transport.
 test-stress: bytecode

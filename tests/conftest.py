@@ -118,17 +118,37 @@ STRESS_TESTS = frozenset({
 })
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark :data:`STRESS_TESTS` ``stress``; leave them out unless ``-m`` names ``stress``."""
-    stress = []
+#: Tests that each take 10 s or more of waiting out real default bounds or starting torch in
+#: many procs: left out unless ``-m`` names ``long`` (``make test-long``, which CI runs after
+#: ``make test``), so that ``make test`` stays under 12 minutes on 2 cores.
+LONG_TESTS = frozenset({
+    "test_spmd_script_runs_an_unmodified_torchrun_script_twice",  # 2 x 4 procs importing torch, twice each
+    "test_ddp_with_gloo_across_two_namespaced_hosts",  # torch on two Slurm nodes
+    "test_a_stopped_proc_is_detected_within_10_s_by_default",  # waits out the default frozen timeout
+    "test_a_proc_holding_the_gil_for_3x_its_orphan_timeout_survives_busy_not_frozen",  # a 6 s stall
+    "test_a_proc_stopped_for_3x_its_orphan_timeout_survives",  # a 6 s stop
+    "test_a_frozen_agent_takes_its_procs_with_it_and_no_print_blocks_a_call",  # the default host timeout
+    "test_dead_or_hung_client_leaves_no_orphans",  # a stopped client's default orphan timeout
+})
+
+
+def _set_aside(config: pytest.Config, items: list[pytest.Item], names: frozenset[str], marker: str) -> None:
+    """Mark the tests named in ``names`` with ``marker``; leave them out unless ``-m`` names it."""
+    marked = []
     for item in items:
-        if getattr(item, "originalname", item.name) in STRESS_TESTS:
-            item.add_marker(pytest.mark.stress)
-            stress.append(item)
-    if stress and "stress" not in (config.getoption("markexpr", "") or ""):
-        chosen = set(map(id, stress))
+        if getattr(item, "originalname", item.name) in names:
+            item.add_marker(getattr(pytest.mark, marker))
+            marked.append(item)
+    if marked and marker not in (config.getoption("markexpr", "") or ""):
+        chosen = set(map(id, marked))
         items[:] = [item for item in items if id(item) not in chosen]
-        config.hook.pytest_deselected(items=stress)
+        config.hook.pytest_deselected(items=marked)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Set :data:`STRESS_TESTS` (marker ``stress``) and :data:`LONG_TESTS` (``long``) aside."""
+    _set_aside(config, items, STRESS_TESTS, "stress")
+    _set_aside(config, items, LONG_TESTS, "long")
 
 
 def pytest_configure(config: pytest.Config) -> None:
