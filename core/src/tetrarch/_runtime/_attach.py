@@ -25,7 +25,7 @@ from .._errors import ArgumentError, ArgumentTypeError, ProcessStartError
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
 from .._transport._base import TransportError
-from .._transport._route import host_of, source_ip_toward
+from .._transport._route import host_of, pin_host, source_ip_toward
 from . import _serial, _wire
 from ._alloc import Allocation
 from ._future import Future
@@ -105,8 +105,12 @@ def _ask(root: Root, address: str, ident: str, worker_secret: bytes, timeout: fl
         done.set()
 
     transport = fresh_transport(root.transport_name)
+    spans = not is_loopback(address)  # the address it claims in the handshake is one the worker could reach
+    listen = pin_host(transport.default_address(spans_hosts=True), source_ip_toward(host_of(address))) if spans \
+        else None
     try:
-        helper = Router(transport, worker_secret, name="attach", lead_waiters=False)
+        helper = Router(transport, worker_secret, name="attach", spans_hosts=spans, listen_address=listen,
+                        lead_waiters=False)
     except BaseException:
         transport.close()
         raise
