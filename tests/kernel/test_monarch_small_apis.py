@@ -101,9 +101,10 @@ def test_deprecated_proc_mesh_and_the_awaitable_style_of_monarchs_older_examples
 def test_deprecated_proc_mesh_refuses_what_it_cannot_do() -> None:
     from tetrarch import NotSupportedError, proc_mesh
 
-    with pytest.warns(DeprecationWarning), pytest.raises(NotSupportedError, match="__init__ of an actor"):
+    deprecated = "proc_mesh.. is deprecated"
+    with pytest.warns(DeprecationWarning, match=deprecated), pytest.raises(NotSupportedError, match="an actor"):
         proc_mesh(gpus=1, setup=lambda: None)
-    with pytest.warns(DeprecationWarning), pytest.raises(ArgumentTypeError, match="positive integer"):
+    with pytest.warns(DeprecationWarning, match=deprecated), pytest.raises(ArgumentTypeError, match="positive"):
         proc_mesh(gpus="4")  # type: ignore[arg-type]
 
 

@@ -396,3 +396,23 @@ def test_a_worker_rekeys_at_its_address_on_every_transport(secret, client, tmp_p
         assert worker.proc.poll() is None
     finally:
         worker.stop()
+
+
+def test_attach_dials_again_until_a_worker_started_a_moment_ago_listens(secret, client, tmp_path: Path) -> None:
+    """Monarch's getting_started: ``subprocess.Popen`` the workers, then ``attach_to_workers`` at
+    once. The worker here starts 2 s late (its command waits first), so the client's first dials
+    find nothing at the address; it dials again until the worker listens."""
+    address = f"ipc://{tmp_path}/late-worker"
+    started: list[Worker] = []
+    wrap = ["sh", "-c", 'sleep 2; exec "$@"', "sh"]  # starts the worker's python 2 s from now
+    late = threading.Thread(target=lambda: started.append(Worker(secret, address, wrap=wrap)))
+    late.start()
+    try:
+        got = client("call", str(secret), address)
+        assert "error" not in got, got
+        late.join(scaled(60))
+        assert started and {ppid for _pid, ppid in got["pids"].values()} == {started[0].proc.pid}
+    finally:
+        late.join(scaled(60))
+        for w in started:
+            w.stop()

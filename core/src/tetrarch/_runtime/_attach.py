@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -93,8 +94,10 @@ def _ask(root: Root, address: str, ident: str, worker_secret: bytes, timeout: fl
     re-keys and reports ready to this runtime (``root.launches``) under ``ident``.
 
     Raises:
-        ProcessStartError: it is unreachable, refused the handshake (another secret, or it
-            serves another client), refused the request, or did not answer within ``timeout``.
+        ProcessStartError: nothing answered at ``address`` within ``timeout`` (dialled again
+            meanwhile: a worker just started may not listen yet), it refused the handshake
+            (another secret, or it serves another client), refused the request, or did not
+            answer within ``timeout``.
     """
     what = f"worker at {address}"
     answer: list[Any] = []
@@ -118,16 +121,25 @@ def _ask(root: Root, address: str, ident: str, worker_secret: bytes, timeout: fl
         port = helper.open_port(on_reply)
         sealed = seal_secret(worker_secret, root.secret)
         request = _wire.WorkerAttach(root.runtime.address, ident, *sealed)
-        try:
-            helper.send(address, [_wire.sys_header(_wire.SVC_WORKER, "attach", helper.address, port),
-                                  *_serial.dumps(request)])
-        except PeerRefused:
-            raise ProcessStartError(what, None, "", f"attach failed: the worker at {address} refused the handshake: "
-                                                    f"it holds another secret, or it serves another client right "
-                                                    f"now") from None
-        except PeerUnreachable as exc:
-            raise ProcessStartError(what, None, "", f"attach failed: {exc}") from None
-        if not done.wait(timeout):
+        deadline = time.monotonic() + timeout
+        pause = 0.05
+        while True:  # a worker started a moment ago (Popen, then attach) may not listen yet: try again
+            try:
+                helper.send(address, [_wire.sys_header(_wire.SVC_WORKER, "attach", helper.address, port),
+                                      *_serial.dumps(request)])
+                break
+            except PeerRefused:
+                raise ProcessStartError(what, None, "", f"attach failed: the worker at {address} refused the "
+                                                        f"handshake: it holds another secret, or it serves another "
+                                                        f"client right now") from None
+            except PeerUnreachable as exc:
+                if time.monotonic() + pause > deadline:
+                    raise ProcessStartError(what, None, "", f"attach failed: nothing answered there for {timeout:g} s "
+                                                            f"(TETRARCH_HOST_START_TIMEOUT): {exc}") from None
+                time.sleep(pause)  # a back-off between dials, not a synchronisation
+                pause = min(pause * 2, 0.5)
+                helper.revive(address)
+        if not done.wait(max(deadline - time.monotonic(), 0.0)):
             raise ProcessStartError(what, None, "", f"attach failed: no answer within {timeout:g} s "
                                                     f"(TETRARCH_HOST_START_TIMEOUT)")
     finally:
