@@ -299,15 +299,18 @@ def test_workers_on_two_namespaced_hosts_serve_a_client_in_the_root_namespace(na
             w.stop()
 
 
-def test_attaching_from_a_running_runtime_is_allowed_and_a_worker_needs_a_process_of_its_own(secret) -> None:
+def test_attaching_from_a_running_runtime_is_allowed_and_a_worker_needs_a_process_of_its_own(
+        secret, tmp_path: Path) -> None:
     from tetrarch._config import configured
     from tetrarch._runtime._root import get_root
 
-    with configured(transport="tcp"):
-        get_root()  # this process's runtime runs, with its own random secret
-    mesh = attach_to_workers(workers=["tcp://127.0.0.1:1"], secret_file=secret)  # no SecretError: it seals its own
-    with pytest.raises(ProcessStartError, match="attach failed"):
-        mesh.initialized.get(timeout=scaled(30))
+    root = get_root()  # this process's runtime runs (on the suite's transport), with its own random secret
+    scheme = root.runtime.address.split("://", 1)[0]
+    nobody = f"{scheme}://{tmp_path}/nobody" if scheme.endswith("ipc") else f"{scheme}://127.0.0.1:1"
+    with configured(host_start_timeout=1.0, connect_timeout=1.0):  # nothing listens there: dialled again for 1 s
+        mesh = attach_to_workers(workers=[nobody], secret_file=secret)  # no SecretError: it seals its own
+        with pytest.raises(ProcessStartError, match="attach failed: nothing answered there for 1 s"):
+            mesh.initialized.get(timeout=scaled(30))
     with pytest.raises(UsageError, match="must run in a process of its own"):
         run_worker_loop_forever(address="tcp://127.0.0.1:0", secret_file=secret)
 
