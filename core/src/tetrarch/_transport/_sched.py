@@ -74,7 +74,11 @@ def batch_helper_threads(prefix: str) -> int:
     if policy is None:
         return 0
     changed = 0
-    for tid in os.listdir("/proc/self/task"):
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:  # e.g. no descriptor left (EMFILE): leave the threads as they are
+        return 0
+    for tid in tids:
         try:
             with open(f"/proc/self/task/{tid}/comm", encoding="utf-8", errors="replace") as f:
                 if not f.read().startswith(prefix):

@@ -81,12 +81,21 @@ def body_view(msg: Any) -> memoryview:
     return memoryview(ffi.buffer(body, n))
 
 
+#: How many of this process's first sockets look for nng's helper threads (see pair_socket).
+_THREAD_LOOKS = 8
+_looks = 0
+
+
 def pair_socket(recv_buffer: int = RECV_BUFFER) -> pynng.Pair0:
     """A fresh ``pair0`` socket for one connection (its descriptor comes with :func:`hand_over`)."""
+    global _looks
     sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=recv_buffer, send_buffer_size=_SEND_BUFFER)
-    # nng starts its threads with its first socket, and each names itself once it runs: one
-    # not yet named at the first look is caught at the next socket (a few /proc reads each).
-    batch_helper_threads("nng:")
+    # nng starts its threads with its first socket, and each names itself once it runs: one not
+    # yet named at the first look is caught at one of the next few sockets. Only the first few:
+    # a flood of connections must not cost a /proc scan each.
+    if _looks < _THREAD_LOOKS:
+        _looks += 1
+        batch_helper_threads("nng:")
     return sock
 
 
