@@ -14,7 +14,8 @@
 #                 about 2 minutes); CI runs it after make test
 #   make test-packaging  build the seven wheels; install each README install into a fresh venv
 #                 from them (and a third-party wheel cache, .cache/wheels) and run the quickstart
-#   make bench    every available transport next to its raw library (benchmarks/bench_transports.py);
+#   make bench    every available transport next to its raw library (benchmarks/bench_transports.py),
+#                 RDMA, and tensors as arguments and results (bench_payload.py);
 #                 BENCH_ARGS=--quick for a one-minute run, BENCH_ARGS="--transports tcp" for one
 #   make bytecode compile the editable sources' __pycache__ (test, demo and bench do it first)
 #   make clean    remove build litter (keeps .venv and .cache; `make distclean` removes them too)
@@ -128,6 +129,7 @@ test-packaging: $(RUN_DEPS)
 bench: bytecode
 	$(VPY) benchmarks/bench_transports.py $(BENCH_ARGS)
 	$(VPY) benchmarks/bench_rdma.py
+	$(VPY) benchmarks/bench_payload.py
 
 clean:
 	find . -path ./$(VENV) -prune -o -path ./.git -prune -o \
