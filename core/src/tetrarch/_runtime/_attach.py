@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -25,6 +24,7 @@ from .._config import CONNECT_TIMEOUT, HOST_START_TIMEOUT, TRANSPORT, configured
 from .._errors import ArgumentError, ArgumentTypeError, ProcessStartError
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
+from .._transport._backoff import Backoff
 from .._transport._base import TransportError
 from .._transport._route import host_of, pin_host, source_ip_toward
 from . import _serial, _wire
@@ -121,8 +121,7 @@ def _ask(root: Root, address: str, ident: str, worker_secret: bytes, timeout: fl
         port = helper.open_port(on_reply)
         sealed = seal_secret(worker_secret, root.secret)
         request = _wire.WorkerAttach(root.runtime.address, ident, *sealed)
-        deadline = time.monotonic() + timeout
-        pause = 0.05
+        backoff = Backoff(timeout, first=0.05, cap=0.5)
         while True:  # a worker started a moment ago (Popen, then attach) may not listen yet: try again
             try:
                 helper.send(address, [_wire.sys_header(_wire.SVC_WORKER, "attach", helper.address, port),
@@ -133,13 +132,11 @@ def _ask(root: Root, address: str, ident: str, worker_secret: bytes, timeout: fl
                                                         f"handshake: it holds another secret, or it serves another "
                                                         f"client right now") from None
             except PeerUnreachable as exc:
-                if time.monotonic() + pause > deadline:
+                if not backoff.wait():
                     raise ProcessStartError(what, None, "", f"attach failed: nothing answered there for {timeout:g} s "
                                                             f"(TETRARCH_HOST_START_TIMEOUT): {exc}") from None
-                time.sleep(pause)  # a back-off between dials, not a synchronisation
-                pause = min(pause * 2, 0.5)
                 helper.revive(address)
-        if not done.wait(max(deadline - time.monotonic(), 0.0)):
+        if not done.wait(backoff.left()):
             raise ProcessStartError(what, None, "", f"attach failed: no answer within {timeout:g} s "
                                                     f"(TETRARCH_HOST_START_TIMEOUT)")
     finally:

@@ -28,7 +28,6 @@ import queue
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -39,6 +38,7 @@ from .._errors import UsageError
 from .._log import get_logger
 from .._plugins import get_registry
 from .._plugins._specs import BackendKind
+from .._transport._backoff import Backoff
 from .._transport._base import TransportError
 from . import _serial, _wire
 from ._host_agent import HostAgent
@@ -148,16 +148,13 @@ class Worker:
         Raises:
             TransportError: it stayed taken.
         """
-        deadline = time.monotonic() + REBIND_S
-        pause = 0.001
+        backoff = Backoff(REBIND_S)
         while True:
             try:
                 return make(self.address)
             except TransportError:
-                if time.monotonic() >= deadline:
+                if not backoff.wait():  # the old listener closes on its own thread: try again
                     raise
-            time.sleep(pause)  # back-off of a retried bind (the old listener closes on its own thread)
-            pause = min(pause * 2, 0.05)
 
     # -- the idle router's handlers (its I/O thread) --------------------------------
     def _worker_service(self, router: Router, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:

@@ -28,11 +28,11 @@ import socket
 import struct
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from typing import cast
 
 from .._log import get_logger
+from ._backoff import Backoff
 from ._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, Listener, Transport, TransportError
 from ._framing import MAX_FRAMES as _MAX_FRAMES
 from ._framing import consume as _consume
@@ -523,22 +523,18 @@ def _connect_unix(address: str, sockaddr: object, timeout: float) -> socket.sock
     Raises:
         TransportError: nobody listens there, or the backlog stayed full for ``timeout`` s.
     """
-    deadline = time.monotonic() + timeout
-    pause = 0.001
+    backoff = Backoff(timeout)
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        sock.settimeout(max(backoff.left(), 0.001))
         try:
             sock.connect(sockaddr)  # type: ignore[arg-type]
             return sock
         except BlockingIOError as exc:  # EAGAIN: the backlog is full
             sock.close()
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if not backoff.wait():
                 raise TransportError(f"cannot connect to {address}: its listen backlog stayed full for "
                                      f"{timeout:g} s (the listening process is flooded or stuck)") from exc
-            time.sleep(min(pause, left))  # a retry's back-off, not a synchronisation
-            pause = min(pause * 2, 0.05)
         except OSError as exc:
             sock.close()
             raise TransportError(f"cannot connect to {address}: {exc}") from exc
