@@ -453,11 +453,14 @@ class Registry:
         *,
         address: str | None = None,
         request: Mapping[str, object] | None = None,
+        fresh: bool = False,
     ) -> object:
         """Select a backend (see :meth:`select`) and return its instance.
 
         The factory is imported and called with no arguments once per (kind, name);
-        later calls return the same object (one transport per process).
+        later calls return the same object (one transport per process). ``fresh``: call
+        the factory again for an instance of the caller's own, not kept here (a router
+        keyed with another secret needs one; the caller closes it).
 
         Raises:
             BackendNotFound, BackendUnavailable, ValueError: as :meth:`select`;
@@ -465,6 +468,8 @@ class Registry:
             Exception: whatever the factory raises when called (e.g. NotImplementedError).
         """
         spec = self.select(kind, name, address=address, request=request)
+        if fresh:
+            return self._import_factory(spec)()
         key = (spec.kind, spec.name)
         with self._lock:
             instance = self._instances.get(key)

@@ -63,9 +63,7 @@ class Root:
         address = listen_address or (LISTEN_ADDRESS() if role == "client" else None)
         spec = get_registry().select(BackendKind.TRANSPORT, transport_name, address=address)
         self.transport_name = spec.name
-        transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name)
-        if own_transport:
-            transport = type(transport)()
+        transport: Any = get_registry().create(BackendKind.TRANSPORT, spec.name, fresh=own_transport)
         self._own_transport = own_transport
         set_process_name(name)
         spans_hosts = role != "client" and os.environ.get(ENV_SPANS_HOSTS.name) == "1"

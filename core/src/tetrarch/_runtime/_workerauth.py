@@ -142,7 +142,7 @@ def fresh_transport(name: str) -> Any:
     Raises:
         BackendNotFound, BackendUnavailable: as ``Registry.create``.
     """
-    return type(get_registry().create(BackendKind.TRANSPORT, name))()
+    return get_registry().create(BackendKind.TRANSPORT, name, fresh=True)
 
 
 def is_loopback(address: str) -> bool:
