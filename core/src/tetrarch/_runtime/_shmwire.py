@@ -1,0 +1,338 @@
+"""Large payloads between two processes of one host: through shared memory instead of the socket.
+
+The router calls :func:`outgoing` on a message to a peer whose handshake showed the same
+:func:`~._segments.host_key`, and :func:`incoming` on every message it receives.
+
+Sender: when the out-of-band frames of a message (frames 2 on: the buffers of
+``_serial.dumps``, numpy arrays and tensors) total at least ``TETRARCH_SHM_MIN_BYTES``, they
+are copied once into one segment of the pool (:mod:`._segments`), and the message leaves
+with those frames empty and a prefix on its header frame that says where they are::
+
+    b"\\0S" | count (u16) | count x entry | the original header
+
+    entry: frame index (u16), kind (u8), pid (i32), fd (i32), inode (u64), token (16 bytes),
+           offset (u64), nbytes (u64)
+
+A frame that already lives in shared memory (a torch tensor after ``share_memory_()``,
+file-descriptor strategy) is not copied: its entry (kind ``_SHARED``) names the tensor's
+own file, and the receiver maps that (the receiver then shares the sender's memory, as
+with ``torch.multiprocessing``). Copied frames (kind ``_COPIED``) are the receiver's own:
+the sender's later writes to its tensor do not reach them.
+
+Receiver: maps the segment (``/proc/<pid>/fd/<fd>``, checked against inode and token;
+mappings of the pool's segments are cached, so a reused segment costs nothing to map
+again) and hands the unpickler writable views of it. The segment goes back to the
+sender's pool when the last array or tensor over those views dies (:mod:`._segments`).
+A segment that cannot be mapped (the sender died right after sending) makes the message
+undeliverable: :class:`Unreadable` says why, and the router answers the call with it.
+
+Header frames of tetrarch messages are pickles (they start with ``\\x80``), so the prefix
+is unambiguous.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from .. import _config
+from .._errors import TetrarchError
+from ._cma import buffer_address
+from ._segments import FREE, HEADER, Segment, lend, new_lease, pool
+
+__all__ = ["MARK", "Unreadable", "abandon", "incoming", "outgoing", "payload_origin"]
+
+MARK = b"\0S"
+_COUNT = struct.Struct("<H")
+_ENTRY = struct.Struct("<HBiiQ16sQQ")
+_COPIED, _SHARED = 1, 2
+_ALIGN = 64
+#: Out-of-band frames smaller than this are not worth a place in a segment.
+_FRAME_MIN = 1 << 14
+#: Mappings of other processes' segments kept for reuse (least recently used beyond it are dropped).
+_CACHE_ENTRIES = 64
+
+_memmove: Any = None
+
+
+def _copy(dst_addr: int, src: Any, nbytes: int) -> None:
+    """Copy ``nbytes`` of buffer ``src`` to ``dst_addr`` without holding the GIL."""
+    global _memmove
+    if _memmove is None:
+        import ctypes
+
+        _memmove = ctypes.memmove
+    with buffer_address(src, writable=False) as (addr, n):
+        _memmove(dst_addr, addr, min(n, nbytes))
+
+
+class Unreadable(TetrarchError):
+    """A message's payload was in shared memory this process could not map; ``header``: the message's header."""
+
+    header: Any = b""
+
+
+def _nbytes(frame: Any) -> int:
+    if type(frame) is memoryview:
+        return frame.nbytes
+    if type(frame) is bytes:
+        return len(frame)
+    with memoryview(frame) as view:
+        return view.nbytes
+
+
+def _viewable(frame: Any) -> bool:
+    """Whether the receiver keeps ``frame`` as a view (arrays, tensors, memoryviews) rather than copying it out.
+
+    ``bytes`` and ``bytearray`` values are rebuilt as objects of their own, so shared memory
+    would only add a copy; the socket receives them straight into the final object.
+    """
+    obj = frame.obj if type(frame) is memoryview else frame
+    return type(obj) is not bytes and type(obj) is not bytearray
+
+
+def _shared_origin(frame: Any) -> tuple[int, int, int] | None:
+    """``(fd, offset, nbytes)`` when ``frame`` views a torch storage in shared memory (see ``_serial``)."""
+    obj = frame.obj if type(frame) is memoryview else None
+    return getattr(obj, "_tetrarch_shared", None)
+
+
+def outgoing(frames: list, peer_pid: int) -> list:
+    """``frames`` with their large buffers moved to shared memory for ``peer_pid``, or ``frames`` as they are.
+
+    Never raises: when no segment is to be had the message goes as it is (warned once).
+    """
+    if len(frames) <= 2 or not _config.SHM_PAYLOADS():
+        return frames
+    big: list[tuple[int, int, Any]] = []
+    total = 0
+    for i in range(2, len(frames)):
+        n = _nbytes(frames[i])
+        if n >= _FRAME_MIN and _viewable(frames[i]):
+            shared = _shared_origin(frames[i])
+            big.append((i, n, shared))
+            if shared is None:
+                total += n
+    if not big or (total < _config.SHM_MIN_BYTES() and all(s is None for _, _, s in big)):
+        return frames
+    pid = os.getpid()
+    entries = []
+    seg: Segment | None = None
+    if total >= _config.SHM_MIN_BYTES():
+        seg = pool().take(sum(-(-n // _ALIGN) * _ALIGN for _, n, s in big if s is None), peer_pid)
+    out = list(frames)
+    offset = 0
+    base = 0
+    if seg is not None:
+        import ctypes
+
+        base = ctypes.addressof(ctypes.c_char.from_buffer(seg.mm, HEADER))
+    try:
+        for i, n, shared in big:
+            if shared is not None:
+                fd, off, length = shared
+                entries.append(_ENTRY.pack(i, _SHARED, pid, fd, os.fstat(fd).st_ino, bytes(16), off, length))
+            elif seg is not None:
+                _copy(base + offset, frames[i], n)
+                entries.append(_ENTRY.pack(i, _COPIED, pid, seg.fd, seg.inode, seg.token, offset, n))
+                offset += -(-n // _ALIGN) * _ALIGN
+            else:
+                continue
+            out[i] = b""
+    except BaseException:
+        if seg is not None:
+            pool().give_back(seg)
+        raise
+    if not entries:
+        return frames
+    out[0] = b"".join([MARK, _COUNT.pack(len(entries)), *entries, bytes(memoryview(frames[0]))])
+    return out
+
+
+def _entries(head: memoryview) -> tuple[list[tuple], memoryview]:
+    (count,) = _COUNT.unpack_from(head, len(MARK))
+    at = len(MARK) + _COUNT.size
+    entries = [_ENTRY.unpack_from(head, at + k * _ENTRY.size) for k in range(count)]
+    return entries, head[at + count * _ENTRY.size:]
+
+
+def abandon(frames: list) -> None:
+    """A message :func:`outgoing` prepared was never sent: its segment is FREE again."""
+    head = frames[0]
+    if type(head) is not bytes or not head.startswith(MARK):
+        return
+    entries, _ = _entries(memoryview(head))
+    p = pool()
+    for _, kind, pid, fd, inode, _, _, _ in entries:
+        if kind == _COPIED and pid == os.getpid():
+            for seg in list(p._segments):
+                if seg.fd == fd and seg.inode == inode:
+                    p.give_back(seg)
+            return
+
+
+class _Maps:
+    """Mappings of other processes' segments, by ``(pid, inode)``, least recently used first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._maps: OrderedDict[tuple[int, int], mmap.mmap] = OrderedDict()
+
+    def get(self, pid: int, fd: int, inode: int, token: bytes, end: int) -> mmap.mmap:
+        """The mapping of ``pid``'s segment ``fd``.
+
+        Raises:
+            Unreadable: it cannot be opened, or it is not the segment the message names.
+        """
+        key = (pid, inode)
+        with self._lock:
+            mm = self._maps.get(key)
+            if mm is not None and bytes(mm[0:16]) == token and len(mm) >= end:
+                self._maps.move_to_end(key)
+                return mm
+        mm = _map(pid, fd, inode, end, token)
+        with self._lock:
+            self._maps[key] = mm
+            self._maps.move_to_end(key)
+            self._drop_retired()
+        return mm
+
+    def _drop_retired(self) -> None:
+        for key, mm in list(self._maps.items()):
+            try:
+                gone = mm[64] == 2  # RETIRED: its owner closed it
+            except ValueError:
+                gone = True
+            if gone:
+                del self._maps[key]
+        while len(self._maps) > _CACHE_ENTRIES:
+            self._maps.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._maps.clear()
+
+
+def _map(pid: int, fd: int, inode: int, end: int, token: bytes | None) -> mmap.mmap:
+    """Map ``/proc/<pid>/fd/<fd>`` whole, checked to be the file ``inode`` of at least ``end`` bytes.
+
+    Raises:
+        Unreadable: it is gone, refused, or another file.
+    """
+    try:
+        mine = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Unreadable(f"the payload was in shared memory of process {pid}, which this process cannot open "
+                         f"({exc.strerror}): the sender ended before it was read, or its memory is not open to "
+                         f"this process (set TETRARCH_SHM_PAYLOADS=0 to send payloads through the socket)") from None
+    try:
+        st = os.fstat(mine)
+        if st.st_ino != inode or st.st_size < end:
+            raise Unreadable(f"the shared memory that process {pid} named is gone (its descriptor {fd} is another "
+                             "file now): the sender ended or dropped it before it was read")
+        mm = mmap.mmap(mine, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError as exc:
+        raise Unreadable(f"cannot map the shared memory of process {pid}: {exc}") from None
+    finally:
+        os.close(mine)
+    if token is not None and bytes(mm[0:16]) != token:
+        mm.close()
+        raise Unreadable(f"the shared memory that process {pid} named is another segment now: the sender ended "
+                         "or reused it before it was read")
+    return mm
+
+
+_maps = _Maps()
+
+
+def incoming(frames: list) -> list:
+    """``frames`` with the shared-memory frames :func:`outgoing` described replaced by views of that memory.
+
+    Raises:
+        Unreadable: the memory cannot be mapped; ``frames[0]`` is then the original header,
+            so the caller can still answer the message.
+    """
+    head = frames[0]
+    if head[:2] != MARK:
+        return frames
+    view = memoryview(head)
+    entries, header = _entries(view)
+    out = list(frames)
+    out[0] = header
+    leases: dict[tuple[int, int], Any] = {}
+    try:
+        for i, kind, pid, fd, inode, token, offset, nbytes in entries:
+            if kind == _COPIED:
+                mm = _maps.get(pid, fd, inode, token, HEADER + offset + nbytes)
+                lease = leases.get((pid, inode))
+                if lease is None:
+                    lease = leases[(pid, inode)] = new_lease(mm)
+                out[i] = lend(mm, HEADER + offset, nbytes, lease)
+            elif kind == _SHARED:
+                mm = _map(pid, fd, inode, offset + nbytes, None)
+                out[i] = lend(mm, offset, nbytes, None)
+            else:
+                raise Unreadable(f"unknown shared-memory frame kind {kind}")
+    except Unreadable as exc:
+        exc.header = header
+        raise
+    return out
+
+
+def payload_origin(obj: Any) -> str:
+    """Where the memory of a received array, tensor or buffer lives (tests, diagnostics).
+
+    ``"shm"``: a segment of another process; ``"shared"``: another process's shared tensor;
+    ``"pool"``: this process's own receive pool; ``"private"``: anything else.
+    """
+    base: Any = obj
+    torch_storage = getattr(obj, "untyped_storage", None)
+    if torch_storage is not None:
+        return _torch_origin(obj)
+    for _ in range(16):
+        if base is None:
+            break
+        lease = getattr(base, "_tetrarch_lease", None)
+        if lease is not None:
+            return _lease_origin(lease)
+        nxt = getattr(base, "base", None)
+        if nxt is None and type(base) is memoryview:
+            nxt = base.obj
+        base = nxt
+    return "private"
+
+
+def _lease_origin(lease: Any) -> str:
+    if isinstance(lease, mmap.mmap):
+        return "shared"
+    local = any(seg.mm is lease.mm for seg in list(pool()._segments))
+    return "pool" if local else "shm"
+
+
+def _torch_origin(t: Any) -> str:
+    import ctypes
+
+    ptr = t.untyped_storage().data_ptr()
+    for seg in list(pool()._segments):
+        start = ctypes.addressof(ctypes.c_char.from_buffer(seg.mm))
+        if start <= ptr < start + len(seg.mm):
+            return "pool"
+    with _maps._lock:
+        maps = list(_maps._maps.values())
+    for mm in maps:
+        try:
+            start = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+        except (TypeError, ValueError):
+            continue
+        if start <= ptr < start + len(mm):
+            return "shm"
+    return "shared" if t.is_shared() else "private"
+
+
+def state_of(mm: mmap.mmap) -> int:
+    """The state byte of a segment mapping (tests)."""
+    return mm[64] if len(mm) > 64 else FREE

@@ -1,0 +1,230 @@
+"""Large arguments and results between processes of one host travel through shared memory (issue 31).
+
+What a user relies on: every dtype and shape arrives intact, as an array or tensor of its
+own that may be kept and written; the sender's later writes do not reach it; segments are
+reused when receivers drop what they got and taken back when a receiver dies; a full pool
+or a segment that is gone never loses a message or hangs a call.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+import zlib
+
+import numpy as np
+import pytest
+
+from shm_actors import Keeper, describe
+from tetrarch import Channel, SupervisionError, this_host
+from tetrarch._config import configured
+from tetrarch._runtime import _segments, _serial, _shmwire
+from tetrarch.testing import scaled
+
+pytestmark = pytest.mark.timeout(scaled(120))
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def keeper(procs):
+    return procs.slice(gpus=0).spawn("shm_keeper", Keeper)
+
+
+def _crc(value) -> int:
+    return describe(value)[3]
+
+
+NUMPY_CASES = {
+    "float32-1d": lambda: np.arange(1 << 20, dtype=np.float32),
+    "float64-3d": lambda: np.arange(1 << 18, dtype=np.float64).reshape(64, 64, 64),
+    "int8": lambda: (np.arange(3 << 20) % 127).astype(np.int8),
+    "uint16-fortran": lambda: np.asfortranarray(np.arange(1 << 20, dtype=np.uint16).reshape(1024, 1024)),
+    "bool": lambda: np.arange(2 << 20) % 3 == 0,
+    "complex64": lambda: np.arange(1 << 18, dtype=np.complex64) * (1 + 2j),
+    "non-contiguous": lambda: np.arange(4 << 20, dtype=np.int32).reshape(2048, 2048)[::2, 1::3],
+    "structured": lambda: np.zeros(1 << 16, dtype=[("a", "<i4"), ("b", "<f8")]),
+}
+
+
+@pytest.mark.parametrize("case", list(NUMPY_CASES))
+def test_numpy_arguments_arrive_intact_through_shared_memory(keeper, case):
+    value = NUMPY_CASES[case]()
+    origin, dtype, shape, crc, writable = keeper.describe.call_one(value).get(timeout=scaled(30))
+    assert (dtype, shape, crc) == (value.dtype.str, value.shape, _crc(value))
+    assert writable
+    assert origin == "shm", f"a {value.nbytes >> 10} KiB {case} argument went through the socket"
+
+
+@pytest.mark.parametrize("case", ["float32", "bfloat16", "int64", "bool", "transposed", "sliced"])
+def test_torch_arguments_and_results_arrive_intact(keeper, case):
+    torch = pytest.importorskip("torch")
+    base = torch.arange(1 << 20)
+    value = {
+        "float32": lambda: base.float(),
+        "bfloat16": lambda: base.to(torch.bfloat16),
+        "int64": lambda: base.clone(),
+        "bool": lambda: base % 3 == 0,
+        "transposed": lambda: base.float().reshape(1024, 1024).t(),
+        "sliced": lambda: base.float().reshape(1024, 1024)[1::2, ::4],
+    }[case]()
+    origin, dtype, shape, crc, _ = keeper.describe.call_one(value).get(timeout=scaled(30))
+    assert (dtype, shape, crc) == (str(value.dtype), tuple(value.shape), _crc(value)) and origin == "shm"
+    back = keeper.echo.call_one(value).get(timeout=scaled(30))
+    assert back.dtype == value.dtype and back.shape == value.shape and torch.equal(back, value.contiguous())
+    assert _shmwire.payload_origin(back) == "shm", "a result went through the socket"
+    back.view(-1)[0] = back.view(-1)[1]  # the caller's own, writable
+    assert back.view(-1)[0] == back.view(-1)[1]
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_results_come_back_through_shared_memory_and_are_the_callers_own(keeper, kind):
+    if kind == "torch":
+        pytest.importorskip("torch")
+    first = keeper.make.call_one(kind, 4 * MIB // 4, 7).get(timeout=scaled(30))
+    second = keeper.make.call_one(kind, 4 * MIB // 4, 9).get(timeout=scaled(30))
+    assert _shmwire.payload_origin(first) == "shm" and _shmwire.payload_origin(second) == "shm"
+    first[0] = 100  # kept and written while the next results arrive: the segment stays this caller's
+    third = keeper.make.call_one(kind, 4 * MIB // 4, 11).get(timeout=scaled(30))
+    assert int(first[0]) == 100 and int(first[1:].sum()) == 7 * (MIB - 1) and int(second.sum()) == 9 * MIB
+    assert int(third.sum()) == 11 * MIB
+
+
+def test_a_receiver_writes_its_copy_and_the_senders_later_writes_do_not_reach_it(keeper):
+    value = np.ones(1 << 20, dtype=np.float32)
+    assert keeper.write_and_sum.call_one(value).get(timeout=scaled(30)) == 2.0 * value.size
+    assert float(value.sum()) == value.size, "the receiver's writes reached the sender"
+    keeper.drop.call_one().get(timeout=scaled(30))
+    crc = _crc(value)
+    keeper.keep.call_one(value).get(timeout=scaled(30))
+    value[:] = 5  # after the call returned
+    assert keeper.kept_crcs.call_one().get(timeout=scaled(30)) == [crc]
+    keeper.drop.call_one().get(timeout=scaled(30))
+
+
+def test_small_payloads_stay_on_the_socket_and_the_path_can_be_turned_off(keeper):
+    small = np.ones(1024, dtype=np.float32)
+    assert keeper.describe.call_one(small).get(timeout=scaled(30))[0] == "private"
+    big = np.ones(1 << 20, dtype=np.float32)
+    with configured(shm_payloads=False):
+        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == "private"
+    with configured(shm_min_bytes=8 * MIB):
+        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == "private"
+
+
+def test_many_buffers_of_one_message_share_a_segment(keeper):
+    """A state dict of many middling tensors: each too small alone, together over the threshold."""
+    state = {f"layer{i}": np.full(8192, i, dtype=np.float32) for i in range(64)}  # 32 KiB each, 2 MiB in all
+    got = keeper.describe_all.call_one(state).get(timeout=scaled(30))
+    assert {k: v[3] for k, v in got.items()} == {k: _crc(v) for k, v in state.items()}
+    assert {v[0] for v in got.values()} == {"shm"}
+
+
+def test_many_concurrent_large_calls(procs):
+    mesh = procs.spawn("shm_concurrent", Keeper)
+    values = [np.full(2 * MIB, i, dtype=np.int32) for i in range(6)]
+    futures = [mesh.describe.call(v) for v in values]
+    for value, future in zip(values, futures, strict=True):
+        for origin, _, shape, crc, _ in future.get(timeout=scaled(60)).values():
+            assert (origin, shape, crc) == ("shm", value.shape, _crc(value))
+
+
+def test_segments_are_reused_once_receivers_drop_what_they_hold(keeper):
+    _segments.release_all_for_tests()  # segments of earlier tests would serve these payloads too
+    pool = _segments.pool()
+    value = np.ones(4 * MIB, dtype=np.uint8)
+    for _ in range(3):
+        keeper.describe.call_one(value).get(timeout=scaled(30))
+    held = pool.nbytes
+    for _ in range(20):
+        keeper.describe.call_one(value).get(timeout=scaled(30))
+    assert pool.nbytes == held, f"the pool grew from {held >> 20} to {pool.nbytes >> 20} MiB for dropped payloads"
+    for _ in range(4):  # kept: each keeps its segment
+        keeper.keep.call_one(value).get(timeout=scaled(30))
+    assert pool.nbytes >= 4 * 4 * MIB, "each kept payload holds a segment of its own"
+    keeper.drop.call_one().get(timeout=scaled(30))
+    grown = pool.nbytes
+    for _ in range(10):
+        keeper.describe.call_one(value).get(timeout=scaled(30))
+    assert pool.nbytes == grown, "segments freed by the receiver were not reused"
+
+
+def test_a_full_pool_sends_through_the_socket_with_one_warning(keeper):
+    _segments.release_all_for_tests()
+    value = np.arange(8 * MIB // 4, dtype=np.int32)
+    with configured(shm_pool_bytes=4 * MIB), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            origin, _, _, crc, _ = keeper.describe.call_one(value).get(timeout=scaled(30))
+            assert origin == "private" and crc == _crc(value)
+    said = [w for w in caught if issubclass(w.category, _segments.ShmWarning)]
+    assert len(said) == 1 and "TETRARCH_SHM_POOL_BYTES" in str(said[0].message), [str(w.message) for w in caught]
+    _segments.release_all_for_tests()
+
+
+def test_a_dead_receivers_segments_are_taken_back():
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        victim = procs.spawn("shm_victim", Keeper)
+        _segments.release_all_for_tests()
+        pool = _segments.pool()
+        value = np.ones(4 * MIB, dtype=np.uint8)
+        for _ in range(3):
+            victim.keep.call_one(value).get(timeout=scaled(30))
+        held = pool.nbytes
+        assert held >= 3 * 4 * MIB
+        victim.die.broadcast()
+        with pytest.raises(SupervisionError):
+            victim.pid.call_one().get(timeout=scaled(30))
+    finally:
+        procs.stop().get(timeout=scaled(30))
+    other = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        again = other.spawn("shm_after", Keeper)
+        for _ in range(3):
+            again.keep.call_one(value).get(timeout=scaled(30))
+        assert pool.nbytes == held, "the dead receiver's segments were not reused"
+    finally:
+        other.stop().get(timeout=scaled(30))
+
+
+def test_a_payload_whose_segment_is_gone_fails_the_receiver_with_why(keeper):
+    channel = Channel.open()
+    port, receiver = channel
+    keeper.send_unreadable.call_one(port, os.getpid()).get(timeout=scaled(30))
+    with pytest.raises(SupervisionError, match="shared memory"):
+        receiver.recv().get(timeout=scaled(30))
+
+
+def test_a_segment_of_a_sender_that_ended_is_unreadable_not_torn():
+    """The sender writes the whole payload before the message leaves; if it then ends, the receiver says so."""
+    code = (
+        "import os, sys, numpy as np\n"
+        "from tetrarch._runtime import _serial, _shmwire, _wire\n"
+        "frames = [_wire.port_header(1, 0, 0), *_serial.dumps(np.ones(1 << 20, np.float32))]\n"
+        "frames = _shmwire.outgoing(frames, int(sys.argv[1]))\n"
+        "sys.stdout.write(bytes(frames[0]).hex())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(os.getpid())], capture_output=True, text=True,
+                         timeout=scaled(60), check=True)
+    head = bytes.fromhex(out.stdout)
+    assert head.startswith(_shmwire.MARK), "the sender did not use shared memory"
+    with pytest.raises(_shmwire.Unreadable, match="ended"):
+        _shmwire.incoming([head, b"", b""])
+
+
+def test_serialization_places_noncontiguous_arrays_out_of_band_once():
+    value = np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024)[:, ::2]
+    stream, *buffers = _serial.dumps(value)
+    assert len(stream) < 1024 and len(buffers) == 1, "a non-contiguous array must travel as one contiguous buffer"
+    assert np.array_equal(_serial.loads([stream, *buffers]), value)
+
+
+def test_nothing_is_left_in_dev_shm(keeper):
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    keeper.describe.call_one(np.ones(4 * MIB, np.uint8)).get(timeout=scaled(30))
+    after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    assert after <= before, f"new files in /dev/shm: {sorted(after - before)}"
+    assert zlib.crc32(b"") == 0
