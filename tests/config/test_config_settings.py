@@ -52,7 +52,8 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
         "rdma_backend", "disable_plugins", "plugins_strict", "rdma_fallback", "rdma_tcp_chunk_size",
         "rdma_tcp_window", "rdma_device", "rdma_chunk_size", "verbs_max_wr", "efa_provider",
         "efa_allow_unchecked_access", "forward_output",
-        "standby", "spin_us", "batch_io_threads", "aggregate_window", "test_slowdown", "fuzz_examples",
+        "standby", "spin_us", "batch_io_threads", "aggregate_window", "shm_payloads", "shm_min_bytes",
+        "shm_pool_bytes", "test_slowdown", "fuzz_examples",
     ]
     for key, setting in SETTINGS.items():
         assert setting.key == key and setting.env == f"TETRARCH_{key.upper()}"

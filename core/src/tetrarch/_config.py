@@ -61,7 +61,8 @@ __all__ = [
     "ENV_SIZE_DIM", "ENV_SPANS_HOSTS", "ENV_SPMD_BACKEND", "ENV_SYS_PATH", "FORWARD_OUTPUT", "FROZEN_TIMEOUT",
     "HEARTBEAT_INTERVAL", "HOST_START_TIMEOUT", "HOST_TIMEOUT", "LAUNCH_VARS", "ORPHAN_TIMEOUT",
     "PLUGINS_STRICT", "PROC_START_TIMEOUT", "RDMA_BACKEND", "RDMA_CHUNK_SIZE", "RDMA_DEVICE", "RDMA_FALLBACK",
-    "RDMA_TCP_CHUNK_SIZE", "RDMA_TCP_WINDOW", "SETTINGS", "SPIN_US", "STANDBY", "STOP_TIMEOUT", "TEST_SLOWDOWN",
+    "RDMA_TCP_CHUNK_SIZE", "RDMA_TCP_WINDOW", "SETTINGS", "SHM_MIN_BYTES", "SHM_PAYLOADS", "SHM_POOL_BYTES",
+    "SPIN_US", "STANDBY", "STOP_TIMEOUT", "TEST_SLOWDOWN",
     "TRANSPORT", "VERBS_MAX_WR", "LaunchVar", "Setting", "Source", "at_default", "clear_runtime_config",
     "config_env", "configure", "configured", "display", "env_float", "get_global_config", "get_runtime_config",
     "source",
@@ -360,6 +361,20 @@ AGGREGATE_WINDOW = _seconds(
     "aggregate_window", 0.0,
     "window in which identical lines from many procs print once with a count (`0`: every line, no folding)",
 )
+SHM_PAYLOADS: Setting[bool] = Setting(
+    "shm_payloads", "TETRARCH_SHM_PAYLOADS", bool, True,
+    "large arguments and results between processes of one host go through shared memory (0: the socket)",
+)
+SHM_MIN_BYTES: Setting[int] = Setting(
+    "shm_min_bytes", "TETRARCH_SHM_MIN_BYTES", int, 512 << 10,
+    "a message whose arrays, tensors and large bytes total at least this goes through shared memory",
+    unit="bytes",
+)
+SHM_POOL_BYTES: Setting[int] = Setting(
+    "shm_pool_bytes", "TETRARCH_SHM_POOL_BYTES", int, 4 << 30,
+    "shared memory one process keeps for payloads, idle and held by receivers (past it: the socket, warned once)",
+    unit="bytes",
+)
 TEST_SLOWDOWN: Setting[float] = Setting(
     "test_slowdown", "TETRARCH_TEST_SLOWDOWN", float, 1.0,
     "multiplies the time bounds of tetrarch's own test suite", propagate=False,
@@ -379,7 +394,8 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, RDMA_DEVICE,
         RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, EFA_ALLOW_UNCHECKED_ACCESS, FORWARD_OUTPUT, STANDBY, SPIN_US,
-        BATCH_IO_THREADS, AGGREGATE_WINDOW, TEST_SLOWDOWN, FUZZ_EXAMPLES,
+        BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS, SHM_MIN_BYTES, SHM_POOL_BYTES, TEST_SLOWDOWN,
+        FUZZ_EXAMPLES,
     )
 })
 

@@ -27,6 +27,8 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_alloc``      the allocator plugin interface
     ``_local_alloc`` the builtin ``local`` allocator: host agents as child processes
     ``_cma``        cross-memory attach: process_vm_readv/writev with another process of this host
+    ``_segments``   shared-memory segments (memfd) for large payloads: a bounded pool, lent and taken back
+    ``_shmwire``    large payloads to a process of this host through those segments, and back into views
     ``_stdio``      a proc's sys.stdout/sys.stderr: never blocked by a host agent that does not read
     ``_procstate``  what the OS says of a process (stopped, ended) and a tick that notices its own stalls
     ``_stopguard``  bounds on a proc's stop: actors whose stop cannot begin, a finalisation that hangs
@@ -96,8 +98,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
         "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
-        "_early", "_secret", "_spawn", "_alloc", "_local_alloc", "_cma", "_stdio", "_procstate", "_stopguard",
-        "_bootcmd"))),
+        "_early", "_secret", "_spawn", "_alloc", "_local_alloc", "_cma", "_segments", "_shmwire", "_stdio",
+        "_procstate", "_stopguard", "_bootcmd"))),
     ("transport", ("tetrarch._transport",)),
     ("plugins", ("tetrarch._plugins",)),
     ("router", ("tetrarch._runtime._router",)),

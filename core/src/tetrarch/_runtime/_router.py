@@ -26,6 +26,7 @@ accepted, unauthenticated connections (oldest first) that one thread closes when
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from time import perf_counter as _perf_counter
@@ -33,14 +34,15 @@ from typing import Any, Protocol
 
 from .._config import CONNECT_TIMEOUT, SPIN_US
 from .._log import get_logger
-from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, Role, transport_key
+from .._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, PeerInfo, Role, transport_key
 from .._transport._base import Connection, ConnectionClosed, HandshakeRefused, Transport, TransportError
 from .._transport._limits import PreAuthLimits, raise_open_file_limit
 from .._transport._route import pin_host
 from .._transport._waiting import WaitingRoom
-from . import _outcome, _serial, _wire
+from . import _outcome, _serial, _shmwire, _wire
 from ._early import EarlyCalls
 from ._future import use_loop
+from ._segments import host_key
 from ._tombstones import Tombstones
 
 __all__ = ["Mailbox", "PeerRefused", "PeerUnreachable", "PortHandler", "PortSink", "Router", "ServiceHandler",
@@ -48,6 +50,7 @@ __all__ = ["Mailbox", "PeerRefused", "PeerUnreachable", "PortHandler", "PortSink
 
 _log = get_logger("router")
 _decode, _PortHeader, _CallHeader = _wire.decode, _wire.PortHeader, _wire.CallHeader  # dispatch's hot path
+_SHM_MARK = _shmwire.MARK
 
 PortHandler = Callable[[_wire.PortHeader, list], None]
 #: ``sink(header, nbytes)``: a writable byte memoryview of ``nbytes`` for the payload of a
@@ -127,6 +130,8 @@ class Router:
         self.transport = transport
         self.secret = secret
         self.name = name
+        #: What this process says of itself in handshakes; peers with its host key share memory with it.
+        self._info = PeerInfo(os.getpid(), host_key())
         self._routes: dict[str, Connection] = {}
         self._lock = threading.Lock()
         self._dial_locks: dict[str, threading.Lock] = {}
@@ -270,6 +275,10 @@ class Router:
             if dead is not None:
                 raise PeerUnreachable(dead)
             conn = self._dial(address)
+        if len(frames) > 2:  # out-of-band buffers: through shared memory to a peer of this host
+            peer = conn.context.peer  # type: ignore[attr-defined]
+            if peer.host_key and peer.host_key == self._info.host_key:
+                frames = _shmwire.outgoing(frames, peer.pid)
         # Coalesce bursts: a message that follows another to the same peer within
         # _COALESCE_S (or while earlier ones are queued) joins a batch that the flusher
         # thread writes with one vectored syscall; an isolated message goes out now.
@@ -290,6 +299,7 @@ class Router:
         try:
             conn.send(frames)
         except ConnectionClosed as exc:
+            _shmwire.abandon(frames)
             raise PeerUnreachable(f"lost the connection to {address}: {exc}") from exc
 
     def _flush_loop(self) -> None:
@@ -310,8 +320,9 @@ class Router:
             for box, conn, batch in batches:
                 try:
                     conn.send_many(batch)
-                except ConnectionClosed:
-                    pass  # the peer is gone; pending calls fail through supervision
+                except ConnectionClosed:  # the peer is gone; pending calls fail through supervision
+                    for frames in batch:
+                        _shmwire.abandon(frames)
                 except Exception:  # noqa: BLE001 - the flusher thread must survive
                     _log.exception("flushing messages failed")
                 with self._olock:
@@ -350,7 +361,7 @@ class Router:
             conn = self._routes.get(address)
             if conn is not None and not conn.closed:
                 return conn
-            auth = Auth(Role.DIALER, self.secret, self.address)
+            auth = Auth(Role.DIALER, self.secret, self.address, self._info)
             self._dialing.auth = auth
             try:
                 conn = self.transport.connect(address, self, timeout=CONNECT_TIMEOUT())
@@ -387,7 +398,7 @@ class Router:
         if dialing is not None:
             conn.context = dialing
             return
-        auth = Auth(Role.LISTENER, self.secret, self.address)
+        auth = Auth(Role.LISTENER, self.secret, self.address, self._info)
         conn.context = auth
         try:
             conn.send(auth.hello())
@@ -398,6 +409,12 @@ class Router:
     def on_message(self, conn: Connection, frames: list[memoryview]) -> None:
         auth: Auth = conn.context  # type: ignore[assignment]
         if auth.done:
+            if frames[0][:2] == _SHM_MARK:
+                try:
+                    frames = _shmwire.incoming(frames)
+                except _shmwire.Unreadable as exc:
+                    self._unreadable(exc)
+                    return
             self._dialing.in_dispatch = True
             try:
                 self.dispatch(frames, conn)
@@ -475,6 +492,25 @@ class Router:
 
     def _refuse_call(self, hdr: _wire.CallHeader, why: str) -> None:
         self.reply_later(hdr.reply_addr, hdr.reply_port, hdr.rank, _wire.DEAD, why)
+
+    def _unreadable(self, exc: _shmwire.Unreadable) -> None:
+        """A message whose payload was in shared memory that cannot be mapped: answer it with why."""
+        why = str(exc)
+        try:
+            hdr = _decode(exc.header)
+        except Exception:  # noqa: BLE001 - malformed: nothing to answer
+            _log.warning("dropped a message: %s", why)
+            return
+        if type(hdr) is _PortHeader:
+            handler = self._ports.get(hdr.port)
+            if handler is not None:
+                handler(hdr._replace(status=_wire.DEAD), _serial.dumps(why))
+        elif type(hdr) is _CallHeader:
+            self._refuse_call(hdr, why)
+        else:
+            _log.warning("dropped a %s message: %s", getattr(hdr, "service", "?"), why)
+            if type(hdr) is _wire.SysHeader:
+                self.reply_later(hdr.reply_addr, hdr.reply_port, 0, _wire.DEAD, why)
 
     def listen_routable(self, host: str | None = None) -> None:
         """Also listen where other hosts can reach us, and advertise that address from now on.

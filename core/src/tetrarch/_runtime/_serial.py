@@ -4,11 +4,12 @@ Plain data goes through the C pickler. Only when the stream refers to ``__main__
 class or function of the user's script, which the remote process cannot import) or
 the C pickler refuses (lambdas, local functions) do we fall back to cloudpickle, which
 pickles those by value. Large contiguous buffers (``bytes`` and ``bytearray`` — also inside
-the arguments' tuples, lists and dicts —, contiguous memoryviews, numpy arrays and CPU
-torch tensors) travel out of band: the transport sends them as their own frames without
-a copy into the pickle stream. The receiver rebuilds ``bytes``, memoryviews and
-arrays over the received frame without a copy (a large frame arrives in its own buffer,
-see :mod:`._buffers`); a ``bytearray`` is mutable and gets its own copy.
+the arguments' tuples, lists and dicts —, contiguous memoryviews, numpy arrays (a
+non-contiguous one copied once into a contiguous one) and CPU torch tensors) travel out of
+band: the transport sends them as their own frames without a copy into the pickle stream
+(to a process of the same host, through shared memory: :mod:`._shmwire`). The receiver
+rebuilds ``bytes``, memoryviews and arrays over the received frame without a copy (a large
+frame arrives in its own buffer, see :mod:`._buffers`); a ``bytearray`` gets its own copy.
 """
 
 from __future__ import annotations
@@ -127,7 +128,22 @@ def _reduce_buffer(obj: Any) -> Any:
     torch = sys.modules.get("torch")
     if torch is not None and kind is torch.Tensor:
         return _reduce_tensor(obj)
+    np = sys.modules.get("numpy")
+    if np is not None and kind is np.ndarray:
+        return _reduce_array(np, obj)
     return NotImplemented
+
+
+def _reduce_array(np: Any, a: Any) -> Any:
+    """A large non-contiguous array, copied once into a contiguous one that travels out of band.
+
+    numpy itself would copy it into the pickle stream (``tobytes``), where it could not
+    travel as a buffer of its own (through shared memory, or received in place).
+    """
+    flags = a.flags
+    if flags.c_contiguous or flags.f_contiguous or a.nbytes < _OOB_MIN or a.dtype.hasobject:
+        return NotImplemented
+    return np.ascontiguousarray(a).__reduce_ex__(_PROTOCOL)
 
 
 class _Pickler(pickle.Pickler):
