@@ -90,3 +90,12 @@ class Keeper(Actor):
         head[len(_shmwire.MARK) + 2 + 11:len(_shmwire.MARK) + 2 + 19] = (1 << 62).to_bytes(8, "little")  # inode
         frames[0] = bytes(head)
         router.send(port._address, frames)
+
+
+class Sharer(Actor):
+    """Writes into what it received and says where its memory lives."""
+
+    @endpoint
+    def fill(self, value: Any, fill: float) -> str:
+        value.fill_(fill)
+        return payload_origin(value)

@@ -108,10 +108,10 @@ def test_small_payloads_stay_on_the_socket_and_the_path_can_be_turned_off(keeper
     small = np.ones(1024, dtype=np.float32)
     assert keeper.describe.call_one(small).get(timeout=scaled(30))[0] == "private"
     big = np.ones(1 << 20, dtype=np.float32)
-    with configured(shm_payloads=False):
-        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == "private"
+    with configured(shm_payloads=False):  # the socket, received into the receiver's pool
+        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == "pool"
     with configured(shm_min_bytes=8 * MIB):
-        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == "private"
+        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == "pool"
 
 
 def test_many_buffers_of_one_message_share_a_segment(keeper):
@@ -158,7 +158,7 @@ def test_a_full_pool_sends_through_the_socket_with_one_warning(keeper):
         warnings.simplefilter("always")
         for _ in range(3):
             origin, _, _, crc, _ = keeper.describe.call_one(value).get(timeout=scaled(30))
-            assert origin == "private" and crc == _crc(value)
+            assert origin == "pool" and crc == _crc(value)  # the socket, into the receiver's own pool
     said = [w for w in caught if issubclass(w.category, _segments.ShmWarning)]
     assert len(said) == 1 and "TETRARCH_SHM_POOL_BYTES" in str(said[0].message), [str(w.message) for w in caught]
     _segments.release_all_for_tests()
@@ -228,3 +228,64 @@ def test_nothing_is_left_in_dev_shm(keeper):
     after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     assert after <= before, f"new files in /dev/shm: {sorted(after - before)}"
     assert zlib.crc32(b"") == 0
+
+
+def test_a_tensor_already_in_shared_memory_is_shared_not_copied(procs):
+    """As with torch.multiprocessing: the receiver maps the sender's own memory, and writes are seen by both."""
+    torch = pytest.importorskip("torch")
+    from shm_actors import Sharer
+
+    sharer = procs.slice(gpus=1).spawn("shm_sharer", Sharer)
+    value = torch.zeros(1 << 20)
+    value.share_memory_()
+    assert sharer.fill.call_one(value, 3.0).get(timeout=scaled(30)) == "shared"
+    assert float(value.sum()) == 3.0 * value.numel(), "the receiver's writes to a shared tensor were not seen"
+    assert _segments.tickets().held == 0, "the receiver did not say it mapped the file"
+    view = value[1024:]  # a view at an offset of the shared storage
+    assert sharer.fill.call_one(view, 5.0).get(timeout=scaled(30)) == "shared"
+    assert float(value[:1024].sum()) == 3.0 * 1024 and float(view.sum()) == 5.0 * view.numel()
+
+
+def test_a_shared_tensor_dropped_by_the_sender_right_after_the_call_still_arrives(procs):
+    torch = pytest.importorskip("torch")
+    from shm_actors import Keeper
+
+    keeper = procs.slice(gpus=1).spawn("shm_dropped", Keeper)
+    futures = []
+    for i in range(8):
+        value = torch.full((1 << 18,), float(i))
+        value.share_memory_()
+        futures.append(keeper.describe.call_one(value))
+        del value  # the sender's tensor, and its file, would close now but for the ticket
+    for i, future in enumerate(futures):
+        origin, _, _, crc, _ = future.get(timeout=scaled(30))
+        assert origin == "shared" and crc == _crc(torch.full((1 << 18,), float(i)))
+
+
+def test_between_hosts_large_arrays_are_received_into_reused_memory(keeper):
+    """The socket path (shared memory off stands in for another host): the receiver's pool takes the frames."""
+    value = np.arange(4 * MIB // 4, dtype=np.int32)
+    with configured(shm_payloads=False):
+        origin, _, _, crc, writable = keeper.describe.call_one(value).get(timeout=scaled(30))
+        assert (origin, crc, writable) == ("pool", _crc(value), True)
+        small = np.arange(64 << 10, dtype=np.uint8)  # under a MiB: a buffer of its own
+        assert keeper.describe.call_one(small).get(timeout=scaled(30))[0] == "private"
+
+
+def test_between_hosts_results_are_received_into_the_callers_pool():
+    with configured(shm_payloads=False):
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        keeper = procs.spawn("shm_remote_like", Keeper)
+        with configured(shm_payloads=False):
+            got = [keeper.make.call_one("numpy", MIB, i).get(timeout=scaled(30)) for i in range(4)]
+        assert [_shmwire.payload_origin(g) for g in got] == ["pool"] * 4
+        assert [int(g[-1]) for g in got] == [0, 1, 2, 3]
+        held = _segments.pool().nbytes
+        del got
+        with configured(shm_payloads=False):
+            for i in range(8):
+                assert int(keeper.make.call_one("numpy", MIB, i).get(timeout=scaled(30))[0]) == i
+        assert _segments.pool().nbytes == held, "receive buffers were not reused"
+    finally:
+        procs.stop().get(timeout=scaled(30))

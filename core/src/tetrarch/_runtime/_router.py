@@ -50,7 +50,7 @@ __all__ = ["Mailbox", "PeerRefused", "PeerUnreachable", "PortHandler", "PortSink
 
 _log = get_logger("router")
 _decode, _PortHeader, _CallHeader = _wire.decode, _wire.PortHeader, _wire.CallHeader  # dispatch's hot path
-_SHM_MARK = _shmwire.MARK
+_VIEW_MARK = _shmwire.VIEW_MARK
 
 PortHandler = Callable[[_wire.PortHeader, list], None]
 #: ``sink(header, nbytes)``: a writable byte memoryview of ``nbytes`` for the payload of a
@@ -199,7 +199,10 @@ class Router:
         self._sinks.pop(port, None)
 
     def _resolve_sink(self, lead: list[bytes], sizes: list[int]) -> list[memoryview | None] | None:
-        """The connections' ``SinkResolver``: a ``[PortHeader, payload]`` message to a port with a sink."""
+        """The connections' ``SinkResolver``: a ``[PortHeader, payload]`` message to a port with a sink, or
+        the large frames of a message that names them (``_shmwire.receive_sinks``)."""
+        if lead[0][:2] == _VIEW_MARK:
+            return _shmwire.receive_sinks(lead, sizes)
         if len(lead) != 1 or len(sizes) != 2 or not self._sinks:
             return None
         try:
@@ -275,10 +278,13 @@ class Router:
             if dead is not None:
                 raise PeerUnreachable(dead)
             conn = self._dial(address)
-        if len(frames) > 2:  # out-of-band buffers: through shared memory to a peer of this host
+        if len(frames) > 2:  # out-of-band buffers: through shared memory to a peer of this host,
             peer = conn.context.peer  # type: ignore[attr-defined]
+            given = frames
             if peer.host_key and peer.host_key == self._info.host_key:
                 frames = _shmwire.outgoing(frames, peer.pid)
+            if frames is given and conn.supports_sinks:  # else into reused memory at the receiver
+                frames = _shmwire.mark_viewable(frames)
         # Coalesce bursts: a message that follows another to the same peer within
         # _COALESCE_S (or while earlier ones are queued) joins a batch that the flusher
         # thread writes with one vectored syscall; an isolated message goes out now.
@@ -409,7 +415,7 @@ class Router:
     def on_message(self, conn: Connection, frames: list[memoryview]) -> None:
         auth: Auth = conn.context  # type: ignore[assignment]
         if auth.done:
-            if frames[0][:2] == _SHM_MARK:
+            if frames[0][0] == 0:  # a _shmwire prefix (a header frame is a pickle: b"\x80...")
                 try:
                     frames = _shmwire.incoming(frames)
                 except _shmwire.Unreadable as exc:

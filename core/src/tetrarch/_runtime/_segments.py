@@ -39,7 +39,7 @@ from typing import Any
 
 from .. import _config
 
-__all__ = ["FREE", "HEADER", "Segment", "host_key", "lend", "pool", "release_all_for_tests"]
+__all__ = ["FREE", "HEADER", "Segment", "Tickets", "host_key", "lend", "pool", "release_all_for_tests", "tickets"]
 
 _log = logging.getLogger("tetrarch.shm")
 
@@ -242,7 +242,67 @@ class Pool:
             self._bytes = 0
 
 
+#: Slots of a ticket table (one byte each): shared files named to receivers not yet mapped at once.
+_TICKETS = 1 << 16
+
+
+class Tickets:
+    """Keeps a file this process named to a receiver (a shared tensor's storage) open until the receiver mapped it.
+
+    A ticket is one byte of a small segment: BUSY while the receiver has yet to map the
+    file, set FREE by the receiver once it has (its mapping then keeps the memory). The
+    object that holds the file open is kept with the ticket until then, or until the
+    receiver is found dead. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seg: Segment | None = None
+        self._held: dict[int, tuple[Any, tuple[int, int | None]]] = {}
+        self._next = 0
+
+    def take(self, keep: Any, holder: int) -> tuple[Segment, int] | None:
+        """A BUSY slot of the table for ``holder``, keeping ``keep`` alive until it is FREE; None when full."""
+        with self._lock:
+            if self._seg is None:
+                try:
+                    self._seg = Segment(_TICKETS)
+                except OSError:
+                    return None
+            seg = self._seg
+            self._sweep(seg)
+            if len(self._held) >= _TICKETS:
+                return None
+            slot = self._next
+            while slot in self._held:
+                slot = (slot + 1) % _TICKETS
+            self._next = (slot + 1) % _TICKETS
+            seg.mm[HEADER + slot] = BUSY
+            self._held[slot] = (keep, (holder, _start_time(holder)))
+            return seg, slot
+
+    def give_back(self, slot: int) -> None:
+        with self._lock:
+            if self._seg is not None and self._held.pop(slot, None) is not None:
+                self._seg.mm[HEADER + slot] = FREE
+
+    @property
+    def held(self) -> int:
+        """Tickets whose receiver has not mapped its file yet (as of the last sweep)."""
+        with self._lock:
+            if self._seg is not None:
+                self._sweep(self._seg)
+            return len(self._held)
+
+    def _sweep(self, seg: Segment) -> None:
+        mm = seg.mm
+        for slot, (_, (pid, start)) in list(self._held.items()):
+            if mm[HEADER + slot] == FREE or start is None or _start_time(pid) != start:
+                del self._held[slot]
+
+
 _pool: Pool | None = None
+_tickets: Tickets | None = None
 _pool_lock = threading.Lock()
 
 
@@ -256,9 +316,19 @@ def pool() -> Pool:
     return _pool
 
 
+def tickets() -> Tickets:
+    """This process's ticket table."""
+    global _tickets
+    if _tickets is None:
+        with _pool_lock:
+            if _tickets is None:
+                _tickets = Tickets()
+    return _tickets
+
+
 def _after_fork() -> None:
-    global _pool, _key
-    _pool = None  # the child's mappings are copies of the parent's segments: never lend them
+    global _pool, _tickets, _key
+    _pool = _tickets = None  # the child's mappings are copies of the parent's segments: never lend them
     _key = None
 
 

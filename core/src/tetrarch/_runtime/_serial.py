@@ -53,13 +53,39 @@ def _tensor_bytes(t: Any) -> memoryview:
     return memoryview(arr).cast("B")
 
 
+def _shared_file(t: Any) -> tuple[int, int, int] | None:
+    """``(fd, offset, nbytes)`` of a contiguous tensor whose storage is a shared file of this process.
+
+    Only for storages shared with torch's ``file_descriptor`` strategy (``share_memory_()``
+    on Linux by default, and tensors received through ``torch.multiprocessing``): asking
+    any other storage for its descriptor would move it into shared memory.
+    """
+    if not t.is_shared() or not t.is_contiguous():
+        return None
+    import torch.multiprocessing as mp
+
+    if mp.get_sharing_strategy() != "file_descriptor":
+        return None
+    storage = t.untyped_storage()
+    try:
+        fd, _ = storage._share_fd_cpu_()
+    except (RuntimeError, AttributeError):
+        return None
+    return fd, t.data_ptr() - storage.data_ptr(), t.nbytes
+
+
 def _reduce_tensor(t: Any) -> Any:
     if (t.device.type != "cpu" or t.requires_grad or t.is_sparse or t.is_quantized or t.is_nested
             or t.nbytes < _OOB_MIN):
         return NotImplemented
-    t = t.detach().contiguous()
-    return (_rebuild_tensor, (pickle.PickleBuffer(_tensor_bytes(t)), str(t.dtype).removeprefix("torch."),
-                              tuple(t.shape)))
+    t = t.detach()
+    shared = _shared_file(t)
+    t = t.contiguous()
+    view = _tensor_bytes(t)
+    if shared is not None:
+        owner: Any = view.obj
+        owner._tetrarch_shared = shared  # to a process of this host, the file goes instead (``_shmwire``)
+    return (_rebuild_tensor, (pickle.PickleBuffer(view), str(t.dtype).removeprefix("torch."), tuple(t.shape)))
 
 
 class _BigBytes:

@@ -11,13 +11,15 @@ with those frames empty and a prefix on its header frame that says where they ar
     b"\\0S" | count (u16) | count x entry | the original header
 
     entry: frame index (u16), kind (u8), pid (i32), fd (i32), inode (u64), token (16 bytes),
-           offset (u64), nbytes (u64)
+           offset (u64), nbytes (u64), ticket table fd (i32), its inode (u64), slot (u32)
 
 A frame that already lives in shared memory (a torch tensor after ``share_memory_()``,
 file-descriptor strategy) is not copied: its entry (kind ``_SHARED``) names the tensor's
 own file, and the receiver maps that (the receiver then shares the sender's memory, as
-with ``torch.multiprocessing``). Copied frames (kind ``_COPIED``) are the receiver's own:
-the sender's later writes to its tensor do not reach them.
+with ``torch.multiprocessing``). The sender keeps the tensor (and so its file) open until
+the receiver has mapped it: a ticket (:class:`~._segments.Tickets`; the entry's token is
+the ticket table's) that the receiver clears once mapped. Copied frames (kind ``_COPIED``)
+are the receiver's own: the sender's later writes to its tensor do not reach them.
 
 Receiver: maps the segment (``/proc/<pid>/fd/<fd>``, checked against inode and token;
 mappings of the pool's segments are cached, so a reused segment costs nothing to map
@@ -26,8 +28,17 @@ sender's pool when the last array or tensor over those views dies (:mod:`._segme
 A segment that cannot be mapped (the sender died right after sending) makes the message
 undeliverable: :class:`Unreadable` says why, and the router answers the call with it.
 
-Header frames of tetrarch messages are pickles (they start with ``\\x80``), so the prefix
-is unambiguous.
+To a peer on another host (:func:`mark_viewable`), the large frames that the receiver keeps
+as views (arrays and tensors; not ``bytes``, which are rebuilt as objects of their own) are
+named by another prefix, ``b"\\0V" | count (u16) | count x frame index (u16)``. A transport
+with receive sinks (the builtin socket one) then asks the router where those frames go, and
+:func:`receive_sinks` answers with a reused, already touched segment of this process's pool:
+a large message is received at the socket's speed instead of the speed at which the
+kernel hands out fresh pages (about 1 GB/s on the development VM). The segment returns to
+the pool when the arrays over it die, as above.
+
+Header frames of tetrarch messages are pickles (they start with ``\\x80``), so the prefixes
+are unambiguous.
 """
 
 from __future__ import annotations
@@ -36,19 +47,25 @@ import mmap
 import os
 import struct
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any
 
 from .. import _config
 from .._errors import TetrarchError
 from ._cma import buffer_address
-from ._segments import FREE, HEADER, Segment, lend, new_lease, pool
+from ._segments import FREE, HEADER, Segment, lend, new_lease, pool, tickets
 
-__all__ = ["MARK", "Unreadable", "abandon", "incoming", "outgoing", "payload_origin"]
+__all__ = ["MARK", "VIEW_MARK", "Unreadable", "abandon", "incoming", "mark_viewable", "outgoing", "payload_origin",
+           "receive_sinks"]
 
 MARK = b"\0S"
+VIEW_MARK = b"\0V"
 _COUNT = struct.Struct("<H")
-_ENTRY = struct.Struct("<HBiiQ16sQQ")
+_INDEX = struct.Struct("<H")
+#: A frame the receiver keeps as a view is received into the pool from this size on.
+_POOL_MIN = 1 << 20
+_ENTRY = struct.Struct("<HBiiQ16sQQiQI")
 _COPIED, _SHARED = 1, 2
 _ALIGN = 64
 #: Out-of-band frames smaller than this are not worth a place in a segment.
@@ -98,6 +115,8 @@ def _viewable(frame: Any) -> bool:
 def _shared_origin(frame: Any) -> tuple[int, int, int] | None:
     """``(fd, offset, nbytes)`` when ``frame`` views a torch storage in shared memory (see ``_serial``)."""
     obj = frame.obj if type(frame) is memoryview else None
+    if type(obj) is memoryview:
+        obj = obj.obj
     return getattr(obj, "_tetrarch_shared", None)
 
 
@@ -127,6 +146,7 @@ def outgoing(frames: list, peer_pid: int) -> list:
     out = list(frames)
     offset = 0
     base = 0
+    taken: list[int] = []
     if seg is not None:
         import ctypes
 
@@ -134,11 +154,17 @@ def outgoing(frames: list, peer_pid: int) -> list:
     try:
         for i, n, shared in big:
             if shared is not None:
+                ticket = tickets().take(frames[i], peer_pid)
+                if ticket is None:
+                    continue
+                table, slot = ticket
+                taken.append(slot)
                 fd, off, length = shared
-                entries.append(_ENTRY.pack(i, _SHARED, pid, fd, os.fstat(fd).st_ino, bytes(16), off, length))
+                entries.append(_ENTRY.pack(i, _SHARED, pid, fd, os.fstat(fd).st_ino, table.token, off, length,
+                                           table.fd, table.inode, slot))
             elif seg is not None:
                 _copy(base + offset, frames[i], n)
-                entries.append(_ENTRY.pack(i, _COPIED, pid, seg.fd, seg.inode, seg.token, offset, n))
+                entries.append(_ENTRY.pack(i, _COPIED, pid, seg.fd, seg.inode, seg.token, offset, n, 0, 0, 0))
                 offset += -(-n // _ALIGN) * _ALIGN
             else:
                 continue
@@ -146,10 +172,58 @@ def outgoing(frames: list, peer_pid: int) -> list:
     except BaseException:
         if seg is not None:
             pool().give_back(seg)
+        for slot in taken:
+            tickets().give_back(slot)
         raise
     if not entries:
         return frames
     out[0] = b"".join([MARK, _COUNT.pack(len(entries)), *entries, bytes(memoryview(frames[0]))])
+    return out
+
+
+def mark_viewable(frames: list) -> list:
+    """``frames`` with their large view-kept frames named on the header, for a receiver on another host."""
+    if len(frames) <= 2:
+        return frames
+    picked = [i for i in range(2, len(frames)) if _nbytes(frames[i]) >= _POOL_MIN and _viewable(frames[i])]
+    if not picked:
+        return frames
+    out = list(frames)
+    out[0] = b"".join([VIEW_MARK, _COUNT.pack(len(picked)), *(_INDEX.pack(i) for i in picked),
+                       bytes(memoryview(frames[0]))])
+    return out
+
+
+def _picked(head: Any) -> tuple[list[int], memoryview]:
+    view = memoryview(head)
+    (count,) = _COUNT.unpack_from(view, len(VIEW_MARK))
+    at = len(VIEW_MARK) + _COUNT.size
+    return [_INDEX.unpack_from(view, at + k * _INDEX.size)[0] for k in range(count)], view[at + count * _INDEX.size:]
+
+
+def receive_sinks(lead: list, sizes: list[int]) -> list[memoryview | None] | None:
+    """Buffers of this process's pool for the frames a ``VIEW_MARK`` header names (the router's sink resolver).
+
+    One entry per frame after ``lead`` (None: the transport's own buffer); None when the
+    header names none of them or the pool has no room. Never raises.
+    """
+    try:
+        picked, _ = _picked(lead[0])
+    except (struct.error, ValueError):
+        return None
+    first = len(lead)
+    picked = [i for i in picked if first <= i < len(sizes)]
+    if not picked:
+        return None
+    seg = pool().take(sum(-(-sizes[i] // _ALIGN) * _ALIGN for i in picked), os.getpid())
+    if seg is None:
+        return None
+    lease = new_lease(seg.mm)
+    out: list[memoryview | None] = [None] * (len(sizes) - first)
+    at = HEADER
+    for i in picked:
+        out[i - first] = lend(seg.mm, at, sizes[i], lease)
+        at += -(-sizes[i] // _ALIGN) * _ALIGN
     return out
 
 
@@ -167,12 +241,15 @@ def abandon(frames: list) -> None:
         return
     entries, _ = _entries(memoryview(head))
     p = pool()
-    for _, kind, pid, fd, inode, _, _, _ in entries:
-        if kind == _COPIED and pid == os.getpid():
+    for _, kind, pid, fd, inode, _, _, _, _, _, slot in entries:
+        if pid != os.getpid():
+            continue
+        if kind == _SHARED:
+            tickets().give_back(slot)
+        elif kind == _COPIED:
             for seg in list(p._segments):
                 if seg.fd == fd and seg.inode == inode:
                     p.give_back(seg)
-            return
 
 
 class _Maps:
@@ -247,6 +324,7 @@ def _map(pid: int, fd: int, inode: int, end: int, token: bytes | None) -> mmap.m
 
 
 _maps = _Maps()
+_shared_maps: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # other processes' shared tensors (diagnostics)
 
 
 def incoming(frames: list) -> list:
@@ -258,6 +336,9 @@ def incoming(frames: list) -> list:
     """
     head = frames[0]
     if head[:2] != MARK:
+        if head[:2] == VIEW_MARK:
+            frames = list(frames)
+            frames[0] = _picked(head)[1]
         return frames
     view = memoryview(head)
     entries, header = _entries(view)
@@ -265,7 +346,7 @@ def incoming(frames: list) -> list:
     out[0] = header
     leases: dict[tuple[int, int], Any] = {}
     try:
-        for i, kind, pid, fd, inode, token, offset, nbytes in entries:
+        for i, kind, pid, fd, inode, token, offset, nbytes, tfd, tinode, slot in entries:
             if kind == _COPIED:
                 mm = _maps.get(pid, fd, inode, token, HEADER + offset + nbytes)
                 lease = leases.get((pid, inode))
@@ -274,7 +355,10 @@ def incoming(frames: list) -> list:
                 out[i] = lend(mm, HEADER + offset, nbytes, lease)
             elif kind == _SHARED:
                 mm = _map(pid, fd, inode, offset + nbytes, None)
+                _shared_maps.add(mm)
                 out[i] = lend(mm, offset, nbytes, None)
+                table = _maps.get(pid, tfd, tinode, token, HEADER + slot + 1)
+                table[HEADER + slot] = FREE  # mapped: the sender may let its file go
             else:
                 raise Unreadable(f"unknown shared-memory frame kind {kind}")
     except Unreadable as exc:
@@ -323,13 +407,14 @@ def _torch_origin(t: Any) -> str:
             return "pool"
     with _maps._lock:
         maps = list(_maps._maps.values())
-    for mm in maps:
-        try:
-            start = ctypes.addressof(ctypes.c_char.from_buffer(mm))
-        except (TypeError, ValueError):
-            continue
-        if start <= ptr < start + len(mm):
-            return "shm"
+    for kind, group in (("shm", maps), ("shared", list(_shared_maps))):
+        for mm in group:
+            try:
+                start = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+            except (TypeError, ValueError):
+                continue
+            if start <= ptr < start + len(mm):
+                return kind
     return "shared" if t.is_shared() else "private"
 
 
