@@ -104,10 +104,28 @@ def _payload(kind: str, n: int) -> Any:
     return torch.ones(n // 4, dtype=torch.float32)
 
 
+def touch(data: Any) -> int:
+    """Read one byte of every 4 KiB page of an array or tensor: what any consumer of it costs at least.
+
+    A receiver that maps memory it never reads would otherwise look infinitely fast; every
+    row pays this on the receiving side (argument: the actor; result: the client).
+    """
+    if isinstance(data, np.ndarray):
+        flat = np.frombuffer(memoryview(np.ascontiguousarray(data)).cast("B"), dtype=np.uint8)
+    elif hasattr(data, "untyped_storage"):
+        import torch
+
+        flat = data.contiguous().view(-1).view(torch.uint8).numpy()
+    else:
+        return 0
+    return int(flat[::4096].sum())
+
+
 def _call(target: Any, *args: Any, method: str = "call_one") -> Callable[[], Any]:
-    """One blocking ``target.call_one(*args).get()`` (or ``target(*args).get()`` with ``method="call"``)."""
+    """One blocking ``target.call_one(*args).get()`` (or ``target(*args).get()`` with ``method="call"``),
+    its result touched (:func:`touch`) when it is an array or tensor."""
     start = target if method == "call" else getattr(target, method)
-    return lambda: start(*args).get(timeout=600)
+    return lambda: touch(start(*args).get(timeout=600)) if method != "call" else start(*args).get(timeout=600)
 
 
 def _emit(**row: Any) -> None:
@@ -133,6 +151,7 @@ def worker(cases: set[str], sizes: list[int], repeat: int) -> None:
 
         @endpoint
         def nbytes(self, data: Any) -> int:
+            touch(data)
             return int(data.nbytes)
 
         @endpoint
