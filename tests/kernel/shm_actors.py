@@ -99,3 +99,17 @@ class Sharer(Actor):
     def fill(self, value: Any, fill: float) -> str:
         value.fill_(fill)
         return payload_origin(value)
+
+
+class Dier(Actor):
+    """Says it is about to return a large result, which the test kills it around."""
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def big(self, started: Any, n: int) -> Any:
+        value = np.full(n, 7, dtype=np.int64)
+        started.send(os.getpid())
+        return value

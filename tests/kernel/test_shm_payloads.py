@@ -9,6 +9,7 @@ or a segment that is gone never loses a message or hangs a call.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -289,3 +290,41 @@ def test_between_hosts_results_are_received_into_the_callers_pool():
         assert _segments.pool().nbytes == held, "receive buffers were not reused"
     finally:
         procs.stop().get(timeout=scaled(30))
+
+
+def test_a_sender_killed_around_its_write_gives_a_supervision_error_or_the_whole_result():
+    """The copy into the segment ends before the message leaves: a caller never sees a torn result."""
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        from shm_actors import Dier
+
+        dier = procs.spawn("shm_dier", Dier)
+        dier.pid.call_one().get(timeout=scaled(30))
+        port, started = Channel.open()
+        n = 64 * MIB // 8
+        pending = dier.big.call_one(port, n)
+        os.kill(started.recv().get(timeout=scaled(30)), 9)
+        try:
+            got = pending.get(timeout=scaled(30))
+        except SupervisionError:
+            return
+        assert got.shape == (n,) and int(got.min()) == 7 == int(got.max()), "a torn result"
+    finally:
+        procs.stop().get(timeout=scaled(30))
+
+
+def test_a_read_only_dev_shm_does_not_matter(tmp_path):
+    """Segments are anonymous memfds: /dev/shm is neither used nor needed."""
+    script = os.path.join(os.path.dirname(__file__), "scenarios", "shm_readonly_devshm.py")
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) here to make a private read-only /dev/shm")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o ro,size=1m tmpfs /dev/shm"], capture_output=True, text=True,
+                           timeout=scaled(30))
+    if probe.returncode:
+        pytest.skip(f"cannot make a private read-only /dev/shm here (unshare -m: {probe.stderr.strip()})")
+    run = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          f"mount -t tmpfs -o ro,size=1m tmpfs /dev/shm && exec {sys.executable} {script}"],
+                         capture_output=True, text=True, timeout=scaled(120))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "OK shm" in run.stdout, run.stdout + run.stderr
