@@ -27,6 +27,9 @@ from tetrarch.testing import scaled
 pytestmark = pytest.mark.timeout(scaled(120))
 
 MIB = 1 << 20
+#: Where a large array received over the socket lives: the builtin transport receives it into the
+#: receiver's pool (receive sinks); pyzmq and pynng hand over memory of their own.
+SOCKET_ORIGIN = "pool" if (os.environ.get("TETRARCH_TRANSPORT") or "ipc") in ("ipc", "tcp") else "private"
 
 
 @pytest.fixture(scope="module")
@@ -110,9 +113,9 @@ def test_small_payloads_stay_on_the_socket_and_the_path_can_be_turned_off(keeper
     assert keeper.describe.call_one(small).get(timeout=scaled(30))[0] == "private"
     big = np.ones(1 << 20, dtype=np.float32)
     with configured(shm_payloads=False):  # the socket, received into the receiver's pool
-        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == "pool"
+        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == SOCKET_ORIGIN
     with configured(shm_min_bytes=8 * MIB):
-        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == "pool"
+        assert keeper.describe.call_one(big).get(timeout=scaled(30))[0] == SOCKET_ORIGIN
 
 
 def test_many_buffers_of_one_message_share_a_segment(keeper):
@@ -136,12 +139,11 @@ def test_segments_are_reused_once_receivers_drop_what_they_hold(keeper):
     _segments.release_all_for_tests()  # segments of earlier tests would serve these payloads too
     pool = _segments.pool()
     value = np.ones(4 * MIB, dtype=np.uint8)
-    for _ in range(3):
-        keeper.describe.call_one(value).get(timeout=scaled(30))
-    held = pool.nbytes
     for _ in range(20):
         keeper.describe.call_one(value).get(timeout=scaled(30))
-    assert pool.nbytes == held, f"the pool grew from {held >> 20} to {pool.nbytes >> 20} MiB for dropped payloads"
+    # The receiver drops each payload once its reply is out; the next call may come first, so a
+    # few segments take turns: never one per call.
+    assert pool.nbytes <= 3 * 4 * MIB, f"20 payloads that were dropped took {pool.nbytes >> 20} MiB of segments"
     for _ in range(4):  # kept: each keeps its segment
         keeper.keep.call_one(value).get(timeout=scaled(30))
     assert pool.nbytes >= 4 * 4 * MIB, "each kept payload holds a segment of its own"
@@ -159,7 +161,7 @@ def test_a_full_pool_sends_through_the_socket_with_one_warning(keeper):
         warnings.simplefilter("always")
         for _ in range(3):
             origin, _, _, crc, _ = keeper.describe.call_one(value).get(timeout=scaled(30))
-            assert origin == "pool" and crc == _crc(value)  # the socket, into the receiver's own pool
+            assert origin == SOCKET_ORIGIN and crc == _crc(value)  # the socket (into the receiver's pool)
     said = [w for w in caught if issubclass(w.category, _segments.ShmWarning)]
     assert len(said) == 1 and "TETRARCH_SHM_POOL_BYTES" in str(said[0].message), [str(w.message) for w in caught]
     _segments.release_all_for_tests()
@@ -265,15 +267,19 @@ def test_a_shared_tensor_dropped_by_the_sender_right_after_the_call_still_arrive
 
 def test_between_hosts_large_arrays_are_received_into_reused_memory(keeper):
     """The socket path (shared memory off stands in for another host): the receiver's pool takes the frames."""
+    if SOCKET_ORIGIN != "pool":
+        pytest.skip("this transport offers no receive sinks: its library hands over memory of its own")
     value = np.arange(4 * MIB // 4, dtype=np.int32)
     with configured(shm_payloads=False):
         origin, _, _, crc, writable = keeper.describe.call_one(value).get(timeout=scaled(30))
-        assert (origin, crc, writable) == ("pool", _crc(value), True)
+        assert (origin, crc, writable) == (SOCKET_ORIGIN, _crc(value), True)
         small = np.arange(64 << 10, dtype=np.uint8)  # under a MiB: a buffer of its own
         assert keeper.describe.call_one(small).get(timeout=scaled(30))[0] == "private"
 
 
 def test_between_hosts_results_are_received_into_the_callers_pool():
+    if SOCKET_ORIGIN != "pool":
+        pytest.skip("this transport offers no receive sinks: its library hands over memory of its own")
     with configured(shm_payloads=False):
         procs = this_host().spawn_procs(per_host={"gpus": 1})
     try:
@@ -328,3 +334,33 @@ def test_a_read_only_dev_shm_does_not_matter(tmp_path):
                          capture_output=True, text=True, timeout=scaled(120))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "OK shm" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.transport_independent  # serialization only: no process
+def test_a_cuda_tensor_reaching_a_process_without_a_gpu_is_a_cpu_tensor_with_one_warning():
+    """The receiving end of a CUDA tensor (staged through host memory) in a process that sees no GPU."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this process sees a GPU: the CPU fallback is not what it does")
+    value = torch.arange(1 << 16, dtype=torch.float32)
+    frames = _serial.dumps(value)
+    rebuilt_as_cuda = _serial._rebuild_cuda_tensor  # what the sender of a CUDA tensor names
+    _serial._cpu_warned = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = rebuilt_as_cuda(frames[1], "float32", (1 << 16,), "GPU-test", 0)
+        second = rebuilt_as_cuda(frames[1], "float32", (1 << 16,), "GPU-test", 0)
+    said = [w for w in caught if issubclass(w.category, _serial.CudaTensorOnCpuWarning)]
+    assert first.device.type == "cpu" and torch.equal(first, value) and torch.equal(second, value)
+    assert len(said) == 1 and "per_host={'gpus'" in str(said[0].message)
+
+
+def test_cuda_tensors_as_arguments_and_results(procs):
+    """On a machine with a GPU: a CUDA argument lands on the receiver's GPU, a CUDA result on the caller's."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU visible here (torch.cuda.is_available() is False)")
+    keeper = procs.slice(gpus=0).spawn("shm_cuda", Keeper)
+    value = torch.arange(16 * MIB // 4, dtype=torch.float32, device="cuda")
+    back = keeper.echo.call_one(value).get(timeout=scaled(60))
+    assert back.device.type == "cuda" and torch.equal(back, value)

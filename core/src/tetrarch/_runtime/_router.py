@@ -462,6 +462,8 @@ class Router:
         peer = auth.peer_address
         if not peer or not auth.done:
             return
+        if auth.peer.host_key and auth.peer.host_key == self._info.host_key:
+            _shmwire.forget(auth.peer.pid)
         with self._lock:
             if self._routes.get(peer) is conn:
                 del self._routes[peer]

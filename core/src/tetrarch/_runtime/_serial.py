@@ -28,7 +28,7 @@ import cloudpickle
 from .._errors import ArgumentTypeError
 from ._buffers import as_bytes
 
-__all__ = ["PicklingError", "arg_parts", "dumps", "dumps_checked", "loads", "type_name"]
+__all__ = ["CudaTensorOnCpuWarning", "PicklingError", "arg_parts", "dumps", "dumps_checked", "loads", "type_name"]
 
 PicklingError = pickle.PicklingError
 _MAIN = b"__main__"
@@ -74,7 +74,64 @@ def _shared_file(t: Any) -> tuple[int, int, int] | None:
     return fd, t.data_ptr() - storage.data_ptr(), t.nbytes
 
 
+class CudaTensorOnCpuWarning(UserWarning):
+    """A CUDA tensor reached a process that sees no GPU: it is a CPU tensor there."""
+
+
+_cpu_warned = False
+
+
+def _cuda_device_for(torch: Any, uuid: str, index: int) -> int:
+    """The receiver's device index for the sender's GPU ``uuid``: the same GPU when visible, else the current one."""
+    for i in range(torch.cuda.device_count()):
+        if uuid and str(torch.cuda.get_device_properties(i).uuid) == uuid:
+            return i
+    return torch.cuda.current_device()
+
+
+def _rebuild_cuda_tensor(buf: Any, dtype: str, shape: tuple[int, ...], uuid: str, index: int) -> Any:
+    """A CUDA tensor sent through host memory, rebuilt on the receiver's GPU (the same GPU when it sees it).
+
+    Without a GPU the receiver gets the CPU tensor, with one ``CudaTensorOnCpuWarning``.
+    """
+    global _cpu_warned
+    import torch
+
+    host = _rebuild_tensor(buf, dtype, shape)
+    if torch.cuda.is_available():
+        return host.to(f"cuda:{_cuda_device_for(torch, uuid, index)}")
+    if not _cpu_warned:
+        _cpu_warned = True
+        import warnings
+
+        warnings.warn(f"a CUDA tensor (from GPU {uuid or index}) arrived in a process that sees no GPU: it is a CPU "
+                      "tensor here. Give the receiving procs GPUs (spawn_procs(per_host={'gpus': N}) on a host with "
+                      "them), or send tensor.cpu() to say so", CudaTensorOnCpuWarning, stacklevel=2)
+    return host
+
+
+def _reduce_cuda_tensor(t: Any) -> Any:
+    """A CUDA tensor, staged through pinned host memory as an out-of-band buffer (shared memory on one host)."""
+    import torch
+
+    t = t.detach()
+    try:
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)  # torch's caching host allocator: reused
+        host.copy_(t)
+    except RuntimeError:  # no pinned memory to be had: pageable
+        host = t.cpu()
+    host = host.contiguous()
+    try:
+        uuid = str(torch.cuda.get_device_properties(t.device).uuid)
+    except (RuntimeError, AttributeError):
+        uuid = ""
+    return (_rebuild_cuda_tensor, (pickle.PickleBuffer(_tensor_bytes(host)), str(t.dtype).removeprefix("torch."),
+                                   tuple(t.shape), uuid, t.device.index or 0))
+
+
 def _reduce_tensor(t: Any) -> Any:
+    if t.device.type == "cuda" and not (t.requires_grad or t.is_sparse or t.is_quantized or t.is_nested):
+        return _reduce_cuda_tensor(t)
     if (t.device.type != "cpu" or t.requires_grad or t.is_sparse or t.is_quantized or t.is_nested
             or t.nbytes < _OOB_MIN):
         return NotImplemented

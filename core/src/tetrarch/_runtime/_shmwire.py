@@ -56,8 +56,8 @@ from .._errors import TetrarchError
 from ._cma import buffer_address
 from ._segments import FREE, HEADER, Segment, lend, new_lease, pool, tickets
 
-__all__ = ["MARK", "VIEW_MARK", "Unreadable", "abandon", "incoming", "mark_viewable", "outgoing", "payload_origin",
-           "receive_sinks"]
+__all__ = ["MARK", "VIEW_MARK", "Unreadable", "abandon", "forget", "incoming", "mark_viewable", "outgoing",
+           "payload_origin", "receive_sinks"]
 
 MARK = b"\0S"
 VIEW_MARK = b"\0V"
@@ -289,6 +289,12 @@ class _Maps:
         while len(self._maps) > _CACHE_ENTRIES:
             self._maps.popitem(last=False)
 
+    def forget(self, pid: int) -> None:
+        """Drop the cached mappings of ``pid``'s segments (views over them stay valid)."""
+        with self._lock:
+            for key in [k for k in self._maps if k[0] == pid]:
+                del self._maps[key]
+
     def clear(self) -> None:
         with self._lock:
             self._maps.clear()
@@ -324,6 +330,15 @@ def _map(pid: int, fd: int, inode: int, end: int, token: bytes | None) -> mmap.m
 
 
 _maps = _Maps()
+
+
+def forget(pid: int) -> None:
+    """The connection to ``pid`` closed: let go of the mappings of its segments this process cached.
+
+    Without it a receiver would keep a sender's dropped segments mapped (their memory
+    alive) until its next message; arrays over them keep their own mapping.
+    """
+    _maps.forget(pid)
 _shared_maps: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # other processes' shared tensors (diagnostics)
 
 
