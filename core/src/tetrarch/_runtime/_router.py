@@ -278,13 +278,9 @@ class Router:
             if dead is not None:
                 raise PeerUnreachable(dead)
             conn = self._dial(address)
-        if len(frames) > 2:  # out-of-band buffers: through shared memory to a peer of this host,
-            peer = conn.context.peer  # type: ignore[attr-defined]
-            given = frames
-            if peer.host_key and peer.host_key == self._info.host_key:
-                frames = _shmwire.outgoing(frames, peer.pid)
-            if frames is given and conn.supports_sinks:  # else into reused memory at the receiver
-                frames = _shmwire.mark_viewable(frames)
+        if len(frames) > 2:  # out-of-band buffers: shared memory on this host, reused memory on another
+            frames = _shmwire.prepare(frames, conn.context.peer, self._info.host_key,  # type: ignore[attr-defined]
+                                      conn.supports_sinks)
         # Coalesce bursts: a message that follows another to the same peer within
         # _COALESCE_S (or while earlier ones are queued) joins a batch that the flusher
         # thread writes with one vectored syscall; an isolated message goes out now.

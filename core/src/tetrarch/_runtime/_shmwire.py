@@ -57,7 +57,7 @@ from ._cma import buffer_address
 from ._segments import FREE, HEADER, Segment, lend, new_lease, pool, tickets
 
 __all__ = ["MARK", "VIEW_MARK", "Unreadable", "abandon", "forget", "incoming", "mark_viewable", "outgoing",
-           "payload_origin", "receive_sinks"]
+           "payload_origin", "prepare", "receive_sinks"]
 
 MARK = b"\0S"
 VIEW_MARK = b"\0V"
@@ -179,6 +179,18 @@ def outgoing(frames: list, peer_pid: int) -> list:
         return frames
     out[0] = b"".join([MARK, _COUNT.pack(len(entries)), *entries, bytes(memoryview(frames[0]))])
     return out
+
+
+def prepare(frames: list, peer: Any, host_key: str, sinks: bool) -> list:
+    """``frames`` as they go to ``peer`` (a :class:`~tetrarch._transport._auth.PeerInfo`): through shared
+    memory when it has this process's ``host_key``, else with their large frames named for its receive
+    sinks (when the connection has them: ``sinks``). Never raises."""
+    given = frames
+    if peer.host_key and peer.host_key == host_key:
+        frames = outgoing(frames, peer.pid)
+    if frames is given and sinks:
+        frames = mark_viewable(frames)
+    return frames
 
 
 def mark_viewable(frames: list) -> list:
