@@ -21,6 +21,7 @@ pytestmark = pytest.mark.transport_independent
 PACKAGE = Path(tetrarch.__file__).parent
 #: Public façades and tools that sit on top of the whole stack.
 ABOVE_THE_STACK = {"tetrarch", "tetrarch.__main__", "tetrarch._cli", "tetrarch._doctor", "tetrarch.plugins",
+                   "tetrarch.plugins.transport", "tetrarch.plugins.rdma", "tetrarch.plugins.allocator",
                    "tetrarch.job", "tetrarch.job.spmd", "tetrarch.rdma", "tetrarch.spmd", "tetrarch._runtime",
                    "tetrarch.config"}
 

@@ -31,7 +31,12 @@ def set_process_name(name: str) -> None:
 
 
 def get_logger(area: str) -> logging.Logger:
-    """The logger ``tetrarch.<area>``."""
+    """The logger ``tetrarch.<area>`` (a plugin uses its own area: ``get_logger("slurm")``).
+
+    Its records go where tetrarch's go: to the application's handlers when it configured
+    logging, else to stderr as ``tetrarch[<process>]: message`` (at the default level:
+    warnings and errors). Never raises.
+    """
     return logging.getLogger(f"{ROOT}.{area}")
 
 

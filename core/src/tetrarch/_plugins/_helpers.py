@@ -12,9 +12,33 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from .._config import SETTINGS, Setting
+from .._config_monarch import closest
+from .._errors import ConfigError
 from ._specs import ProbeResult
 
-__all__ = ["library_probe", "module_present", "not_implemented_factory", "probe_in_child", "python_library_found"]
+__all__ = ["library_probe", "module_present", "not_implemented_factory", "probe_in_child", "python_library_found",
+           "setting"]
+
+
+def setting(key: str) -> Setting[Any]:
+    """The tetrarch setting ``key`` (``"efa_provider"``, ``"rdma_device"``; docs/configuration.md lists them).
+
+    Call the returned :class:`Setting` for its current value (set from code with
+    ``tetrarch.configure``, else its ``TETRARCH_*`` environment variable, else its
+    default), read at that moment; ``.lookup()`` also says where the value came from,
+    ``.env`` names the variable for messages. Cheap: a backend's probe may call it.
+
+    Raises:
+        ValueError: (a ``tetrarch.ConfigError``) no setting has that key; the message
+            suggests the nearest one and lists them all.
+    """
+    found = SETTINGS.get(key)
+    if found is None:
+        near = closest(key, list(SETTINGS))
+        raise ConfigError(f"no tetrarch setting {key!r}{f' (did you mean {near}?)' if near else ''}; "
+                          f"valid: {', '.join(SETTINGS)}")
+    return found
 
 
 def module_present(module: str) -> bool:

@@ -47,6 +47,7 @@ class ProbeResult:
 
     @classmethod
     def no(cls, reason: str, remedy: str = "") -> ProbeResult:
+        """The backend cannot run here: ``reason`` says why, ``remedy`` what to do about it."""
         return cls(False, reason, remedy)
 
 

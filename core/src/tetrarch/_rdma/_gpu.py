@@ -28,6 +28,8 @@ _CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1
 
 
 class GpuRuntime(enum.Enum):
+    """The GPU runtime that owns device memory (what :func:`gpu_runtime` answers)."""
+
     CUDA = "cuda"
     ROCM = "rocm"
 

@@ -18,7 +18,12 @@ from .._errors import AllocatorError, ArgumentError
 from ._secret import write_secret_file
 from ._spawn import ExitInfo
 
-__all__ = ["AgentCommand", "AllocRequest", "Allocation", "Allocator", "AllocatorError"]
+__all__ = ["HOST_AGENT_MODULE", "AgentCommand", "AllocRequest", "Allocation", "Allocator", "AllocatorError"]
+
+#: The module of core's host agent. The kernel's ``AgentCommand.argv`` runs it as
+#: ``python -m HOST_AGENT_MODULE``; an allocator that writes its own command line for
+#: another machine (a wrapper script run by ``srun``) runs the same there.
+HOST_AGENT_MODULE = "tetrarch._runtime._host_agent"
 
 
 @dataclass(frozen=True, slots=True)

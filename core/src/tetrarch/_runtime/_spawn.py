@@ -78,7 +78,8 @@ class LineSplitter:
 
 @dataclass(frozen=True, slots=True)
 class ExitInfo:
-    """How a watched process ended."""
+    """How a watched process ended: its ``pid``, ``returncode`` (negative: killed by signal
+    ``-returncode``, as in ``subprocess``) and ``stderr_tail`` (the last lines it wrote to stderr)."""
 
     pid: int
     returncode: int  # negative: killed by signal -returncode
@@ -86,6 +87,7 @@ class ExitInfo:
 
     @property
     def signal(self) -> int | None:
+        """The number of the signal that killed it, or None for a normal exit."""
         return -self.returncode if self.returncode < 0 else None
 
     def describe(self) -> str:
@@ -109,7 +111,11 @@ def _pdeathsig_preexec() -> None:  # runs in the child between fork and exec
 
 
 class WatchedProcess:
-    """A child process whose end is reported once through ``on_exit``."""
+    """A child process whose end is reported once through ``on_exit`` (made by :func:`spawn_watched`).
+
+    ``pid``; ``exit_info`` (None while it runs); ``wait``, ``signal``, ``terminate`` and
+    ``stderr_tail`` never raise.
+    """
 
     def __init__(self, popen: subprocess.Popen, on_exit: Callable[[ExitInfo], None] | None,
                  output: OutputCallback | None = None) -> None:
@@ -223,6 +229,7 @@ class WatchedProcess:
             self._on_exit(self.exit_info)
 
     def stderr_tail(self) -> str:
+        """The last lines (up to 40) the process wrote to stderr so far."""
         return "".join(self._tail)
 
     def wait(self, timeout: float | None = None) -> ExitInfo | None:

@@ -71,8 +71,9 @@ _NOBODY = PeerInfo(0, "")
 
 
 def transport_key(secret: bytes) -> bytes:
-    """The allocation's transport key (``Transport.use_key``): derived from ``secret`` under a
-    label of its own, so it can travel where the secret must not (zmq's PLAIN handshake)."""
+    """The allocation's transport key (``Transport.use_key``): 32 bytes derived from ``secret`` under a
+    label of its own, so it can travel where the secret must not (zmq's PLAIN handshake); the same in
+    every process of the allocation, another for another secret."""
     return hmac.new(secret, b"tetrarch transport key v1", hashlib.sha256).digest()
 
 

@@ -24,20 +24,28 @@ __all__ = ["COUNT", "MAX_FRAMES", "OWN_MIN", "consume", "header", "nbytes", "rec
 
 _log = get_logger("transport")
 
+#: The frame count that opens a message (``!I``): ``COUNT.pack(n)``, ``COUNT.unpack_from(data)``;
+#: ``COUNT.size`` is 4. The ``!Q`` length of each frame follows (:func:`header` writes both).
 COUNT = struct.Struct("!I")
-#: The most frames one message may have.
+#: The most frames one message may have; a receiver closes a connection that announces more.
 MAX_FRAMES = 1 << 16
 #: A frame of a large message at least this big gets a receive buffer of its own.
 OWN_MIN = 1 << 16
 
 
 def nbytes(b: bytes | bytearray | memoryview) -> int:
-    """The size of one frame in bytes (a memoryview of any format counts its bytes, not its items)."""
+    """The size of one frame in bytes (a memoryview of any format counts its bytes, not its items). Never raises."""
     return b.nbytes if type(b) is memoryview else len(b)
 
 
 def header(sizes: list[int]) -> bytes:
-    """The header announcing frames of ``sizes`` bytes."""
+    """The header announcing frames of ``sizes`` bytes: the frame count (:data:`COUNT`), then each
+    size as ``!Q``; ``4 + 8 * len(sizes)`` bytes, which count toward ``max_message_size``.
+
+    Raises:
+        struct.error: a size is negative or does not fit 64 bits, or there are 2**32 frames or more
+            (a sender checks ``len(sizes) <= MAX_FRAMES`` first).
+    """
     return struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes)
 
 
@@ -48,8 +56,14 @@ def receive_buffers(sizes: list[int], sinks: Sequence[memoryview | None] | None 
     A frame with a sink (an entry of ``sinks``, as :func:`resolve_sinks` returns them) is
     received into it; any other frame of at least ``OWN_MIN`` bytes gets a
     :func:`frame_buffer` of its own (so the receiver can adopt it as ``bytes`` without a
-    copy); the smaller ones share one ``bytearray``. ``targets`` lists the non-empty
-    frames in wire order: what is left to fill.
+    copy: ``as_bytes``); the smaller ones share one ``bytearray``. ``targets`` lists the
+    non-empty frames in wire order: what is left to fill (with :func:`consume`). Deliver
+    ``frames`` once ``targets`` is empty.
+
+    Raises:
+        ValueError: ``sinks`` has not one entry per frame.
+        MemoryError: the buffers cannot be allocated (check the sizes against
+            ``max_message_size`` before calling).
     """
     given = list(sinks) if sinks is not None else [None] * len(sizes)
     pool = memoryview(bytearray(sum(n for n, g in zip(sizes, given, strict=True) if n < OWN_MIN and g is None)))
@@ -67,7 +81,12 @@ def receive_buffers(sizes: list[int], sinks: Sequence[memoryview | None] | None 
 
 
 def consume(targets: list[memoryview], n: int) -> None:
-    """Drop the first ``n`` bytes (just filled) from ``targets``."""
+    """Drop the first ``n`` bytes (just filled) from ``targets``, in place: emptied targets go, a
+    partly filled one is sliced past what was filled.
+
+    Raises:
+        IndexError: ``n`` exceeds the bytes ``targets`` still hold.
+    """
     i = 0
     while i < len(targets) and n >= targets[i].nbytes:
         n -= targets[i].nbytes

@@ -35,6 +35,11 @@ check the contract the kernel relies on, as written in the docstrings of
   (oldest closed first), each holds about ``max_bytes``, and a flood at an open-file limit
   of 1024 neither kills nor spins the listener, is logged, and real peers get in after.
   Hooks: ``preauth_flood(address)`` (your wire's stalled opening), ``preauth_factory``.
+
+Helpers for a transport's own tests: :class:`Recorder` (a ``ConnectionHandler`` that
+records what it sees), :func:`kernel_listening` (the kernel's router listening on your
+transport in this process, as a tetrarch process would) and :func:`transport_key` (the
+key the kernel hands ``Transport.use_key`` for an allocation's secret).
 """
 
 from __future__ import annotations
@@ -53,12 +58,13 @@ import pytest
 from tetrarch._transport._base import Connection, ConnectionClosed, Listener, Transport, TransportError
 
 from ._dialing import DialConformance
+from ._kernel import kernel_listening, transport_key
 from ._kit import TEST_TIMEOUT, WAIT, bounded, pattern, raw_sockaddr
 from ._preauth import PreAuthConformance
 from ._recorder import Recorder, _as_bytes
 from ._sinks import ReceiveSinkConformance
 
-__all__ = ["Recorder", "TransportConformance"]
+__all__ = ["Recorder", "TransportConformance", "kernel_listening", "transport_key"]
 
 _bounded, _pattern, _raw_sockaddr = bounded, pattern, raw_sockaddr
 

@@ -40,24 +40,48 @@ Code that needs a backend asks by kind: :func:`get_transport` returns a
 
 The runtime interfaces (:class:`Transport`, :class:`Allocator`, ...) load lazily so
 importing this module stays cheap.
+
+**The complete API.** A plugin imports from ``tetrarch.plugins`` and its submodules,
+the kit of each kind, and from tetrarch's other public modules (``tetrarch``,
+``tetrarch.config``, ``tetrarch.job``, ``tetrarch.rdma``, ``tetrarch.testing``), never
+from a ``tetrarch._*`` module (tetrarch's own ``make lint`` refuses that in its plugins
+and examples):
+
+:mod:`tetrarch.plugins.transport`
+    the transport interfaces plus the kernel's framing helpers (``header``,
+    ``receive_buffers``, ...), its loops and pre-authentication bounds;
+:mod:`tetrarch.plugins.rdma`
+    the RDMA backend interfaces plus GPU memory helpers (``gpu_runtime``, ``export_dmabuf``);
+:mod:`tetrarch.plugins.allocator`
+    the allocator interfaces plus ``spawn_watched``, the host agent's module and
+    variables, and core's ``LocalAllocator`` (a complete small allocator).
+
+Here, for every kind: the records and hooks above, the registry (:class:`Registry`,
+:func:`get_registry`, :class:`PluginSource` to register a plugin object in a test),
+:func:`setting` (a tetrarch setting a backend reads, e.g. ``setting("efa_provider")``),
+:func:`get_logger`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._lazy import lazy_exports
-from ._plugins._errors import BackendNotFound, BackendUnavailable, PluginLoadError
-from ._plugins._helpers import (
+from .._config import Setting
+from .._lazy import lazy_exports
+from .._log import get_logger
+from .._plugins._errors import BackendNotFound, BackendUnavailable, PluginLoadError
+from .._plugins._helpers import (
     library_probe,
     module_present,
     not_implemented_factory,
     probe_in_child,
     python_library_found,
+    setting,
 )
-from ._plugins._hookspecs import hookimpl, hookspec
-from ._plugins._registry import get_allocator, get_registry, get_transport
-from ._plugins._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
+from .._plugins._hookspecs import hookimpl, hookspec
+from .._plugins._loader import PluginRecord, PluginSource, PluginState
+from .._plugins._registry import Registry, get_allocator, get_registry, get_transport
+from .._plugins._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
 
 _LAZY = {
     "Transport": "tetrarch._transport._base",
@@ -120,12 +144,17 @@ __all__ = [
     "MemoryKind",
     "PeerIdentity",
     "PluginLoadError",
+    "PluginRecord",
+    "PluginSource",
+    "PluginState",
     "PreAuthLimits",
     "ProbeResult",
     "QualifiedAddress",
     "RdmaBackend",
     "RdmaHost",
+    "Registry",
     "RemoteRegion",
+    "Setting",
     "Status",
     "Transport",
     "TransportError",
@@ -135,6 +164,7 @@ __all__ = [
     "connection_cap",
     "fresh_ipc_name",
     "get_allocator",
+    "get_logger",
     "get_registry",
     "get_transport",
     "helper_thread_policy",
@@ -147,6 +177,7 @@ __all__ = [
     "probe_in_child",
     "process_gone",
     "python_library_found",
+    "setting",
     "settle",
     "spawn_watched",
 ]
@@ -156,11 +187,11 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion, settle
-    from ._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
-    from ._runtime._procstate import process_gone
-    from ._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
-    from ._transport._base import (
+    from .._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion, settle
+    from .._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
+    from .._runtime._procstate import process_gone
+    from .._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
+    from .._transport._base import (
         Connection,
         ConnectionClosed,
         ConnectionHandler,
@@ -169,9 +200,9 @@ if TYPE_CHECKING:  # pragma: no cover
         Transport,
         TransportError,
     )
-    from ._transport._callqueue import CallQueue
-    from ._transport._limits import PreAuthLimits, connection_cap
-    from ._transport._loop import IoLoop, LeaderLoop
-    from ._transport._qualified import QualifiedAddress, fresh_ipc_name, parse_qualified
-    from ._transport._route import advertised_host
-    from ._transport._sched import batch_helper_threads, helper_thread_policy
+    from .._transport._callqueue import CallQueue
+    from .._transport._limits import PreAuthLimits, connection_cap
+    from .._transport._loop import IoLoop, LeaderLoop
+    from .._transport._qualified import QualifiedAddress, fresh_ipc_name, parse_qualified
+    from .._transport._route import advertised_host
+    from .._transport._sched import batch_helper_threads, helper_thread_policy
