@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 import tetrarch_plugin_template._plugin as plugin_module
-from tetrarch._plugins import PluginSource, Registry
-from tetrarch.plugins import Allocator, BackendKind, Status, Transport
+from tetrarch.plugins import Allocator, BackendKind, PluginSource, Registry, Status, Transport
 from tetrarch_plugin_template._allocator import SandboxAllocator
 from tetrarch_plugin_template._transport import ThreadedTransport
 
@@ -47,3 +46,4 @@ def test_chosen_by_name_the_factories_build_the_backends(registry: Registry) -> 
 
 def test_never_chosen_over_core_unless_asked(registry: Registry) -> None:
     assert registry.select(BackendKind.TRANSPORT, address="tcp://127.0.0.1:0").name == "tcp"
+

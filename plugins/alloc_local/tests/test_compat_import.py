@@ -5,12 +5,18 @@ from __future__ import annotations
 import importlib.metadata
 
 import tetrarch_alloc_local
-from tetrarch._runtime import _local_alloc
+from tetrarch.plugins import Registry
+from tetrarch.plugins.allocator import LocalAllocation, LocalAllocator
 
 
 def test_the_compat_names_are_cores_classes() -> None:
-    assert tetrarch_alloc_local.LocalAllocator is _local_alloc.LocalAllocator
-    assert tetrarch_alloc_local.LocalAllocation is _local_alloc.LocalAllocation
+    assert tetrarch_alloc_local.LocalAllocator is LocalAllocator
+    assert tetrarch_alloc_local.LocalAllocation is LocalAllocation
+    registry = Registry(entry_points=False)  # core alone: its own 'local' allocator
+    try:
+        assert type(registry.get_allocator("local")) is tetrarch_alloc_local.LocalAllocator
+    finally:
+        registry.close()
 
 
 def test_the_compat_distribution_registers_no_backend() -> None:

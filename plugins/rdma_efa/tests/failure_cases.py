@@ -23,16 +23,14 @@ import pytest
 import tetrarch
 from tetrarch import SupervisionError, this_host
 from tetrarch.testing import scaled
-from tetrarch.testing.rdma import Holder, digest, holders, pattern
+from tetrarch.testing.rdma import Holder, backend_instance, descriptor_of, digest, holders, pattern
 
 MiB = 1 << 20
 pytestmark = pytest.mark.timeout(scaled(120))
 
 
 def _backend() -> Any:
-    from tetrarch._rdma._runtime import get_runtime
-
-    return get_runtime().backend("efa")
+    return backend_instance("efa")
 
 
 def _endpoint(provider: str) -> Any:
@@ -111,11 +109,10 @@ class _Failures:
         same fi_addr), and the next transfer to that owner works."""
         from concurrent.futures import Future
 
-        from tetrarch._rdma._buffer import Descriptor
         from tetrarch_rdma_efa._endpoint import EndpointError, Transfer
 
         buf = healthy.make.call_one("stale", MiB, 8, "efa").get(timeout=scaled(60))
-        desc = Descriptor(*buf.__reduce__()[1][0])
+        desc = descriptor_of(buf)
         ctx: dict[str, Any] = desc.contexts["efa"]
         # the key and address, granted by the owner as to any reader of the allocation
         _size, key, base = _backend().host.call(desc.owner.address, ("efa.check", desc.buffer_id, ctx["prov"], 0, MiB),

@@ -11,7 +11,7 @@ import pytest
 import tetrarch
 from tetrarch import configured, this_host
 from tetrarch.testing import scaled
-from tetrarch.testing.rdma import Holder, digest, holders, pattern
+from tetrarch.testing.rdma import Holder, backend_instance, descriptor_of, digest, holders, pattern
 
 pytestmark = pytest.mark.timeout(scaled(120))
 
@@ -43,11 +43,10 @@ class TestEfaBadHandles:
             yield mesh
 
     def test_a_descriptor_of_a_backend_the_reader_lacks(self, owner: Any) -> None:
-        from tetrarch._rdma._buffer import Descriptor
         from tetrarch.rdma import RDMABuffer
 
         buf = owner.make.call_one("lacks", 4096, 1, "efa").get(timeout=scaled(60))
-        desc = Descriptor(*buf.__reduce__()[1][0])
+        desc = descriptor_of(buf)
         alien = RDMABuffer._from_descriptor(desc._replace(contexts={"no-such-backend": {}}))
         with pytest.raises(Exception, match="no-such-backend") as caught:
             alien.read_into(bytearray(4096), timeout=scaled(10)).get(timeout=scaled(10))
@@ -73,7 +72,6 @@ class TestEfaBadHandles:
 def test_without_an_efa_device_the_backend_works_on_request_over_a_software_provider() -> None:
     """``tetrarch plugins`` says "available on request" and names the provider: chosen by name,
     the backend moves bytes over it, with TETRARCH_EFA_PROVIDER unset."""
-    from tetrarch._rdma._runtime import get_runtime
     from tetrarch_rdma_efa._plugin import chosen_provider, probe
 
     with configured(efa_provider=None):
@@ -87,4 +85,4 @@ def test_without_an_efa_device_the_backend_works_on_request_over_a_software_prov
             dst = bytearray(1 << 20)
             buf.read_into(dst, timeout=scaled(20)).get(timeout=scaled(20))
             assert digest(dst) == digest(pattern(1 << 20, 5))
-        assert provider in get_runtime().backend("efa")._endpoints
+        assert provider in backend_instance("efa")._endpoints

@@ -17,7 +17,7 @@ import pytest
 
 from tetrarch import configured
 from tetrarch.testing import scaled
-from tetrarch.testing.rdma import digest, holders, pattern
+from tetrarch.testing.rdma import backend_instance, digest, holders, pattern
 from tetrarch_rdma_efa._discover import discover
 
 pytestmark = pytest.mark.timeout(scaled(120))
@@ -26,9 +26,7 @@ MiB = 1 << 20
 
 
 def _backend() -> Any:
-    from tetrarch._rdma._runtime import get_runtime
-
-    return get_runtime().backend("efa")
+    return backend_instance("efa")
 
 
 @pytest.fixture

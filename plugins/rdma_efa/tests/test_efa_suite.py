@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from tetrarch.testing import scaled
-from tetrarch.testing._rdma_actors import digest, pattern
-from tetrarch.testing.rdma import RdmaSuite
+from tetrarch.testing.rdma import RdmaSuite, backend_instance, digest, pattern
 
 
 @pytest.mark.usefixtures("efa_provider")
@@ -32,11 +31,9 @@ class _EfaSuite(RdmaSuite):
         return False  # shm's CMA path reads a stopped owner's memory; tcp;ofi_rxm stalls: either is fine
 
     def test_the_bytes_went_through_libfabric(self, owner: Any, backend: str) -> None:
-        from tetrarch._rdma._runtime import get_runtime
-
         buf = self._make(owner, backend, 1 << 20, seed=9, key="through-efa")
         assert buf.backend == "efa"
-        endpoint = get_runtime().backend("efa").endpoint(self.provider)  # type: ignore[attr-defined]
+        endpoint = backend_instance("efa").endpoint(self.provider)
         before = endpoint.completed
         dst = bytearray(1 << 20)
         buf.read_into(dst, timeout=scaled(30)).get(timeout=scaled(30))

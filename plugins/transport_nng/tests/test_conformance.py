@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tetrarch._transport._base import Transport
+from tetrarch.plugins import Transport
 from tetrarch.testing.transport import TransportConformance
 
 pytest.importorskip("pynng")

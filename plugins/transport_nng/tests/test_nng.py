@@ -14,9 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tetrarch._runtime._buffers import as_bytes
-from tetrarch._transport._auth import PRE_AUTH_LIMIT
-from tetrarch.plugins import TransportError
+from tetrarch.plugins.transport import PRE_AUTH_LIMIT, TransportError, as_bytes
 from tetrarch.testing import scaled
 from tetrarch.testing.transport import Recorder
 

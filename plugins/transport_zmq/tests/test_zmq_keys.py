@@ -15,7 +15,7 @@ import pytest
 
 from tetrarch.plugins import Transport, TransportError
 from tetrarch.testing import scaled
-from tetrarch.testing.transport import Recorder
+from tetrarch.testing.transport import Recorder, kernel_listening, transport_key
 from tetrarch_transport_zmq._plugin import probe
 
 pytestmark = [pytest.mark.skipif(not probe().ok, reason=probe().reason), pytest.mark.timeout(scaled(60))]
@@ -114,8 +114,6 @@ def test_the_key_comes_before_the_first_listen(make: Any) -> None:
 def test_the_kernel_hands_its_transport_the_allocation_key_before_it_listens() -> None:
     import os
 
-    from tetrarch._runtime._router import Router
-    from tetrarch._transport._auth import transport_key
     from tetrarch_transport_zmq._zap import password_of
     from tetrarch_transport_zmq._zmq import ZmqTransport
 
@@ -123,9 +121,8 @@ def test_the_kernel_hands_its_transport_the_allocation_key_before_it_listens() -
     key = transport_key(secret)
     assert len(key) == 32 and key != secret and key == transport_key(secret)
     transport = ZmqTransport()
-    router = Router(transport, secret, name="key-test")
     try:
-        assert transport._password == password_of(key)
+        with kernel_listening(transport, secret):
+            assert transport._password == password_of(key)
     finally:
-        router.close()
         transport.close()

@@ -9,6 +9,6 @@ and registers no backend (a second ``local`` backend would be a conflict).
 
 from __future__ import annotations
 
-from tetrarch._runtime._local_alloc import LocalAllocation, LocalAllocator
+from tetrarch.plugins.allocator import LocalAllocation, LocalAllocator
 
 __all__ = ["LocalAllocation", "LocalAllocator"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from tetrarch._errors import AllocatorError
+from tetrarch import AllocatorError
 
 __all__ = ["first_node_addr", "job_state", "run"]
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tetrarch._config import ENV_CLIENT_ADDR
-from tetrarch._runtime._alloc import AgentCommand, AllocRequest
-from tetrarch._runtime._job import AllocatorJob
+from tetrarch.job import AllocatorJob
+from tetrarch.plugins.allocator import ENV_CLIENT_ADDR, HOST_AGENT_MODULE, AgentCommand, AllocRequest
 
 from ._options import SlurmOptions, SlurmPlan
 from ._slurm import SlurmAllocator
@@ -49,7 +48,7 @@ class SlurmJob(AllocatorJob):
         The client's address is a placeholder (it is known once the client listens).
         """
         env = {ENV_CLIENT_ADDR.name: "<client address>"}
-        command = AgentCommand(("python", "-m", "tetrarch._runtime._host_agent"), env)
+        command = AgentCommand(("python", "-m", HOST_AGENT_MODULE), env)
         return {name: SlurmAllocator().plan(AllocRequest(hosts, command, name, self._options))
                 for name, hosts in self.meshes.items()}
 

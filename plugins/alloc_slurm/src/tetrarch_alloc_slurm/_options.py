@@ -8,12 +8,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-from tetrarch._errors import ArgumentError, ArgumentTypeError
+from tetrarch import ArgumentError, ArgumentTypeError
+from tetrarch.plugins.allocator import ENV_SECRET_FILE, HOST_AGENT_MODULE
 
 __all__ = ["SlurmOptions", "SlurmPlan", "make_plan"]
-
-#: What the node-side wrapper runs: each task reads its own secret file, named by its rank.
-_AGENT = "tetrarch._runtime._host_agent"
 
 
 @dataclass(frozen=True)
@@ -109,8 +107,9 @@ def _sbatch_directives(opts: SlurmOptions, nodes: int, output: str) -> list[str]
 
 def srun_line(opts: SlurmOptions, nodes: int, secret_stem: str, jobid: str | None = None) -> tuple[str, ...]:
     """The srun command that starts one host agent per node (each reads ``secret_stem.<SLURM_PROCID>``)."""
-    wrapper = (f'export TETRARCH_SECRET_FILE={shlex.quote(secret_stem)}."$SLURM_PROCID"; '
-               f'exec {shlex.quote(opts.python_exe)} -m {_AGENT}')
+    # What each task runs: core's host agent, reading its own secret file, named by its rank.
+    wrapper = (f'export {ENV_SECRET_FILE.name}={shlex.quote(secret_stem)}."$SLURM_PROCID"; '
+               f'exec {shlex.quote(opts.python_exe)} -m {HOST_AGENT_MODULE}')
     argv = ["srun"]
     if jobid is not None:
         argv.append(f"--jobid={jobid}")

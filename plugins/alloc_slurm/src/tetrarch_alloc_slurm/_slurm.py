@@ -15,12 +15,18 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from tetrarch._config import ENV_HOST_INDEX
-from tetrarch._errors import AllocatorError
-from tetrarch._log import get_logger
-from tetrarch._runtime._alloc import Allocation, Allocator, AllocRequest
-from tetrarch._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
-from tetrarch._transport._route import source_ip_toward
+from tetrarch.plugins import get_logger
+from tetrarch.plugins.allocator import (
+    ENV_HOST_INDEX,
+    Allocation,
+    Allocator,
+    AllocatorError,
+    AllocRequest,
+    ExitInfo,
+    WatchedProcess,
+    source_ip_toward,
+    spawn_watched,
+)
 
 from . import _cli
 from ._options import SlurmOptions, SlurmPlan, make_plan

@@ -32,8 +32,16 @@ from concurrent.futures import Future
 from typing import Any
 
 from tetrarch import SupervisionError
-from tetrarch._rdma._gpu import GpuRuntime, gpu_runtime
-from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, settle
+from tetrarch.plugins.rdma import (
+    GpuRuntime,
+    LocalRegion,
+    MemoryKind,
+    RdmaBackend,
+    RdmaHost,
+    RemoteRegion,
+    gpu_runtime,
+    settle,
+)
 from tetrarch.rdma import RDMAError
 
 from ._bind import bind_node

@@ -22,9 +22,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
+from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, setting
 
 INSTALL = "apt-get install libfabric1 libfabric-dev"
+#: The settings the backend reads (read at each call: ``configure`` and the environment count).
+EFA_PROVIDER = setting("efa_provider")
+EFA_ALLOW_UNCHECKED_ACCESS = setting("efa_allow_unchecked_access")
 
 
 #: Software providers with one-sided RMA, in the order the backend prefers them when the
@@ -52,8 +55,6 @@ UNCHECKED_WHY: Mapping[str, str] = {
 def unchecked_refusal(provider: str) -> str | None:
     """Why the backend refuses to register memory over ``provider``, or None where the owner's
     provider checks accesses or the user gave that check up (``efa_allow_unchecked_access``)."""
-    from tetrarch._config import EFA_ALLOW_UNCHECKED_ACCESS
-
     if provider in OWNER_CHECKED or EFA_ALLOW_UNCHECKED_ACCESS():
         return None
     why = UNCHECKED_WHY.get(provider, "it is not known to check each access against a registration (keys and "
@@ -67,8 +68,6 @@ def unchecked_refusal(provider: str) -> str | None:
 
 def protection(provider: str) -> str:
     """What protects buffers registered over ``provider`` (for the probe's reason)."""
-    from tetrarch._config import EFA_ALLOW_UNCHECKED_ACCESS
-
     if provider in OWNER_CHECKED:
         return f"owned buffers: {OWNER_CHECKED[provider]}"
     why = UNCHECKED_WHY.get(provider, "not known to check accesses on the owner's side")
@@ -94,8 +93,6 @@ def _fallback() -> str | None:
 def chosen_provider() -> str:
     """The provider the backend uses: the setting, else ``efa``, else (no ``efa`` here) the
     software fallback (the backend then runs only when selected by name or setting)."""
-    from tetrarch._config import EFA_PROVIDER
-
     provider, source = EFA_PROVIDER.lookup()
     if source != "default" or provider != "efa":
         return provider
@@ -104,8 +101,6 @@ def chosen_provider() -> str:
 
 def probe() -> ProbeResult:
     """Whether libfabric is here and offers the configured provider with RMA (listed through ctypes)."""
-    from tetrarch._config import EFA_PROVIDER
-
     from ._discover import discover
 
     try:

@@ -6,7 +6,7 @@ completion queue and one poller thread that posts every work request and reaps e
 completion (pyverbs objects are only touched there after set-up).
 
 * **register** (owner): ``ibv_reg_mr`` of the region (CPU) or ``ibv_reg_dmabuf_mr`` of its
-  dma-buf (GPU memory, exported by ``tetrarch._rdma._gpu``); the context is
+  dma-buf (GPU memory, exported by ``tetrarch.plugins.rdma.export_dmabuf``); the context is
   ``{iova, rkey, len}``. ``deregister`` closes the MR, so the NIC refuses the key from then on
   (an initiator gets ``IBV_WC_REM_ACCESS_ERR``, mapped to "ask the owner for a fresh buffer").
 * **connect** (initiator, first transfer to an owner): create an RC QP, move it to INIT, send
@@ -32,9 +32,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tetrarch._config import RDMA_CHUNK_SIZE, RDMA_DEVICE, VERBS_MAX_WR
-from tetrarch._rdma._gpu import export_dmabuf
-from tetrarch.plugins import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion
+from tetrarch.plugins import setting
+from tetrarch.plugins.rdma import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, export_dmabuf
 
 from ._devices import Selection, gid_index, select
 from ._import import import_pyverbs
@@ -42,6 +41,11 @@ from ._status import VerbsError, wc_error
 from ._wire import Endpoint, RegionContext, parse_context, parse_endpoint
 
 __all__ = ["VerbsRdmaBackend"]
+
+#: The settings the backend reads (each call reads the current value).
+RDMA_CHUNK_SIZE = setting("rdma_chunk_size")
+RDMA_DEVICE = setting("rdma_device")
+VERBS_MAX_WR = setting("verbs_max_wr")
 
 _CONNECT_TIMEOUT = 30.0
 _IDLE_WAIT = 0.05  # the poller's wait for new work when nothing is in flight (woken at once by new work)

@@ -7,7 +7,7 @@ sockets too) over a connection this plugin accepted or dialed itself. The pipe t
 exchange adds is the connection's only one: nng neither redials nor accepts another.
 
 Framing: each tetrarch message is the core framing (``!I`` frame count, ``!Q`` lengths,
-frames; :mod:`tetrarch._transport._framing`) written into nng messages. A message of at
+frames; :mod:`tetrarch.plugins.transport`) written into nng messages. A message of at
 most :data:`CHUNK` bytes (header included) is one nng message; several such messages of
 one ``send_many`` share an nng message while they fit; a bigger message is cut into
 :data:`CHUNK`-byte nng messages. The cut is what keeps a peer nobody vouched for cheap:
@@ -38,12 +38,23 @@ from typing import TYPE_CHECKING, Any
 import pynng
 from pynng import ffi, lib
 
-from tetrarch._transport._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, TransportError
-from tetrarch._transport._framing import COUNT, MAX_FRAMES, consume, header, nbytes, receive_buffers
-from tetrarch.plugins import batch_helper_threads
+from tetrarch.plugins.transport import (
+    COUNT,
+    MAX_FRAMES,
+    Buffer,
+    Connection,
+    ConnectionClosed,
+    ConnectionHandler,
+    TransportError,
+    batch_helper_threads,
+    consume,
+    header,
+    nbytes,
+    receive_buffers,
+)
 
 if TYPE_CHECKING:
-    from tetrarch.plugins import IoLoop
+    from tetrarch.plugins.transport import IoLoop
 
 __all__ = ["CHUNK", "PAIR0_HEADER", "RECV_BUFFER", "NngConnection", "hand_over", "pair_socket"]
 

@@ -44,8 +44,18 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from tetrarch._transport._framing import COUNT, MAX_FRAMES, consume, header, nbytes, receive_buffers
-from tetrarch.plugins import Connection, ConnectionClosed, ConnectionHandler, TransportError
+from tetrarch.plugins.transport import (
+    COUNT,
+    MAX_FRAMES,
+    Connection,
+    ConnectionClosed,
+    ConnectionHandler,
+    TransportError,
+    consume,
+    header,
+    nbytes,
+    receive_buffers,
+)
 
 if TYPE_CHECKING:
     from ._loop import ZmqLoop
