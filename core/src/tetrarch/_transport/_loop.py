@@ -9,6 +9,10 @@ Other threads post work with :meth:`IoLoop.call`, which queues it on a
 descriptor registered with :meth:`IoLoop.watch` gets its object's ``on_readable()``
 called whenever it is readable (a socket, or a library's pollable descriptor such as
 nng's ``recv_fd``); :meth:`IoLoop.later` runs a timer.
+
+The concurrency of the loop (its thread roles, what each lock and wake-up descriptor
+guards, and why no wake-up is lost) is specified in docs/architecture.md, "The transport
+loop"; the field comments of :class:`LeaderLoop` say the same per field.
 """
 
 from __future__ import annotations
@@ -34,11 +38,11 @@ from ._timer import Timer, make_timer
 __all__ = ["LEASE_S", "PARK_MAX_S", "CallQueue", "IoLoop", "LeaderLoop", "Readable", "Standby",
            "defer_while_dispatching"]
 
-#: How long a parked I/O thread lets waiting threads read for it before it takes its
-#: descriptors back (a message nobody waits for is read within about this long).
+#: How long the loop may go without a reader before the parked I/O thread takes it back,
+#: and how long a standby's work may last before the I/O thread takes over from it.
 LEASE_S = 0.002
-#: How long a parked I/O thread sleeps at most while a leader reads for it: a message
-#: nobody waits for may wait this long after a leader that read for long went busy.
+#: How long a parked I/O thread sleeps at most between its checks while a leader goes on
+#: reading: a message nobody waits for may wait about this long after such a leader left.
 PARK_MAX_S = 0.02
 
 _log = get_logger("transport")
@@ -78,6 +82,8 @@ class Standby(Protocol):
 
     #: Whether it watches :meth:`LeaderLoop.readiness_fd` now (it stops after a failed
     #: :meth:`LeaderLoop.try_lead`, and says so with :meth:`LeaderLoop.standby_lost`).
+    #: Written by the standby's thread only; read without a lock by whoever reads for the
+    #: loop (a stale value delays the standby's return by one rewatch, no more).
     watching: bool
 
     def rewatch(self) -> None:
@@ -89,31 +95,36 @@ class LeaderLoop:
 
     Subclasses say how to wait (:meth:`_wait`), how to handle what the wait returned
     (:meth:`_dispatch`) and what to release at the end (:meth:`_close`), then call
-    :meth:`_start`; :class:`IoLoop` is the epoll one, the zmq plugin has one over a
-    ``zmq.Poller``.
+    :meth:`_start`; :class:`IoLoop` is the selector one (builtin and nng transports), the
+    zmq plugin has one over an epoll set of the zmq sockets' descriptors.
 
     *Leaders and followers.* A thread blocked on a reply this loop will deliver may read
     for the loop itself, instead of sleeping while the I/O thread reads and then wakes it
     (a thread wake-up is a large part of a call's cost on a small or virtual machine:
     docs/performance.md). :meth:`try_lead` hands it the loop (wait, dispatch, timers)
     when nobody else reads, and :meth:`leave` gives it back. A waiting thread that finds
-    the I/O thread reading counts as a follower (:meth:`follow`): it sleeps as before,
-    and the I/O thread steps aside (parks) once no follower is left, so the next wait
-    leads. A parked I/O thread takes the loop back once nobody has read for
-    :data:`LEASE_S` (it checks that often, and up to :data:`PARK_MAX_S` apart while a
+    someone else reading counts as a follower (:meth:`follow`): it sleeps as before, and
+    asks the I/O thread to step aside (park) once no follower is left, so the next wait
+    leads. A parked I/O thread takes the loop back once the loop has gone without a reader
+    for :data:`LEASE_S` (it checks that often, and up to :data:`PARK_MAX_S` apart while a
     leader goes on reading), when a leader leaves with followers still asleep, when a call
-    is posted with nobody reading, and on stop. So a message nobody waits for is read
-    within about :data:`PARK_MAX_S`. Whoever reads holds one lock: handler callbacks never
+    is posted with nobody reading, and on stop; a take-back always reads before the thread
+    steps aside again. So a message nobody waits for is read within about
+    :data:`PARK_MAX_S`. Whoever reads holds one lock (``_role``): handler callbacks never
     run concurrently, and :meth:`in_loop` is true on that thread only.
 
     *A standby* (:class:`Standby`, one at most: a proc's actor thread) reads for the loop
     whenever it is idle, from its own event loop watching :meth:`readiness_fd`, so a call
     to that actor wakes one thread, not the I/O thread and then the actor. While it is
-    attached and watching, the I/O thread stays parked without waking; the standby says
-    when it starts work (:meth:`standby_busy`, which arms a timer) and when it is idle
-    again (:meth:`standby_idle`), and the I/O thread takes the loop back once that work has
-    run for :data:`LEASE_S` (the timer wakes it, within twice that) or the standby stopped
+    attached, idle and watching, the parked I/O thread sleeps without a timeout (an unpark
+    or the standby's timer wakes it); the standby says when it starts work
+    (:meth:`standby_busy`, which arms the timer) and when it is idle again
+    (:meth:`standby_idle`), and the I/O thread takes the loop back once that work has run
+    for :data:`LEASE_S` (the timer wakes it, within twice that) or the standby stopped
     watching.
+
+    Each field below says which thread writes it and what guards it; the lock order is
+    ``_role`` before ``_wlock`` (docs/architecture.md, "The transport loop").
     """
 
     def __init__(self, name: str) -> None:
@@ -130,25 +141,53 @@ class LeaderLoop:
         self._parker.register(self._park_fd, select.POLLIN)
         if self._timer is not None:
             self._parker.register(self._timer.fileno(), select.POLLIN)
-        self._parked = False  # the I/O thread is stepping aside (it does not read)
+        # Held by the one thread that reads for the loop (the I/O thread, or a leader: a waiting
+        # thread or the standby). Guards what reading touches: the wait set, the timers, the call
+        # queue's owner, _left, led, _guard and the handlers' state. Taken without blocking, except
+        # once by the I/O thread when it starts.
+        self._role = threading.Lock()
+        # Guards _followers (+= and -= from any thread) and every write of _want and _parked;
+        # the I/O thread releases _role (stepping aside) and re-checks after taking it (taking
+        # the loop back) in the same hold, and follow() counts itself in a hold before it tries
+        # to lead: so a counted follower is seen, or finds the loop free. Also serializes
+        # attach/detach_standby. Taken inside _role and inside futures' _CB_LOCK, never around
+        # them; nothing blocks while holding it.
+        self._wlock = threading.Lock()
+        # Threads asleep waiting for the loop to deliver. Read without _wlock by leave(), after
+        # it released _role (a follower counts itself before it tries to lead: that try succeeds
+        # or leave() sees the count), and by _run's pre-check (decided again under _wlock).
+        self._followers = 0
+        # A request that the reading I/O thread step aside after its current turn, once no
+        # follower is left: set by follow(), and by standby_idle() while the I/O thread is not
+        # parked; cleared when it steps aside, and when it takes the loop back with no follower
+        # counted (a request made while it was parked was answered by whoever read meanwhile).
+        # Read without _wlock only by _run's pre-check: one attribute load, atomic under the
+        # GIL, whose staleness costs one turn.
+        self._want = False
+        # The I/O thread is stepping aside (it does not read); standby_idle() reads it without
+        # _wlock first (a stale True skips a request the next call's standby_idle() makes again).
+        self._parked = False
+        # The standby (attach/detach on its own thread); read without a lock (one load) by _cover.
         self._standby: Standby | None = None
-        self._busy_since: float | None = None  # when the standby started the work it is doing
+        # When the standby started the work it is doing (None: idle): its thread writes it, _cover reads it.
+        self._busy_since: float | None = None
         self._timer_due = 0.0  # when the standby's timer fires (time.monotonic; in the past: it did)
         #: Calls posted to the loop (run by whoever reads for it).
         self.queue = CallQueue(self._orphan)
+        # Set once, in the loop (the reader runs _stop_now); read by any thread.
         self._stopped = False
-        self._role = threading.Lock()  # held by the thread that reads for the loop
-        self._wlock = threading.Lock()  # guards _followers and _want
-        self._followers = 0  # threads waiting for a reply while nobody of them reads
-        self._want = False  # a waiting thread found the I/O thread reading: it should step aside
-        self._guard = False  # the leader is the main thread: SIGINT waits until a dispatch is over
+        # The leader is the main thread: SIGINT waits until a dispatch is over (under _role).
+        self._guard = False
         self._main_ident = threading.main_thread().ident
-        #: A thread other than the I/O thread reads for the loop now (a leader).
+        #: A thread other than the I/O thread reads for the loop now (a leader). Written under
+        #: ``_role``; read without a lock by ``Future._finish``, which marks its future done and
+        #: then reads this to kick a leader, while a leader sets this and then checks its future:
+        #: one of the two sees the other's write.
         self.led = False
         #: How long a leader that asks for it polls for events before it sleeps
         #: (:meth:`lead_once`; the kernel sets it from ``TETRARCH_SPIN_US``).
         self.spin_s = 0.0
-        self._left = 0.0  # when the last leader left
+        self._left = 0.0  # when the last reader let go of the loop (written under _role)
         #: The loop's own thread (started by :meth:`_start`).
         self.thread = threading.Thread(target=self._run, name=f"tetrarch-io-{name}", daemon=True)
 
@@ -174,7 +213,10 @@ class LeaderLoop:
 
     def _needs_thread(self) -> bool:
         """Whether the loop has work a standby cannot do (it only reads when its descriptor is
-        readable; zmq's retry of pushed-back sends needs timed waits): the I/O thread then reads."""
+        readable; zmq's retry of pushed-back sends needs timed waits): the I/O thread then reads.
+
+        Any thread, maybe holding the loop's internal lock: a quick look at plain fields, no
+        blocking and no lock of its own."""
         return False
 
     # -- common ---------------------------------------------------------------
@@ -216,8 +258,8 @@ class LeaderLoop:
         self.queue.bind()
         try:
             while not self._stopped:
-                if self._want and not self._followers:
-                    self._step_aside()
+                # A pre-check without _wlock: _step_aside decides again under it.
+                if self._want and not self._followers and self._step_aside():
                     continue
                 self._once(None)
         finally:
@@ -259,20 +301,26 @@ class LeaderLoop:
             self._timer.clear()
 
     def _must_read(self, now: float) -> bool:
-        """Whether the I/O thread (holding the loop after parking) must read now."""
+        """Whether the I/O thread (holding the loop and ``_wlock`` after parking) must read now."""
         if self._stopped:
             return True
         if self._cover(now) > 0:
             return False
         return bool(self._followers) or self.queue.pending() or now - self._left >= LEASE_S
 
-    def _step_aside(self) -> None:
-        """Let waiting threads (and the standby) read; return holding the loop again (I/O thread)."""
-        self._want = False
-        self._parked = True
-        self.queue.unbind()
-        self._left = time.monotonic()
-        self._role.release()
+    def _step_aside(self) -> bool:
+        """Let waiting threads (and the standby) read; return holding the loop again (I/O thread).
+
+        False: a thread began to follow since :meth:`_run` looked, so the I/O thread reads on
+        (it never stepped aside)."""
+        with self._wlock:  # one hold with follow(): a follower counted now is seen here
+            if self._followers:
+                return False
+            self._want = False
+            self._parked = True
+            self.queue.unbind()
+            self._left = time.monotonic()
+            self._role.release()
         standby = self._standby
         if standby is not None and not standby.watching:
             standby.rewatch()
@@ -286,14 +334,18 @@ class LeaderLoop:
             else:  # the standby is idle: its timer wakes us once it has worked for LEASE_S
                 self._park(None if self._timer is not None else LEASE_S)
             if self._role.acquire(False):
-                if self._must_read(time.monotonic()):
-                    break
-                self._role.release()
+                with self._wlock:  # one hold with follow(), as above
+                    if self._must_read(time.monotonic()):
+                        self._parked = False
+                        if not self._followers:
+                            self._want = False  # asked while parked: answered by whoever read meanwhile
+                        break
+                    self._role.release()
                 interval = LEASE_S
             else:  # a leader reads now: check less often while it goes on reading
                 interval = min(interval * 2, PARK_MAX_S)
-        self._parked = False
         self.queue.bind()
+        return True
 
     def _stop_now(self) -> None:
         """Mark the loop stopping (in the loop) and get the I/O thread back to end it."""
@@ -359,7 +411,8 @@ class LeaderLoop:
             self._once(0)
 
     def leave(self) -> None:
-        """Stop reading for the loop (leader only); wakes the I/O thread if someone still waits."""
+        """Stop reading for the loop (leader only); wakes the I/O thread if a follower still
+        sleeps or the loop is stopping, and asks the standby to watch again if it stopped."""
         self.led = False
         self._guard = False
         self.queue.unbind()
@@ -398,7 +451,7 @@ class LeaderLoop:
         parks for the rest of LEASE_S if woken early), and calls that come back to back arm it
         once per LEASE_S, not once each. An arm costs a syscall; one for less than the
         scheduler tick also reprograms the CPU's timer, which on a VM is an exit to the host
-        (13 against 4 us per arm here: docs/performance.md).
+        (docs/performance.md measures both).
         """
         self._busy_since = now = time.monotonic()
         # Without a timer, the parked thread checks every LEASE_S.
@@ -414,11 +467,13 @@ class LeaderLoop:
         LEASE_S apart re-arm it before it fires, so that happens once per burst.
         """
         self._busy_since = None
-        if not self._parked:
+        if not self._parked:  # the usual case (parked) takes no lock
             # The I/O thread reads (the standby's last work outlasted LEASE_S): it steps
-            # aside after its next turn. Not while it is parked: it would step aside again
-            # at once when it takes the loop back, and that takeover would take twice LEASE_S.
-            self._want = True
+            # aside after its next turn. Not while it is parked: a request then would be
+            # stale by the time it takes the loop back (see _want).
+            with self._wlock:
+                if not self._parked:
+                    self._want = True
 
     def standby_lost(self) -> None:
         """The standby stopped watching (someone else read when it tried): the I/O thread
@@ -431,6 +486,8 @@ class LeaderLoop:
         with self._wlock:
             self._followers += 1
             self._want = True
+        # Counted before it tries: whoever lets go of the loop from now on sees the count
+        # (the I/O thread under _wlock, a leader in leave()), or this try succeeds.
         if self.try_lead():  # the leader may have left in between
             self.followed()
             return False
