@@ -1,25 +1,26 @@
 """An actor thread that reads for its proc's transport loop while it has nothing to do.
 
 Without it a call to an actor wakes two threads in the proc: the transport's I/O thread
-reads the message and then wakes the actor's thread to run it. Each wake-up costs tens of
-microseconds on a small or virtual machine (docs/performance.md), so the first actor of
+reads the message and then wakes the actor's thread to run it. A wake-up is a large part of
+a call's cost on a small or virtual machine (docs/performance.md), so the first actor of
 a proc is the loop's *standby* (:meth:`tetrarch.plugins.LeaderLoop.attach_standby`):
 its event loop watches the transport loop's epoll descriptor, and while the actor is
 idle it reads the message itself (``try_lead`` / ``lead_ready`` / ``leave``), so the call
 runs on the thread that woke for it. The actor says when it starts work and when it is
 idle again (:meth:`Standby.working`); work that lasts :data:`~tetrarch._transport._loop.LEASE_S`
-hands the reading back to the I/O thread (a timer wakes it), so a busy actor never holds
-up the proc's other actors or its control messages for longer than that.
+hands the reading back to the I/O thread (a timer wakes it between once and twice that into
+the work), so a busy actor holds up the proc's other actors and its control messages for
+about twice ``LEASE_S`` at most. The whole protocol: docs/architecture.md, "The transport loop".
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from .._config import STANDBY
 from .._log import get_logger
+from .._transport._loop import LeaderLoop
 
 __all__ = ["Standby"]
 
@@ -27,13 +28,19 @@ _log = get_logger("actor")
 
 
 class Standby:
-    """The reading half of one actor thread (all methods on that thread unless said otherwise)."""
+    """The reading half of one actor thread (all methods on that thread unless said otherwise):
+    a :class:`tetrarch._transport._loop.Standby` to its loop."""
 
-    def __init__(self, lloop: Any, aloop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, lloop: LeaderLoop, aloop: asyncio.AbstractEventLoop) -> None:
+        """Raises ValueError if ``lloop`` takes no standby (it has no readiness descriptor)."""
+        fd = lloop.readiness_fd()
+        if fd is None:
+            raise ValueError(f"transport loop {lloop.name!r} takes no standby")
         self._lloop = lloop
         self._aloop = aloop
-        self._fd: int = lloop.readiness_fd()
-        #: Whether the actor's event loop watches the transport loop now (read by the I/O thread).
+        self._fd = fd
+        #: Whether the actor's event loop watches the transport loop now (written on this thread;
+        #: read by whoever reads for the loop, to ask for a rewatch when it lets go).
         self.watching = False
         self._busy = False
         self._ended = False
@@ -41,10 +48,10 @@ class Standby:
         self._back_to_back = False
 
     @classmethod
-    def attach(cls, lloop: Any, aloop: asyncio.AbstractEventLoop) -> Standby | None:
+    def attach(cls, lloop: LeaderLoop | None, aloop: asyncio.AbstractEventLoop) -> Standby | None:
         """The standby for ``lloop`` on this thread's event loop ``aloop``, or None (the loop takes
         none, or another actor of the proc is its standby)."""
-        if lloop is None or not STANDBY():
+        if lloop is None or not STANDBY() or lloop.readiness_fd() is None:
             return None
         standby = cls(lloop, aloop)
         if not lloop.attach_standby(standby):
