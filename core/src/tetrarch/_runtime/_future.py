@@ -9,13 +9,14 @@
 
 ``get`` from a thread whose asyncio loop runs (a Jupyter cell, code under ``asyncio.run``)
 works and says nothing: tetrarch never delivers a result through the caller's loop (replies
-are read by tetrarch's I/O thread, or by the waiting thread itself, and handed to an
-awaiting loop with ``call_soon_threadsafe``), so blocking that loop cannot keep the result
-from coming. Only an actor's own loop is different: blocking it stalls the actor's other
-handlers, so ``get`` there warns (use ``await``), and a wait that could never end (for a
-call to the waiting actor itself) raises :class:`~tetrarch.UsageError` instead of hanging.
-A ``KeyboardInterrupt`` (Ctrl-C, a notebook's interrupt button) during ``get`` asks the
-actors to cancel the call before it propagates.
+are read by whichever thread reads for the transport loop: its I/O thread, a thread waiting
+in ``get``, or in a proc an idle actor thread; they are handed to an awaiting loop with
+``call_soon_threadsafe``), so blocking that loop cannot keep the result from coming. Only
+an actor's own loop is different: blocking it stalls the actor's other handlers, so ``get``
+there warns (use ``await``), and a wait that could never end (for a call to the waiting
+actor itself) raises :class:`~tetrarch.UsageError` instead of hanging. A ``KeyboardInterrupt``
+(Ctrl-C, a notebook's interrupt button) during ``get`` asks the actors to cancel the call
+before it propagates.
 """
 
 from __future__ import annotations
