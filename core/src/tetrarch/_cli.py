@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._config import SETTINGS, Setting, display
+from ._plugins._api import undeclared_note
 from ._plugins._errors import PluginLoadError
 from ._plugins._known import known_for_distribution
-from ._plugins._loader import PluginState
+from ._plugins._loader import STATUS_OF_STATE, PluginState
 from ._plugins._registry import Registry, get_registry
 from ._plugins._specs import BackendKind, Status
 
@@ -38,8 +39,14 @@ CONFIG_KEYS = ("key", "env", "value", "source", "doc", "type", "default", "propa
 
 def plugin_rows(registry: Registry) -> list[dict[str, str]]:
     """The rows of ``tetrarch plugins``: one per backend, plus one per third-party
-    plugin that did not load (its backends are unknown; its kind reads ``plugin``)."""
+    plugin that did not load (its backends are unknown; its kind reads ``plugin``).
+
+    The hint of a backend whose plugin declares no plugin API version ends with a note
+    saying so (its author should declare one; see ``tetrarch.plugins.PLUGIN_API_VERSION``).
+    """
     tracebacks = {p.distribution: p.traceback for p in registry.plugins() if p.state is PluginState.BROKEN}
+    notes = {p.distribution: undeclared_note(p.target) for p in registry.plugins()
+             if p.state is PluginState.LOADED and not p.api and p.distribution != "tetrarch"}
     rows = [
         {
             "distribution": s.distribution,
@@ -48,7 +55,7 @@ def plugin_rows(registry: Registry) -> list[dict[str, str]]:
             "backend": s.name,
             "status": s.shown,
             "reason": s.reason,
-            "hint": s.hint,
+            "hint": "; ".join(x for x in (s.hint, notes.get(s.distribution, "")) if x),
             "traceback": tracebacks.get(s.distribution, "") if s.status is Status.BROKEN else "",
         }
         for s in registry.statuses()
@@ -56,7 +63,7 @@ def plugin_rows(registry: Registry) -> list[dict[str, str]]:
     for p in registry.plugins():
         if p.state is PluginState.LOADED or known_for_distribution(p.distribution):
             continue
-        status = Status.BROKEN if p.state is PluginState.BROKEN else Status.DISABLED
+        status = STATUS_OF_STATE[p.state]
         rows.append(
             {
                 "distribution": p.distribution,

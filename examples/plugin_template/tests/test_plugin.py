@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tetrarch_plugin_template._plugin as plugin_module
-from tetrarch.plugins import Allocator, BackendKind, PluginSource, Registry, Status, Transport
+from tetrarch.plugins import PLUGIN_API_VERSION, Allocator, BackendKind, PluginSource, Registry, Status, Transport
 from tetrarch_plugin_template._allocator import SandboxAllocator
 from tetrarch_plugin_template._transport import ThreadedTransport
 
@@ -47,3 +47,15 @@ def test_chosen_by_name_the_factories_build_the_backends(registry: Registry) -> 
 def test_never_chosen_over_core_unless_asked(registry: Registry) -> None:
     assert registry.select(BackendKind.TRANSPORT, address="tcp://127.0.0.1:0").name == "tcp"
 
+
+def test_written_for_the_plugin_api_of_this_tetrarch(registry: Registry) -> None:
+    """The template declares the plugin API version it was written for, and this tetrarch loads it.
+
+    A copy keeps its ``TETRARCH_PLUGIN_API`` until it uses a name of a newer plugin API:
+    the MAJOR must match tetrarch's, the MINOR be no newer.
+    """
+    major, minor = (int(n) for n in plugin_module.TETRARCH_PLUGIN_API.split("."))
+    core_major, core_minor = (int(n) for n in PLUGIN_API_VERSION.split("."))
+    assert major == core_major and minor <= core_minor
+    (record,) = [p for p in registry.plugins() if p.distribution == "tetrarch-plugin-template"]
+    assert (record.state.value, record.api) == ("loaded", plugin_module.TETRARCH_PLUGIN_API)

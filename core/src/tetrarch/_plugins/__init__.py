@@ -6,6 +6,7 @@ Public names for plugin authors live in :mod:`tetrarch.plugins`; the kernel uses
 
 from __future__ import annotations
 
+from ._api import API_ATTRIBUTE, PLUGIN_API_VERSION, check_api
 from ._errors import BackendNotFound, BackendUnavailable, PluginLoadError
 from ._hookspecs import PROJECT, hookimpl, hookspec
 from ._known import KNOWN_BACKENDS, KnownBackend, known_backend
@@ -26,11 +27,13 @@ from ._registry import (
 from ._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
 
 __all__ = [
+    "API_ATTRIBUTE",
     "DISABLE_ENV",
     "ENTRY_POINT_GROUP",
     "ENV_BY_KIND",
     "FALLBACK_ENV",
     "KNOWN_BACKENDS",
+    "PLUGIN_API_VERSION",
     "PROJECT",
     "SETTING_BY_KIND",
     "STRICT_ENV",
@@ -47,6 +50,7 @@ __all__ = [
     "ProbeResult",
     "Registry",
     "Status",
+    "check_api",
     "get_allocator",
     "get_registry",
     "get_transport",

@@ -1,7 +1,7 @@
 """The RDMA fallback rule: choosing a core backend while a hardware one is installed warns once, or raises.
 
 A core RDMA backend (``tcp``, ``shm``) chosen while an installed hardware backend
-could run once fixed (unavailable, broken, in conflict) is a fallback the user should
+could run once fixed (unavailable, broken, in conflict, incompatible) is a fallback the user should
 hear about: one ``RDMATcpFallbackWarning`` per process naming the skipped backends and
 their probes' reasons, or ``BackendUnavailable`` when ``TETRARCH_RDMA_FALLBACK=0`` or the
 request says ``allow_fallback=False``. A disabled or not implemented backend is no loss. A
@@ -40,7 +40,7 @@ def check_rdma_fallback(chosen: BackendSpec, rows: list[BackendStatus], request:
     row = next(r for r in rows if r.spec is chosen)
     if row.distribution != _CORE:
         return
-    fixable = (Status.UNAVAILABLE, Status.BROKEN, Status.CONFLICT)
+    fixable = (Status.UNAVAILABLE, Status.BROKEN, Status.CONFLICT, Status.INCOMPATIBLE)
     skipped = [r for r in rows if r.distribution != _CORE and (r.status in fixable or r.on_request)]
     if not skipped:
         return

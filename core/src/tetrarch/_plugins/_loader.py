@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 import pluggy
 
 from .._errors import ArgumentError, ArgumentTypeError
+from ._api import API_ATTRIBUTE, check_api
 from ._errors import PluginLoadError
 from ._hookspecs import PROJECT
 from ._known import normalize_dist
-from ._specs import BackendKind, BackendSpec
+from ._specs import BackendKind, BackendSpec, Status
 
 __all__ = [
     "DISABLED_REASON",
     "ENTRY_POINT_GROUP",
+    "STATUS_OF_STATE",
     "PluginRecord",
     "PluginSource",
     "PluginState",
@@ -52,13 +54,24 @@ class PluginState(str, enum.Enum):
     LOADED = "loaded"
     BROKEN = "broken"  # import, registration or a backend hook raised / returned garbage
     DISABLED = "disabled"  # skipped because of TETRARCH_DISABLE_PLUGINS
+    INCOMPATIBLE = "incompatible"  # written for another plugin API version (never registered)
+
+
+#: The status of the backends of a plugin that did not load, by how loading it went.
+STATUS_OF_STATE: dict[PluginState, Status] = {
+    PluginState.BROKEN: Status.BROKEN,
+    PluginState.DISABLED: Status.DISABLED,
+    PluginState.INCOMPATIBLE: Status.INCOMPATIBLE,
+}
 
 
 @dataclass(frozen=True, slots=True)
 class PluginSource:
     """A plugin object given to :class:`Registry` directly instead of by entry point.
 
-    Used for core's builtins and by tests, which can pose as any distribution.
+    Used for core's builtins and by tests, which can pose as any distribution. Its
+    plugin API version is ``plugin``'s ``TETRARCH_PLUGIN_API`` attribute, as for an entry
+    point module (core's own builtins are not checked).
     """
 
     plugin: object
@@ -80,6 +93,8 @@ class PluginRecord:
     hint: str = ""
     traceback: str = ""
     specs: tuple[BackendSpec, ...] = field(default=())
+    #: The plugin API version it declares (``TETRARCH_PLUGIN_API``); ``""``: none (taken as ``"1.0"``).
+    api: str = ""
 
 
 def _one_line(exc: BaseException) -> str:
@@ -141,14 +156,39 @@ def _broken(
     )
 
 
+def _refused(source: PluginSource, target: str, state: PluginState, reason: str, hint: str,
+             strict: bool) -> PluginRecord:
+    if strict:
+        raise PluginLoadError(
+            f"tetrarch plugin {source.name!r} from {source.distribution} {source.version} was not loaded "
+            f"({reason}); {hint}; or unset TETRARCH_PLUGINS_STRICT",
+            plugin=source.name,
+            distribution=source.distribution,
+        )
+    return PluginRecord(source.name, source.distribution, source.version, state, target, reason, hint)
+
+
 def register_plugin(
     pm: pluggy.PluginManager, source: PluginSource, *, strict: bool, target: str = ""
 ) -> PluginRecord:
-    """Register ``source.plugin`` and collect its backends; a failure unregisters it.
+    """Check the plugin API version ``source.plugin`` declares, then register it and collect its
+    backends; a failure unregisters it.
+
+    A plugin written for an incompatible API is not registered (its hooks are never
+    called) and comes back ``INCOMPATIBLE``; a malformed declaration makes it ``BROKEN``.
+    A plugin that declares none loads (``api`` empty), unless ``strict``.
 
     Raises:
-        PluginLoadError: ``strict`` is set and the plugin failed.
+        PluginLoadError: ``strict`` is set and the plugin failed, is incompatible, or
+            declares no plugin API version (checked last: a broken plugin says so first).
     """
+    check = None
+    if normalize_dist(source.distribution) != "tetrarch":  # core's builtins are core's own API
+        check = check_api(source.plugin, source.distribution)
+        if check.malformed:
+            return _refused(source, target, PluginState.BROKEN, check.reason, check.hint, strict)
+        if not check.ok:
+            return _refused(source, target, PluginState.INCOMPATIBLE, check.reason, check.hint, strict)
     pname = f"{source.distribution}:{source.name}"
     try:
         pm.register(source.plugin, name=pname)
@@ -159,7 +199,13 @@ def register_plugin(
     except Exception as exc:  # noqa: BLE001 - recorded
         pm.unregister(source.plugin)
         return _broken(source.name, source.distribution, source.version, target, "its hooks failed", exc, strict)
-    return PluginRecord(source.name, source.distribution, source.version, PluginState.LOADED, target, specs=specs)
+    if strict and check is not None and not check.declared:
+        pm.unregister(source.plugin)  # strict: _refused raises PluginLoadError
+        _refused(source, target, PluginState.INCOMPATIBLE, f"it declares no {API_ATTRIBUTE}",
+                 f'add {API_ATTRIBUTE} = "{check.version}" (the plugin API version it was written for) to '
+                 f"{target or 'its plugin module'}", strict=True)
+    return PluginRecord(source.name, source.distribution, source.version, PluginState.LOADED, target, specs=specs,
+                        api=check.declared if check is not None else "")
 
 
 def disabled_match(disabled: frozenset[str], name: str, distribution: str) -> str | None:

@@ -23,7 +23,7 @@ from ._explain import Explanation, Trace, scheme_listing, trace_hooks
 from ._fallback import FALLBACK_ENV, check_rdma_fallback
 from ._hookspecs import PROJECT
 from ._known import KNOWN_BACKENDS, known_backend, known_for_distribution, normalize_dist
-from ._loader import PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
+from ._loader import STATUS_OF_STATE, PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
 from ._rows import describe as _describe
 from ._rows import is_absent, not_implemented_reason, spec_row, with_alternatives
 from ._specs import BackendKind, BackendSpec, BackendStatus, Status
@@ -210,9 +210,8 @@ class Registry:
                 if known.kind not in kinds or (known.kind, known.name) in seen:
                     continue
                 seen.add((known.kind, known.name))
-                status = Status.BROKEN if rec.state is PluginState.BROKEN else Status.DISABLED
-                rows.append(BackendStatus(known.kind, known.name, status, rec.distribution, rec.version, rec.reason,
-                                          rec.hint))
+                rows.append(BackendStatus(known.kind, known.name, STATUS_OF_STATE[rec.state], rec.distribution,
+                                          rec.version, rec.reason, rec.hint))
         for (kind, name), known in KNOWN_BACKENDS.items():
             if kind not in kinds or (kind, name) in seen:
                 continue
@@ -387,11 +386,11 @@ class Registry:
             message += f". {name!r} is not implemented yet (it is to come with {known.distribution})"
         elif known is not None:
             message += f". {name!r} comes with {known.distribution}: {known.hint}"
-        broken = [p for p in self._records
-                  if p.state is PluginState.BROKEN and not known_for_distribution(p.distribution)]
-        if broken:
-            message += ". Plugins that failed to load (one may provide it): " + "; ".join(
-                f"{p.name} ({p.distribution} {p.version}): {p.reason}" for p in broken
+        unloaded = [p for p in self._records if p.state in (PluginState.BROKEN, PluginState.INCOMPATIBLE)
+                    and not known_for_distribution(p.distribution)]
+        if unloaded:
+            message += ". Plugins that could not be loaded (one may provide it): " + "; ".join(
+                f"{p.name} ({p.distribution} {p.version}): {p.state.value}, {p.reason}" for p in unloaded
             )
         return message
 

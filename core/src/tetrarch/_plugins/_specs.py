@@ -27,6 +27,7 @@ class Status(str, enum.Enum):
     CONFLICT = "conflict"  # two distributions register the same kind and name
     NOT_IMPLEMENTED = "not implemented"  # its plugin declares it (BackendSpec.implemented=False): code not written yet
     DISABLED = "disabled"  # its plugin is named by the disable_plugins setting (TETRARCH_DISABLE_PLUGINS)
+    INCOMPATIBLE = "incompatible"  # its plugin was written for a plugin API version this tetrarch cannot load
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ torch at module level, so ``tetrarch plugins`` and backend selection stay fast.
 
     from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, python_library_found
 
+    TETRARCH_PLUGIN_API = "1.0"             # the plugin API version it was written for: a literal
+
     def _probe() -> ProbeResult:            # fast, side-effect free, never raises
         found = python_library_found("foo", "foo-bindings")
         if found is None:
@@ -59,7 +61,18 @@ and examples):
 Here, for every kind: the records and hooks above, the registry (:class:`Registry`,
 :func:`get_registry`, :class:`PluginSource` to register a plugin object in a test),
 :func:`setting` (a tetrarch setting a backend reads, e.g. ``setting("efa_provider")``),
-:func:`get_logger`.
+:func:`get_logger` and :data:`PLUGIN_API_VERSION`.
+
+**The plugin API version.** :data:`PLUGIN_API_VERSION` (``"MAJOR.MINOR"``) is the
+version of this API. MINOR grows when it grows compatibly (a new name, an optional
+hook, a field or method with a default); MAJOR grows when a plugin written for the old
+one could break (a name removed, a hook's or record's required arguments changed, a new
+abstract method, a stricter contract). A plugin declares the version it was written
+for as ``TETRARCH_PLUGIN_API = "1.0"`` in its entry point module; it loads when its
+MAJOR is this one's and its MINOR not newer, else ``tetrarch plugins`` lists it
+``incompatible`` with both versions and the fix, and it is not loaded. A plugin that
+declares nothing is taken as ``"1.0"`` (it predates declarations): it loads under 1.x
+with a note in ``tetrarch plugins``, and ``TETRARCH_PLUGINS_STRICT=1`` refuses it.
 """
 
 from __future__ import annotations
@@ -69,6 +82,7 @@ from typing import TYPE_CHECKING
 from .._config import Setting
 from .._lazy import lazy_exports
 from .._log import get_logger
+from .._plugins._api import PLUGIN_API_VERSION
 from .._plugins._errors import BackendNotFound, BackendUnavailable, PluginLoadError
 from .._plugins._helpers import (
     library_probe,
@@ -121,6 +135,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "PLUGIN_API_VERSION",
     "AgentCommand",
     "AllocRequest",
     "Allocation",

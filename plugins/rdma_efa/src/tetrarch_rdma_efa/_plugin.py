@@ -24,6 +24,9 @@ from collections.abc import Mapping, Sequence
 
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, setting
 
+#: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
+TETRARCH_PLUGIN_API = "1.0"
+
 INSTALL = "apt-get install libfabric1 libfabric-dev"
 #: The settings the backend reads (read at each call: ``configure`` and the environment count).
 EFA_PROVIDER = setting("efa_provider")
