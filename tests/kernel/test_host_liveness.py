@@ -5,7 +5,7 @@ heartbeats that stop. A host agent runs no user code, so its silence past
 ``TETRARCH_HOST_TIMEOUT`` means its host is unreachable; its procs, as silent, are declared
 unreachable with it, and their pending calls fail with ``SupervisionError``. Here the
 "host" is a fresh local host agent and its procs, all stopped with SIGSTOP: to the client
-that is exactly what a cut looks like (open sockets, no traffic). tests/slurm cuts a real
+that is exactly what a cut looks like (open sockets, no traffic). plugins/alloc_slurm/tests cuts a real
 (namespace) network with ``fake-hosts cut``.
 """
 

@@ -1,6 +1,6 @@
 """GLOO_SOCKET_IFNAME: set for a MASTER_ADDR off this host's loopback, never over the user's choice.
 
-The two-host run itself is tests/slurm/test_spmd_slurm.py; these check the rule without a network.
+The two-host run itself is plugins/alloc_slurm/tests/test_spmd_slurm.py; these check the rule without a network.
 """
 
 from __future__ import annotations

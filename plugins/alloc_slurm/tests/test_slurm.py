@@ -18,7 +18,7 @@ import pytest
 from tetrarch.testing import scaled
 
 SCENARIO = Path(__file__).parent / "scenarios" / "slurm_mesh.py"
-FAKE_HOSTS = Path(__file__).resolve().parents[2] / "scripts" / "fake-hosts"
+FAKE_HOSTS = Path(__file__).resolve().parents[3] / "scripts" / "fake-hosts"
 #: Seconds of the cut test: heartbeats five times a second, a silent host is unreachable after 3 s.
 HOST_S = 3.0
 HEARTBEAT_S = 0.2
@@ -163,7 +163,7 @@ def test_plan_shows_sbatch_and_srun_without_submitting_or_the_secret() -> None:
 
 
 def test_bad_options_name_the_option() -> None:
-    from tetrarch._errors import ArgumentError
+    from tetrarch import ArgumentError
     from tetrarch_alloc_slurm import SlurmJob
 
     with pytest.raises(ArgumentError, match="gpus_per_node"):
@@ -175,7 +175,7 @@ def test_bad_options_name_the_option() -> None:
 @pytest.mark.isolated
 @pytest.mark.slow
 def test_the_slurm_hello_example_prints_four_ranks_on_two_nodes(run_scenario: Callable[..., Any], cluster: Any) -> None:
-    example = Path(__file__).resolve().parents[2] / "examples" / "slurm_hello.py"
+    example = Path(__file__).resolve().parents[3] / "examples" / "slurm_hello.py"
     res = run_scenario(example, "--timing", timeout=90, env=cluster.env)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = [line for line in res.stdout.splitlines() if "'node':" in line and "hosts" in line]

@@ -27,8 +27,21 @@ from typing import Any
 import slurm_nodes
 
 from tetrarch import Actor, ActorMesh, SupervisionError, configure, current_rank, endpoint
-from tetrarch._runtime._root import get_root
+from tetrarch.plugins import AgentCommand
 from tetrarch_alloc_slurm import SlurmJob
+
+#: The allocation's secrets, as the allocator writes them to its files (the test looks for them elsewhere).
+SECRETS: list[bytes] = []
+_secret_file = AgentCommand.secret_file
+
+
+def _recording_secret_file(self: AgentCommand, directory: str | os.PathLike[str]) -> str:
+    if self.secret:
+        SECRETS.append(self.secret)
+    return _secret_file(self, directory)
+
+
+AgentCommand.secret_file = _recording_secret_file
 
 
 class Where(Actor):
@@ -72,7 +85,7 @@ def main() -> int:
     hosts = job.state().workers
     allocation: Any = hosts._allocation
     agents = hosts._ensure_started()
-    emit(jobid=getattr(allocation, "jobid", None), secret=get_root().secret.hex(), agents=[h.pid for h in agents],
+    emit(jobid=getattr(allocation, "jobid", None), secret=SECRETS[0].hex(), agents=[h.pid for h in agents],
          slurm_job_id=os.environ.get("SLURM_JOB_ID"))
     procs = hosts.spawn_procs(per_host={"procs": 2})
     actors = procs.spawn("where", Where)

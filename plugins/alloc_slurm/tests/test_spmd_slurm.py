@@ -116,7 +116,7 @@ def test_ddp_with_gloo_across_two_namespaced_hosts(run_scenario: Callable[..., A
     assert len(store_ports) == 1
     store_port = store_ports.pop()
     gloo = {key: {port for ip, port in r["listen"]
-                  if ip == r["proc_ip"] and port not in (r["proc_port"], store_port, where["port"])}
+                  if ip == r["proc_ip"] and port not in (*r["own_ports"], store_port, where["port"])}
             for key, r in ranks.items()}
     assert all(gloo.values()), gloo
     for (h, g), r in ranks.items():

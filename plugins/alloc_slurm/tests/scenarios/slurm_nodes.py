@@ -1,4 +1,4 @@
-"""Faults of one node of the local test cluster (tests/slurm): cut its network, or kill it whole.
+"""Faults of one node of the local test cluster (plugins/alloc_slurm/tests): cut its network, or kill it whole.
 
 Imported by the scenarios (their folder is on ``sys.path``). The cluster is the one of
 ``SLURM_CONF`` (``scripts/local-slurm``): its ``layout`` file says plain or netns, its pid and
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 FAKE_HOSTS = REPO / "scripts" / "fake-hosts"
 SESSION_ENV = "TETRARCH_TEST_SESSION"
 

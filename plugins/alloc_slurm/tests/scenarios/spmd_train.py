@@ -50,6 +50,12 @@ def _ip(text: str) -> str:
     return str(mapped) if mapped else text
 
 
+def _loopback(ip: str) -> bool:
+    import ipaddress
+
+    return ipaddress.ip_address(ip).is_loopback
+
+
 def _sockets() -> dict[str, list[list[Any]]]:
     import psutil
 
@@ -71,9 +77,9 @@ def train(steps: int) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from tetrarch._runtime._root import get_root
-    from tetrarch._transport._route import host_of
-
+    # Before the group opens any socket, this process listens only where tetrarch does: the proc's address.
+    own = _sockets()["listen"]
+    routable = sorted({ip for ip, _port in own if not _loopback(ip)})
     t1 = time.perf_counter()
     dist.init_process_group("gloo")  # env://, as torchrun's workers do
     t2 = time.perf_counter()
@@ -92,8 +98,8 @@ def train(steps: int) -> dict[str, Any]:
         "env": {name: os.environ.get(name) for name in ENV},
         "hostname": socket.gethostname(),
         "node": os.environ.get("SLURMD_NODENAME"),
-        "proc_ip": host_of(get_root().runtime.address),
-        "proc_port": int(get_root().runtime.address.rsplit(":", 1)[1]),
+        "proc_ip": routable[0] if len(routable) == 1 else routable,
+        "own_ports": sorted({port for _ip, port in own}),
         "python": sys.executable,
         "torch": torch.__version__,
         "weights": [p.detach().flatten().tolist() for p in model.parameters()],

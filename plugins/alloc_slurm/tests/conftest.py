@@ -1,0 +1,199 @@
+"""A real local Slurm cluster for the Slurm tests, started once per session per layout.
+
+``plain``: two slurmd on 127.0.0.1; ``netns``: two slurmd in network + UTS namespaces
+(h1, h2 at 10.99.0.1-2; scripts/fake-hosts). Both run side by side (their own state
+directories and ports) and are stopped at the end of the session; the daemons are
+started without the suite's process marker, so the leak check sees only what the
+tests started (host agents and procs carry it through sbatch's --export=ALL).
+
+The scenarios run in fresh interpreters through ``run_scenario`` and ``start_scenario``
+(for tests marked ``isolated``), as core's tests/conftest.py provides them to core's tests:
+this distribution's tests run without core's test folder (``pytest plugins/alloc_slurm/tests``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tetrarch.testing import scaled
+
+REPO = Path(__file__).resolve().parents[3]
+LOCAL_SLURM = REPO / "scripts" / "local-slurm"
+FAKE_HOSTS = REPO / "scripts" / "fake-hosts"
+SESSION_ENV = "TETRARCH_TEST_SESSION"
+LAYOUTS = {"plain": ("/tmp/tetrarch-test-slurm-plain", "17817", []),
+           "netns": ("/tmp/tetrarch-test-slurm-netns", "17917", ["--netns"])}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    layout: str
+    dir: Path
+    env: dict[str, str]  # SLURM_CONF, for the scenarios and the Slurm tools
+
+    def squeue(self, jobid: str) -> str:
+        res = subprocess.run(["squeue", "-h", "-j", jobid, "-o", "%T"], env={**os.environ, **self.env},
+                             capture_output=True, text=True, timeout=10, check=False)
+        return res.stdout.strip()
+
+    def job_state(self, jobid: str) -> str:
+        res = subprocess.run(["scontrol", "show", "job", jobid, "-o"], env={**os.environ, **self.env},
+                             capture_output=True, text=True, timeout=10, check=False)
+        for word in res.stdout.split():
+            if word.startswith("JobState="):
+                return word.partition("=")[2]
+        return "GONE"
+
+
+def _script_env(dir_: str, port: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != SESSION_ENV}
+    env.update(LOCAL_SLURM_DIR=dir_, LOCAL_SLURM_PORT=port, FAKE_HOSTS=str(FAKE_HOSTS))
+    return env
+
+
+class _Clusters:
+    def __init__(self) -> None:
+        self.started: dict[str, Cluster] = {}
+
+    def get(self, layout: str) -> Cluster:
+        if layout in self.started:
+            return self.started[layout]
+        if os.geteuid() != 0:
+            pytest.skip("the local Slurm cluster needs root (SlurmUser=root, network namespaces)")
+        dir_, port, flags = LAYOUTS[layout]
+        res = subprocess.run([str(LOCAL_SLURM), "start", "--nodes", "2", *flags], env=_script_env(dir_, port),
+                             capture_output=True, text=True, timeout=300, check=False)
+        if res.returncode != 0:
+            self._stop(layout)
+            pytest.fail(f"local-slurm start ({layout}) failed:\n{res.stdout}\n{res.stderr}", pytrace=False)
+        cluster = Cluster(layout, Path(dir_), {"SLURM_CONF": f"{dir_}/slurm.conf"})
+        self.started[layout] = cluster
+        return cluster
+
+    def _stop(self, layout: str) -> None:
+        dir_, port, _ = LAYOUTS[layout]
+        subprocess.run([str(LOCAL_SLURM), "stop"], env=_script_env(dir_, port), capture_output=True,
+                       timeout=120, check=False)
+
+    def stop_all(self) -> None:
+        for layout in list(self.started):
+            self._stop(layout)
+            del self.started[layout]
+
+
+_CLUSTERS = _Clusters()
+
+
+@pytest.fixture(scope="session")
+def slurm_clusters() -> _Clusters:
+    """The session's clusters; stopped in ``pytest_sessionfinish``, not in a fixture's teardown,
+    which would run inside the last test's time limit (``local-slurm stop`` waits for daemons)."""
+    return _CLUSTERS
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _CLUSTERS.stop_all()
+
+
+@pytest.fixture(params=sorted(LAYOUTS))
+def cluster(request: pytest.FixtureRequest, slurm_clusters: _Clusters) -> Cluster:
+    """The local cluster of one layout (started on first use)."""
+    if shutil.which("sbatch") is None and os.environ.get("LOCAL_SLURM_NO_INSTALL") == "1":
+        pytest.skip("Slurm is not installed and LOCAL_SLURM_NO_INSTALL=1")
+    return slurm_clusters.get(request.param)
+
+
+# ------------------------------------------------------------------ fresh interpreters
+
+
+def _require_isolated(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("isolated") is None:
+        pytest.fail(f"{request.node.nodeid} runs a fresh interpreter: mark it @pytest.mark.isolated", pytrace=False)
+
+
+def _env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """This process's environment (so the test session's marker) updated by ``env``."""
+    return {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the program and whatever stayed in its group
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _tail(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+def run_scenario(path: str | os.PathLike[str], *args: str, timeout: float, env: Mapping[str, str] | None = None,
+                 cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the program at ``path`` in a fresh ``sys.executable`` (its own session) with ``scaled(timeout)`` s to
+    exit; its output. Past that its stacks are dumped (SIGABRT), its group killed and the test fails.
+    The return code is not checked."""
+    cmd = [sys.executable, os.fspath(path), *args]
+    limit = scaled(timeout)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_env(env), cwd=cwd,
+                                text=True, start_new_session=True)
+        try:
+            proc.wait(timeout=limit)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            try:
+                proc.wait(timeout=scaled(3))
+            except subprocess.TimeoutExpired:
+                pass
+            _kill_group(proc)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if timed_out:
+        pytest.fail(f"scenario {Path(path).name} did not exit within {limit:g} s and was killed\n"
+                    f"--- stdout ---\n{_tail(stdout)}\n--- stderr ---\n{_tail(stderr)}", pytrace=False)
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+@pytest.fixture(name="run_scenario")
+def _run_scenario_fixture(request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """:func:`run_scenario`, for a test marked ``isolated``."""
+    _require_isolated(request)
+    return run_scenario
+
+
+@pytest.fixture
+def start_scenario(request: pytest.FixtureRequest) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """``start_scenario(path, *args, env=None, **popen_kwargs) -> Popen``: the program at ``path`` started in a
+    fresh ``sys.executable`` (its own session); whatever still runs in its process group at teardown is killed."""
+    _require_isolated(request)
+    started: list[subprocess.Popen[str]] = []
+
+    def start(path: str | os.PathLike[str], *args: str, env: Mapping[str, str] | None = None,
+              **popen_kwargs: Any) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, os.fspath(path), *args], env=_env(env), text=True,
+                                start_new_session=True, **popen_kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        _kill_group(proc)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
