@@ -11,12 +11,13 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tetrarch._plugins import PluginState, Registry, known_backend
-from tetrarch.plugins import BackendKind, BackendUnavailable, Status, Transport
+from tetrarch.plugins import BackendKind, BackendUnavailable, ProbeResult, Status, Transport
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(60))
@@ -29,6 +30,13 @@ FIRST_PARTY = {
     (R, "efa"): "tetrarch-rdma-efa",
     (A, "slurm"): "tetrarch-alloc-slurm",
 }
+
+
+def _declared_probe(kind: BackendKind, name: str) -> Callable[[], ProbeResult]:
+    """The probe a first-party backend declares (its ``BackendSpec``), not imported from the plugin's modules."""
+    spec = next(r.spec for r in Registry().statuses(kind) if r.name == name and r.spec is not None)
+    assert spec.probe is not None
+    return spec.probe
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +84,8 @@ def test_transport_plugins(rows, name: str, module: str, dist: str) -> None:
 def test_zmq_probe_without_pyzmq(monkeypatch: pytest.MonkeyPatch) -> None:
     """pyzmq missing: unavailable, with the install command, and an explicit choice raises that reason."""
     import tetrarch._plugins._helpers as helpers
-    from tetrarch_transport_zmq._plugin import probe
 
+    probe = _declared_probe(T, "zmq")
     real = helpers.python_library_found
     monkeypatch.setattr(helpers, "python_library_found", lambda m, d: None if m == "zmq" else real(m, d))
     result = probe()
@@ -90,9 +98,8 @@ def test_zmq_probe_without_pyzmq(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_verbs_plugin(rows) -> None:
     """verbs is implemented; here it is unavailable with its probe's exact reason (plugins/rdma_verbs/tests)."""
-    from tetrarch_rdma_verbs._plugin import probe
-
     row = rows[(R, "verbs")]
+    probe = _declared_probe(R, "verbs")
     assert row.spec.priority == 100
     result = probe()
     assert row.status is (Status.AVAILABLE if result.ok else Status.UNAVAILABLE)
@@ -122,13 +129,12 @@ def test_allocator_plugins(rows) -> None:
     assert rows[(A, "local")].status is Status.AVAILABLE
     slurm = rows[(A, "slurm")]
     assert slurm.status in (Status.AVAILABLE, Status.UNAVAILABLE)
-    if slurm.status is Status.UNAVAILABLE:  # no cluster answers here (tests/slurm starts one)
+    if slurm.status is Status.UNAVAILABLE:  # no cluster answers here (plugins/alloc_slurm/tests starts one)
         assert "SLURM_CONF" in slurm.hint and "local-slurm" in slurm.hint, slurm
 
 
 def test_efa_probe_when_libfabric_exists(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tetrarch_rdma_efa._plugin import probe as efa_probe
-
+    efa_probe = _declared_probe(R, "efa")
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libfabric.so.1")
     monkeypatch.setenv("TETRARCH_EFA_PROVIDER", "shm")
     found = efa_probe()

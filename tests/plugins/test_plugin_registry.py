@@ -230,7 +230,7 @@ def test_entry_points_load_one_by_one() -> None:
     pm.add_hookspecs(_hookspecs)
     eps = [
         importlib.metadata.EntryPoint("missing", "tetrarch_no_such_module_xyz", "tetrarch"),
-        importlib.metadata.EntryPoint("slurm", "tetrarch_alloc_slurm._plugin", "tetrarch"),
+        *importlib.metadata.entry_points(group="tetrarch", name="slurm"),  # as tetrarch-alloc-slurm declares it
     ]
     records = load_entry_points(pm, disabled=frozenset(), strict=False, entry_points=lambda: eps)
     by_name = {r.name: r for r in records}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes.util
 import dataclasses
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -18,7 +19,6 @@ import warnings
 
 import pytest
 
-import tetrarch_rdma_efa._plugin as efa_plugin
 from tetrarch._cli import _table, plugin_rows
 from tetrarch._plugins import PluginSource, Registry, _fallback
 from tetrarch.plugins import BackendKind, BackendSpec, BackendUnavailable, ProbeResult, Status, hookimpl
@@ -27,6 +27,8 @@ from tetrarch.testing import scaled
 pytestmark = pytest.mark.timeout(scaled(60))
 
 T, R, A = BackendKind.TRANSPORT, BackendKind.RDMA, BackendKind.ALLOCATOR
+#: efa's plugin module, found through the entry point tetrarch-rdma-efa declares (as the registry finds it).
+(EFA_ENTRY_POINT,) = importlib.metadata.entry_points(group="tetrarch", name="efa")
 
 
 def _registry_of(*sources: PluginSource) -> Registry:
@@ -75,7 +77,7 @@ class _PlaceholderEfa:
     @staticmethod
     @hookimpl
     def tetrarch_rdma_backends() -> list[BackendSpec]:
-        return [dataclasses.replace(s, implemented=False) for s in efa_plugin.tetrarch_rdma_backends()]
+        return [dataclasses.replace(s, implemented=False) for s in EFA_ENTRY_POINT.load().tetrarch_rdma_backends()]
 
 
 @pytest.mark.parametrize("library", [None, "libfabric.so.1"], ids=["library-missing", "library-present"])
