@@ -1,6 +1,6 @@
 """The plugin API version: a plugin written for another one is listed ``incompatible`` and never loaded.
 
-The rule (``tetrarch._plugins._api``): a plugin's ``TETRARCH_PLUGIN_API`` must have this
+The rule (``tetrarch._plugins._api``): a plugin's ``tetrarch_plugin_api`` must have this
 tetrarch's MAJOR and a MINOR no newer; a plugin that declares none is taken as ``"1.0"``
 (it loads under 1.x, with a note, and strict mode refuses it).
 """
@@ -45,13 +45,13 @@ def _untouchable(api: str | None) -> types.SimpleNamespace:
 
     plugin = types.SimpleNamespace(tetrarch_transports=hookimpl(called), tetrarch_allocators=hookimpl(called))
     if api is not None:
-        plugin.TETRARCH_PLUGIN_API = api
+        plugin.tetrarch_plugin_api = api
     return plugin
 
 
 def _declaring(source: PluginSource, api: str | None) -> PluginSource:
     if api is not None:
-        source.plugin.TETRARCH_PLUGIN_API = api  # type: ignore[attr-defined]
+        source.plugin.tetrarch_plugin_api = api  # type: ignore[attr-defined]
     return source
 
 
@@ -107,7 +107,7 @@ def test_a_malformed_version_makes_the_plugin_broken(make_registry, api: object)
     registry = make_registry(PluginSource(_untouchable(api), "odd", "odd-dist"))  # type: ignore[arg-type]
     (record,) = [p for p in registry.plugins() if p.distribution == "odd-dist"]
     assert record.state is PluginState.BROKEN
-    assert f"TETRARCH_PLUGIN_API = {api!r} is no plugin API version" in record.reason
+    assert f"tetrarch_plugin_api = {api!r} is no plugin API version" in record.reason
 
 
 def test_an_undeclared_plugin_is_taken_as_1_0_with_a_note_and_strict_mode_refuses_it(make_registry, fakes) -> None:
@@ -122,19 +122,19 @@ def test_an_undeclared_plugin_is_taken_as_1_0_with_a_note_and_strict_mode_refuse
     assert (record.state, record.api) == (PluginState.LOADED, "")
     assert registry.status(A, "old").status is Status.AVAILABLE
     (row,) = [r for r in plugin_rows(registry) if r["distribution"] == "old-dist"]
-    assert "declares no TETRARCH_PLUGIN_API, so it is taken as written for plugin API 1.0" in row["hint"]
-    with pytest.raises(PluginLoadError, match=r"it declares no TETRARCH_PLUGIN_API.*add TETRARCH_PLUGIN_API = "):
+    assert "declares no tetrarch_plugin_api, so it is taken as written for plugin API 1.0" in row["hint"]
+    with pytest.raises(PluginLoadError, match=r"it declares no tetrarch_plugin_api.*add tetrarch_plugin_api = "):
         Registry(plugins=[source], entry_points=False, builtins=False, strict=True)
     declared = _declaring(fakes.source("new-dist", fakes.spec(A, "new"), name="new"), PLUGIN_API_VERSION)
     (row,) = [r for r in plugin_rows(make_registry(declared)) if r["distribution"] == "new-dist"]
-    assert "TETRARCH_PLUGIN_API" not in row["hint"]
+    assert "tetrarch_plugin_api" not in row["hint"]
 
 
 def test_an_undeclared_plugin_is_incompatible_from_the_next_major() -> None:
     from tetrarch._plugins._api import check_api
 
     check = check_api(types.SimpleNamespace(), "old-dist", core=NEXT_MAJOR)
-    assert not check.ok and "declares no TETRARCH_PLUGIN_API: taken as 1.0" in check.reason
+    assert not check.ok and "declares no tetrarch_plugin_api: taken as 1.0" in check.reason
 
 
 def test_every_first_party_plugin_declares_this_version() -> None:
@@ -170,7 +170,7 @@ def future_site(tmp_path_factory: pytest.TempPathFactory, pip_install_target) ->
     (project / "tetrarch_test_future.py").write_text(textwrap.dedent(f"""
         from tetrarch.plugins import hookimpl
 
-        TETRARCH_PLUGIN_API = "{NEXT_MAJOR}"
+        tetrarch_plugin_api = "{NEXT_MAJOR}"
 
         @hookimpl
         def tetrarch_transports(options):  # a hook of an API to come: never called here

@@ -51,11 +51,11 @@ def test_never_chosen_over_core_unless_asked(registry: Registry) -> None:
 def test_written_for_the_plugin_api_of_this_tetrarch(registry: Registry) -> None:
     """The template declares the plugin API version it was written for, and this tetrarch loads it.
 
-    A copy keeps its ``TETRARCH_PLUGIN_API`` until it uses a name of a newer plugin API:
+    A copy keeps its ``tetrarch_plugin_api`` until it uses a name of a newer plugin API:
     the MAJOR must match tetrarch's, the MINOR be no newer.
     """
-    major, minor = (int(n) for n in plugin_module.TETRARCH_PLUGIN_API.split("."))
+    major, minor = (int(n) for n in plugin_module.tetrarch_plugin_api.split("."))
     core_major, core_minor = (int(n) for n in PLUGIN_API_VERSION.split("."))
     assert major == core_major and minor <= core_minor
     (record,) = [p for p in registry.plugins() if p.distribution == "tetrarch-plugin-template"]
-    assert (record.state.value, record.api) == ("loaded", plugin_module.TETRARCH_PLUGIN_API)
+    assert (record.state.value, record.api) == ("loaded", plugin_module.tetrarch_plugin_api)

@@ -10,12 +10,16 @@ the ``tetrarch.testing`` kits). It changes with the API, not with tetrarch's rel
   break: a name removed or renamed, a hook's or a record's required arguments changed,
   a new abstract method, a contract a conforming backend no longer meets.
 
-A plugin states the version it was written for as the attribute ``TETRARCH_PLUGIN_API``
-of its entry point module, a literal (``TETRARCH_PLUGIN_API = "1.0"``; never assign
+A plugin states the version it was written for as the attribute ``tetrarch_plugin_api``
+of its entry point module, a literal (``tetrarch_plugin_api = "1.0"``; never assign
 ``PLUGIN_API_VERSION`` itself: that would always match). It loads when its MAJOR equals
 this tetrarch's and its MINOR is not newer (it may use names that came with its MINOR);
 otherwise it is ``incompatible``: listed by ``tetrarch plugins`` with both versions and
 the fix, its hooks never called.
+
+The name is lowercase with the hooks' prefix, as pytest's ``pytest_plugins`` variable: a
+module-level setting of the plugin, neither a hook (pluggy ignores what is no function) nor
+an environment variable (``TETRARCH_*`` names are those).
 
 The attribute is read before the plugin is registered, not asked through a hook: a
 plugin for another MAJOR may implement hooks whose signatures this tetrarch no longer
@@ -40,7 +44,7 @@ __all__ = ["API_ATTRIBUTE", "PLUGIN_API_VERSION", "UNDECLARED", "ApiCheck", "che
 #: The version of the plugin API this tetrarch provides (see the module docstring for the rules).
 PLUGIN_API_VERSION: Final = "1.0"
 #: The attribute of a plugin's entry point module that names the API version it was written for.
-API_ATTRIBUTE: Final = "TETRARCH_PLUGIN_API"
+API_ATTRIBUTE: Final = "tetrarch_plugin_api"
 #: The version a plugin that declares none is taken to be written for.
 UNDECLARED: Final = "1.0"
 

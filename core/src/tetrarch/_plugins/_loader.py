@@ -70,7 +70,7 @@ class PluginSource:
     """A plugin object given to :class:`Registry` directly instead of by entry point.
 
     Used for core's builtins and by tests, which can pose as any distribution. Its
-    plugin API version is ``plugin``'s ``TETRARCH_PLUGIN_API`` attribute, as for an entry
+    plugin API version is ``plugin``'s ``tetrarch_plugin_api`` attribute, as for an entry
     point module (core's own builtins are not checked).
     """
 
@@ -93,7 +93,7 @@ class PluginRecord:
     hint: str = ""
     traceback: str = ""
     specs: tuple[BackendSpec, ...] = field(default=())
-    #: The plugin API version it declares (``TETRARCH_PLUGIN_API``); ``""``: none (taken as ``"1.0"``).
+    #: The plugin API version it declares (``tetrarch_plugin_api``); ``""``: none (taken as ``"1.0"``).
     api: str = ""
 
 

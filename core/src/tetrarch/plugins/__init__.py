@@ -17,7 +17,7 @@ torch at module level, so ``tetrarch plugins`` and backend selection stay fast.
 
     from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, python_library_found
 
-    TETRARCH_PLUGIN_API = "1.0"             # the plugin API version it was written for: a literal
+    tetrarch_plugin_api = "1.0"             # the plugin API version it was written for: a literal
 
     def _probe() -> ProbeResult:            # fast, side-effect free, never raises
         found = python_library_found("foo", "foo-bindings")
@@ -68,7 +68,7 @@ version of this API. MINOR grows when it grows compatibly (a new name, an option
 hook, a field or method with a default); MAJOR grows when a plugin written for the old
 one could break (a name removed, a hook's or record's required arguments changed, a new
 abstract method, a stricter contract). A plugin declares the version it was written
-for as ``TETRARCH_PLUGIN_API = "1.0"`` in its entry point module; it loads when its
+for as ``tetrarch_plugin_api = "1.0"`` in its entry point module; it loads when its
 MAJOR is this one's and its MINOR not newer, else ``tetrarch plugins`` lists it
 ``incompatible`` with both versions and the fix, and it is not loaded. A plugin that
 declares nothing is taken as ``"1.0"`` (it predates declarations): it loads under 1.x

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, setting
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-TETRARCH_PLUGIN_API = "1.0"
+tetrarch_plugin_api = "1.0"
 
 INSTALL = "apt-get install libfabric1 libfabric-dev"
 #: The settings the backend reads (read at each call: ``configure`` and the environment count).

@@ -11,7 +11,7 @@ from ._devlist import list_devices
 from ._import import INSTALL, locate
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-TETRARCH_PLUGIN_API = "1.0"
+tetrarch_plugin_api = "1.0"
 
 NO_DEVICE = ("use a host with an RDMA NIC (check `ibv_devices`), or load the kernel modules (mlx5_ib; rdma_rxe for "
              "Soft-RoCE); until then RDMA uses the shm/tcp backends")
