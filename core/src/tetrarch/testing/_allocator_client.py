@@ -44,7 +44,7 @@ __all__ = ["PREFIX", "RUN_ENV", "encode"]
 #: What starts each line of the client's reports.
 PREFIX = "@tetrarch-allocator-kit@ "
 #: The variable every process of the allocation under test carries (``AllocatorJob(env=...)``).
-RUN_ENV = "TETRARCH_ALLOCATOR_KIT_RUN"
+RUN_ENV = "ALLOCATOR_KIT_RUN"  # no TETRARCH_ prefix: those name settings (tests/config)
 
 
 def encode(config: dict[str, Any]) -> str:
