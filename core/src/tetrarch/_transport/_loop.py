@@ -82,8 +82,9 @@ class Standby(Protocol):
 
     #: Whether it watches :meth:`LeaderLoop.readiness_fd` now (it stops after a failed
     #: :meth:`LeaderLoop.try_lead`, and says so with :meth:`LeaderLoop.standby_lost`).
-    #: Written by the standby's thread only; read without a lock by whoever reads for the
-    #: loop (a stale value delays the standby's return by one rewatch, no more).
+    #: Written by the standby's thread only; read without a lock by whoever lets go of the loop:
+    #: a stale False costs a needless rewatch, a stale True leaves the rewatch to the next one to
+    #: let go (the I/O thread, which reads meanwhile, once the standby no longer covers).
     watching: bool
 
     def rewatch(self) -> None:
