@@ -1,4 +1,5 @@
-"""LocalAllocator (core's ``local`` allocator): host agents as processes on this machine."""
+"""LocalAllocator (the ``local`` allocator, from the ``tetrarch-alloc-local`` plugin that core depends on):
+host agents as processes on this machine."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tetrarch._plugins import Registry
-from tetrarch._runtime._local_alloc import LocalAllocation, LocalAllocator
-from tetrarch.plugins import AgentCommand, AllocatorError, AllocRequest, BackendKind, ExitInfo
+from tetrarch._plugins import Registry, _registry
+from tetrarch._runtime._hostalloc import this_host_allocator
+from tetrarch.plugins import AgentCommand, AllocatorError, AllocRequest, BackendKind, BackendUnavailable, ExitInfo
+from tetrarch.plugins.allocator import LocalAllocation, LocalAllocator
 from tetrarch.testing import Collector, scaled
 
 # Host agent processes and signals, no calls (run once, not per transport).
@@ -115,14 +117,30 @@ def test_unstartable_agent_raises_allocator_error(tmp_path: Path) -> None:
 
 
 def test_registry_creates_the_local_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Core alone provides it: no entry point (no plugin distribution) is needed."""
+    """The plugin core depends on provides it, through its entry point."""
     monkeypatch.delenv("TETRARCH_ALLOCATOR", raising=False)
     monkeypatch.delenv("TETRARCH_DISABLE_PLUGINS", raising=False)
-    registry = Registry(entry_points=False)
+    registry = Registry()
     (row,) = [r for r in registry.statuses(BackendKind.ALLOCATOR) if r.name == "local"]
-    assert row.distribution == "tetrarch"
-    assert registry.select(BackendKind.ALLOCATOR).name == "local"
+    assert row.distribution == "tetrarch-alloc-local"
+    assert row.spec is not None and row.spec.factory == "tetrarch_alloc_local._local:LocalAllocator"
+    assert registry.select(BackendKind.ALLOCATOR, request={"require": {"same-host"}}).name == "local"
     allocator = registry.create(BackendKind.ALLOCATOR, "local")
     assert isinstance(allocator, LocalAllocator)
     assert allocator.spans_hosts is False and allocator.name == "local"
     assert registry.create(BackendKind.ALLOCATOR) is allocator
+
+
+def test_without_the_plugin_this_host_names_its_pip_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Core alone (tetrarch-alloc-local uninstalled, or tetrarch installed with --no-deps) has no allocator."""
+    monkeypatch.delenv("TETRARCH_ALLOCATOR", raising=False)
+    monkeypatch.setattr(_registry, "_registry", Registry(entry_points=False))
+    with pytest.raises(BackendUnavailable) as info:
+        this_host_allocator()
+    message = str(info.value)
+    assert message.startswith("this_host() starts its host agent with the 'local' allocator, but "
+                              "tetrarch-alloc-local is not installed"), message
+    assert "pip install tetrarch-alloc-local" in message, message
+    monkeypatch.setenv("TETRARCH_ALLOCATOR", "local")  # chosen by name: the registry's hint says the same
+    with pytest.raises(LookupError, match=r"'local' comes with tetrarch-alloc-local: pip install tetrarch-alloc-local"):
+        this_host_allocator()

@@ -11,7 +11,7 @@ import pytest
 import tetrarch.plugins
 from tetrarch._config import configure
 from tetrarch._plugins import Registry, get_registry, reset_registry
-from tetrarch.plugins import Allocator, BackendKind, BackendNotFound, Transport
+from tetrarch.plugins import Allocator, BackendKind, BackendNotFound, BackendUnavailable, Transport
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,8 +45,9 @@ def test_unknown_names_list_the_choices_and_the_install_hint(builtins_only: Regi
         builtins_only.get_transport("zmq")
     with pytest.raises(BackendNotFound, match=r"'slurm' comes with tetrarch-alloc-slurm: pip install .tetrarch\[slu"):
         builtins_only.get_allocator("slurm")
-    # core alone has an allocator, so a plain `pip install tetrarch` runs this_host()
-    assert type(builtins_only.get_allocator()).__name__ == "LocalAllocator"
+    # core alone has no allocator: `local` comes with tetrarch-alloc-local, which tetrarch depends on
+    with pytest.raises(BackendUnavailable, match=r"no allocator backend is .*pip install tetrarch-alloc-local"):
+        builtins_only.get_allocator()
 
 
 def test_get_allocator_returns_an_allocator() -> None:

@@ -79,7 +79,7 @@ def test_an_incompatible_plugin_is_listed_with_both_versions_and_the_fix_and_the
     assert registry.status(T, "good").status is Status.AVAILABLE
     assert registry.select(T, "good").name == "good"
     assert registry.select(T, address="ipc://@x").name == "ipc"
-    assert registry.select(A, "local").name == "local"
+    assert registry.select(T, "tcp").name == "tcp"
     # a name it might have provided is not found, and the error says which plugin was not loaded and why
     with pytest.raises(BackendNotFound, match=r"future \(future-dist 3\.1\): incompatible, written for plugin API"):
         registry.select(T, "future")

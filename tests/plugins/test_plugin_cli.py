@@ -32,10 +32,10 @@ def test_json_lists_every_backend() -> None:
     rows = json.loads(result.stdout)
     assert all(set(row) == KEYS for row in rows)
     seen = {(r["kind"], r["backend"]): r for r in rows}
-    for key in [("transport", "ipc"), ("transport", "tcp"), ("rdma", "tcp"), ("rdma", "shm"), ("allocator", "local")]:
+    for key in [("transport", "ipc"), ("transport", "tcp"), ("rdma", "tcp"), ("rdma", "shm")]:
         assert seen[key]["distribution"] == "tetrarch"
     for key in [("transport", "zmq"), ("transport", "nng"), ("rdma", "verbs"), ("rdma", "efa"),
-                ("allocator", "slurm")]:
+                ("allocator", "local"), ("allocator", "slurm")]:
         assert seen[key]["distribution"].startswith("tetrarch-")
     assert seen[("allocator", "local")]["status"] == "available"
     # the subprocess sees what this process sees
@@ -48,7 +48,7 @@ def test_table_has_the_columns() -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["DISTRIBUTION", "VERSION", "KIND", "BACKEND", "STATUS", "REASON", "/", "HINT"]
-    assert any(line.split()[:5] == ["tetrarch", "0.1.0", "allocator", "local", "available"]
+    assert any(line.split()[:5] == ["tetrarch-alloc-local", "0.1.0", "allocator", "local", "available"]
                for line in lines[1:])
     assert any(line.split()[2:5] == ["transport", "zmq", "available"] and "pyzmq" in line for line in lines)
 

@@ -1,7 +1,7 @@
 """The first-party plugin distributions report the truth about this machine.
 
-``tetrarch-alloc-local`` registers no backend: the ``local`` allocator is core's
-(``tests/kernel/test_local_allocator.py``).
+``tetrarch-alloc-local`` registers the ``local`` allocator (a distribution core depends on;
+``tests/kernel/test_local_allocator.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ FIRST_PARTY = {
     (T, "nng"): "tetrarch-transport-nng",
     (R, "verbs"): "tetrarch-rdma-verbs",
     (R, "efa"): "tetrarch-rdma-efa",
+    (A, "local"): "tetrarch-alloc-local",
     (A, "slurm"): "tetrarch-alloc-slurm",
 }
 

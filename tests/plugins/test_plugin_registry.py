@@ -36,7 +36,7 @@ def rows_by_key(registry: Registry) -> dict[tuple[BackendKind, str], list]:
 def test_builtins_are_registered_under_core() -> None:
     registry = Registry(entry_points=False)
     rows = rows_by_key(registry)
-    for key in [(T, "ipc"), (T, "tcp"), (R, "tcp"), (R, "shm"), (A, "local")]:
+    for key in [(T, "ipc"), (T, "tcp"), (R, "tcp"), (R, "shm")]:
         (row,) = rows[key]
         assert row.distribution == "tetrarch"
         assert row.version == "0.1.0"
@@ -46,9 +46,10 @@ def test_builtins_are_registered_under_core() -> None:
     assert rows[(T, "ipc")][0].spec.priority == 20
     assert rows[(T, "tcp")][0].spec.capabilities == {"local", "multi-host"}
     assert rows[(R, "shm")][0].spec.priority == 5
-    local = rows[(A, "local")][0].spec
-    assert local.priority == 10 and local.capabilities == {"same-host"}
-    assert local.factory == "tetrarch._runtime._local_alloc:LocalAllocator"
+    # core has no allocator of its own: `local` comes with tetrarch-alloc-local (a dependency), by entry point
+    assert not [r for r in registry.statuses(A) if r.distribution == "tetrarch"]
+    (local,) = rows[(A, "local")]
+    assert (local.distribution, local.status) == ("tetrarch-alloc-local", Status.NOT_INSTALLED)
 
 
 def test_builtin_probes_are_truthful() -> None:
@@ -84,7 +85,10 @@ def test_not_installed_rows_for_known_backends_without_entry_points() -> None:
         assert row.distribution == known.distribution
         if known.implemented:
             assert row.status is Status.NOT_INSTALLED
-            assert row.hint == f'pip install "tetrarch[{known.extra}]"'
+            # a distribution core depends on is named itself: `tetrarch[local]` over an installed tetrarch says less
+            expected = f"pip install {known.distribution}" if known.core_dependency else \
+                f'pip install "tetrarch[{known.extra}]"'
+            assert row.hint == expected
         else:  # never "install it" for what cannot run once installed
             assert row.status is Status.NOT_IMPLEMENTED
             assert row.reason.startswith(f"the {name} ")

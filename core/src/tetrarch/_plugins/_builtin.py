@@ -1,8 +1,9 @@
-"""Core's own backends (ipc/tcp transports, tcp/shm RDMA, the local allocator) and default selection policy.
+"""Core's own backends (ipc/tcp transports, tcp/shm RDMA) and default selection policy.
 
 Registered directly by the registry (not through an entry point), under the
 distribution ``tetrarch``. Two plugin objects, so a test registry can keep the policy
-while leaving the builtin backends out.
+while leaving the builtin backends out. Core has no allocator of its own: ``local``
+comes with ``tetrarch-alloc-local`` (a dependency of ``tetrarch``), through its entry point.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ._specs import BackendKind, BackendSpec, ProbeResult
 
 __all__ = ["BuiltinBackends", "DefaultPolicy", "default_policy", "required_capabilities"]
 
-_T, _R, _A = BackendKind.TRANSPORT, BackendKind.RDMA, BackendKind.ALLOCATOR
+_T, _R = BackendKind.TRANSPORT, BackendKind.RDMA
 
 
 def _module_of(factory: str) -> str:
@@ -33,7 +34,6 @@ _IPC = "tetrarch._transport._socket:IpcTransport"
 _TCP = "tetrarch._transport._socket:TcpTransport"
 _RDMA_TCP = "tetrarch._rdma._tcp:TcpRdmaBackend"
 _RDMA_SHM = "tetrarch._rdma._shm:ShmRdmaBackend"
-_LOCAL = "tetrarch._runtime._local_alloc:LocalAllocator"
 
 
 def _probe_ipc() -> ProbeResult:
@@ -57,12 +57,8 @@ def _probe_rdma_shm() -> ProbeResult:
     return ProbeResult.yes(reason)
 
 
-def _probe_local() -> ProbeResult:
-    return ProbeResult.yes("host agents are processes on this machine")
-
-
 class BuiltinBackends:
-    """The transports, RDMA backends and allocator that ship inside core."""
+    """The transports and RDMA backends that ship inside core."""
 
     @hookimpl
     def tetrarch_transports(self) -> Sequence[BackendSpec]:
@@ -88,15 +84,6 @@ class BuiltinBackends:
                 _R, "shm", _RDMA_SHM, implemented=_written(_RDMA_SHM), probe=_probe_rdma_shm, priority=5,
                 summary="same host: one copy by cross-memory attach (process_vm_readv/writev)",
                 capabilities=frozenset({"same-host"}),
-            ),
-        ]
-
-    @hookimpl
-    def tetrarch_allocators(self) -> Sequence[BackendSpec]:
-        return [
-            BackendSpec(
-                _A, "local", _LOCAL, probe=_probe_local, priority=10,
-                summary="host agents as processes on this machine", capabilities=frozenset({"same-host"}),
             ),
         ]
 

@@ -2,9 +2,10 @@
 
 Core never imports a plugin; this table only lets ``tetrarch plugins`` and the errors of
 :meth:`Registry.select` say *what to install* for a backend that is absent. Core's own
-backends (ipc/tcp transports, tcp/shm RDMA, the ``local`` allocator) are never absent,
-so they are not listed; ``tetrarch-alloc-local`` now only re-exports core's allocator
-and ships no backend.
+backends (ipc/tcp transports, tcp/shm RDMA) are never absent, so they are not listed.
+The ``local`` allocator is listed although ``tetrarch`` depends on its distribution,
+``tetrarch-alloc-local``: where that is missing anyway (uninstalled, or ``pip install
+--no-deps tetrarch``), ``this_host()`` says to install it by its own name.
 """
 
 from __future__ import annotations
@@ -33,10 +34,16 @@ class KnownBackend:
     name: str
     distribution: str
     extra: str
+    #: ``tetrarch`` itself depends on the distribution: the hint names it, not an extra.
+    core_dependency: bool = False
 
     @property
     def hint(self) -> str:
-        """The command that installs it, e.g. ``pip install "tetrarch[zmq]"``."""
+        """The command that installs it, e.g. ``pip install "tetrarch[zmq]"`` (``pip install tetrarch-alloc-local``
+        for a distribution ``tetrarch`` depends on: installing ``tetrarch[local]`` over a tetrarch already
+        installed would not say what is missing)."""
+        if self.core_dependency:
+            return f"pip install {self.distribution}"
         return f'pip install "tetrarch[{self.extra}]"'
 
     @property
@@ -54,6 +61,7 @@ KNOWN_BACKENDS: Mapping[tuple[BackendKind, str], KnownBackend] = {
         KnownBackend(_T, "nng", "tetrarch-transport-nng", "nng"),
         KnownBackend(_R, "verbs", "tetrarch-rdma-verbs", "verbs"),
         KnownBackend(_R, "efa", "tetrarch-rdma-efa", "efa"),
+        KnownBackend(_A, "local", "tetrarch-alloc-local", "local", core_dependency=True),
         KnownBackend(_A, "slurm", "tetrarch-alloc-slurm", "slurm"),
     )
 }

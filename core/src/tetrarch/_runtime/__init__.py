@@ -25,7 +25,6 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_secret``     the allocation's secret passed to a child outside its environment (pipe or 0600 file)
     ``_spawn``      child processes that die with their parent and report their exit
     ``_alloc``      the allocator plugin interface
-    ``_local_alloc`` the builtin ``local`` allocator: host agents as child processes
     ``_cma``        cross-memory attach: process_vm_readv/writev with another process of this host
     ``_segments``   shared-memory segments (memfd) for large payloads: a bounded pool, lent and taken back
     ``_shmwire``    large payloads to a process of this host through those segments, and back into views
@@ -98,7 +97,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
         "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
-        "_early", "_secret", "_spawn", "_alloc", "_local_alloc", "_cma", "_segments", "_shmwire", "_stdio",
+        "_early", "_secret", "_spawn", "_alloc", "_cma", "_segments", "_shmwire", "_stdio",
         "_procstate", "_stopguard", "_bootcmd"))),
     ("transport", ("tetrarch._transport",)),
     ("plugins", ("tetrarch._plugins",)),

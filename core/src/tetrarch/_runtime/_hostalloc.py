@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._config import ALLOCATOR
-from .._plugins import BackendKind, BackendSpec, BackendUnavailable, Status, get_registry
+from .._plugins import BackendKind, BackendSpec, BackendStatus, BackendUnavailable, Status, get_registry
 
 __all__ = ["SAME_HOST", "job_allocator", "this_host_allocator"]
 
 #: The capability of an allocator whose host agents run on this machine (``this_host()`` needs it).
 SAME_HOST = "same-host"
+#: The allocator ``this_host()`` gets by default; it comes with ``tetrarch-alloc-local``, a dependency of tetrarch.
+LOCAL = "local"
 _KIND = BackendKind.ALLOCATOR
 
 
@@ -47,7 +49,8 @@ def this_host_allocator() -> str:
         BackendUnavailable: the setting names an allocator without ``same-host`` (e.g.
             ``slurm``; the message names ``tetrarch.job.AllocatorJob`` and unsetting the
             variable), the named one cannot run here, no same-host allocator is
-            available, or a policy hook chose one without ``same-host``.
+            available (when ``tetrarch-alloc-local`` is missing, the message says
+            ``pip install tetrarch-alloc-local``), or a policy hook chose one without ``same-host``.
     """
     registry = get_registry()
     value, source = ALLOCATOR.lookup()
@@ -56,13 +59,27 @@ def this_host_allocator() -> str:
         spec = next((r.spec for r in registry.statuses(_KIND) if r.name == value and r.spec is not None), None)
         if spec is not None and SAME_HOST not in spec.capabilities:
             raise BackendUnavailable(_not_this_machine(spec, where, _same_host_names()))
-    spec = registry.select(_KIND, None, request={"require": {SAME_HOST}})
+    try:
+        spec = registry.select(_KIND, None, request={"require": {SAME_HOST}})
+    except BackendUnavailable as exc:
+        missing = _local_missing()
+        if missing is None:
+            raise
+        raise BackendUnavailable(f"this_host() starts its host agent with the 'local' allocator, but "
+                                 f"{missing.reason} (tetrarch depends on it; was it uninstalled, or tetrarch "
+                                 f"installed with --no-deps?): {missing.hint}. {exc}") from exc
     if SAME_HOST not in spec.capabilities:
         raise BackendUnavailable(
             f"a tetrarch_select_backend hook chose allocator {spec.name!r} for this_host(), but it cannot start "
             f"hosts on this machine (no {SAME_HOST!r} capability); the hook must honour request['require']"
         )
     return spec.name
+
+
+def _local_missing() -> BackendStatus | None:
+    """The ``local`` allocator's row when its distribution (``tetrarch-alloc-local``) is not installed, else None."""
+    return next((r for r in get_registry().statuses(_KIND) if r.name == LOCAL and r.status is Status.NOT_INSTALLED),
+                None)
 
 
 def _same_host_names() -> list[str]:

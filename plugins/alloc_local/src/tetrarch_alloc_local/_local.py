@@ -1,8 +1,8 @@
 """The ``local`` allocator: host agents as child processes of this process.
 
-Part of core (registered by ``tetrarch._plugins._builtin``), so a plain
-``pip install tetrarch`` can run ``this_host()``; the ``tetrarch-alloc-local``
-distribution only re-exports these classes under ``tetrarch_alloc_local``.
+The factory module of the ``local`` backend (``tetrarch_alloc_local._plugin`` declares
+it). Written against the public allocator API only (:mod:`tetrarch.plugins.allocator`);
+core depends on this distribution, so a plain ``pip install tetrarch`` runs ``this_host()``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from .._errors import AllocatorError
-from ._alloc import Allocation, Allocator, AllocRequest
-from ._spawn import ExitInfo, WatchedProcess, spawn_watched
+from tetrarch.plugins.allocator import (
+    Allocation,
+    Allocator,
+    AllocatorError,
+    AllocRequest,
+    ExitInfo,
+    WatchedProcess,
+    spawn_watched,
+)
 
 __all__ = ["LocalAllocation", "LocalAllocator"]
 
