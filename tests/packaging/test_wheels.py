@@ -7,6 +7,11 @@ block of README.md in a fresh interpreter outside the repository: first without 
 then with torch importable. The ``tetrarch[zmq,nng]`` environment also runs a two-proc
 actor program (``programs/two_procs.py``) with every process on zmq, then on nng.
 
+The ``local`` allocator (``this_host()``) is a plugin, ``tetrarch-alloc-local``, which
+``tetrarch`` depends on: every install, a plain ``pip install tetrarch`` first, gets it
+from the wheels and runs the quickstart through its entry point; the plain install then
+uninstalls it and checks that the quickstart fails naming ``pip install tetrarch-alloc-local``.
+
 torch is installed once (``pip install --target`` from the cache, about 15 s) into a
 folder that the "with torch" runs put on their path with a ``.pth`` file, instead of
 installing its 190 MB wheel into each environment.
@@ -40,14 +45,19 @@ SEVEN = {"tetrarch", "tetrarch_transport_zmq", "tetrarch_transport_nng", "tetrar
          "tetrarch_rdma_efa", "tetrarch_alloc_local", "tetrarch_alloc_slurm"}
 
 #: Run in each environment after the quickstart: where tetrarch came from, whether torch
-#: imports, which distribution provides the local allocator.
+#: imports, which distribution provides the local allocator (and from where), whether core
+#: still ships an allocator module of its own.
 PROBE = """
 import importlib.util, json, tetrarch
 from tetrarch._plugins import Registry
 (row,) = [r for r in Registry().statuses() if r.kind.value == "allocator" and r.name == "local"]
 print(json.dumps({"tetrarch": tetrarch.__file__, "torch": importlib.util.find_spec("torch") is not None,
-                  "local": [row.distribution, row.status.value]}))
+                  "local": [row.distribution, row.status.value, row.spec and row.spec.factory],
+                  "alloc_local": importlib.util.find_spec("tetrarch_alloc_local").origin,
+                  "core_local": importlib.util.find_spec("tetrarch._runtime._local_alloc") is not None}))
 """
+#: The plain install, its ``local`` allocator uninstalled: what ``this_host()`` must say.
+NO_LOCAL = "pip install tetrarch-alloc-local"
 
 
 def _load_helper() -> ModuleType:
@@ -120,9 +130,13 @@ def _check_quickstart(python: Path, quickstart: Path, *, torch: bool) -> None:
     assert "Traceback" not in result.stderr, result.stderr
     probe = _python(python, "-c", PROBE, cwd=quickstart.parent)
     seen = json.loads(probe.stdout)
-    assert seen["tetrarch"].startswith(str(python.parent.parent)), seen  # the wheel, not the source tree
+    venv = str(python.parent.parent)
+    assert seen["tetrarch"].startswith(venv), seen  # the wheel, not the source tree
     assert seen["torch"] is torch
-    assert seen["local"] == ["tetrarch", "available"]
+    # this_host()'s allocator came with the plugin core depends on, through its entry point
+    assert seen["local"] == ["tetrarch-alloc-local", "available", "tetrarch_alloc_local._local:LocalAllocator"]
+    assert seen["alloc_local"].startswith(venv), seen
+    assert seen["core_local"] is False, seen
 
 
 def test_the_readme_quickstart_is_found() -> None:
@@ -147,6 +161,20 @@ def test_install_runs_the_readme_quickstart(requirement: str, workdir: Path, whe
           f"with torch {time.monotonic() - plain:.1f} s")
     for transport in PLUGIN_TRANSPORTS.get(requirement, ()):
         _check_two_procs(python, quickstart.parent, transport)
+    if requirement == "tetrarch":
+        _check_without_the_local_allocator(python, quickstart)
+
+
+def _check_without_the_local_allocator(python: Path, quickstart: Path) -> None:
+    """``pip uninstall tetrarch-alloc-local`` (core's dependency): the quickstart fails saying to install it."""
+    wheels.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", python, "uninstall", "-y",
+                "tetrarch-alloc-local"], timeout=scaled(120), env=wheels.offline_env())
+    result = subprocess.run([python, quickstart], capture_output=True, text=True, timeout=scaled(120),
+                            env=wheels.offline_env(), cwd=quickstart.parent, check=False)
+    assert result.returncode != 0, result.stdout
+    assert "BackendUnavailable: this_host() starts its host agent with the 'local' allocator" in result.stderr, \
+        result.stderr
+    assert NO_LOCAL in result.stderr, result.stderr
 
 
 def _check_two_procs(python: Path, cwd: Path, transport: str) -> None:
