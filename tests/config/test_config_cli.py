@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from tetrarch._cli import CONFIG_KEYS, config_rows, main
-from tetrarch._config import SETTINGS, configure
+from tetrarch._config import SETTINGS, TEST_SETTINGS, configure, known_settings
+from tetrarch._config_plugins import settings_by_owner
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,8 +28,10 @@ def test_table_shows_value_source_and_meaning() -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["KEY", "VARIABLE", "VALUE", "SOURCE", "MEANING"]
-    rows = {line.split()[0]: line for line in lines[1:]}
-    assert set(rows) == set(SETTINGS)
+    rows = {line.split()[0]: line for line in lines[1:] if line and not line.endswith(":")}
+    assert set(rows) == set(known_settings())  # core's, the installed plugins' and the test suite's
+    assert lines[len(SETTINGS) + 1:len(SETTINGS) + 3] == ["", f"plugin {sorted(settings_by_owner())[0]}:"]
+    assert "tetrarch's own test suite (not for production):" in lines
     assert rows["stop_timeout"].split()[:4] == ["stop_timeout", "TETRARCH_STOP_TIMEOUT", "3.0", "environment"]
     assert rows["stop_timeout"].endswith(SETTINGS["stop_timeout"].doc)
     assert rows["disable_plugins"].split()[2:4] == ["a,b", "environment"]
@@ -40,12 +43,15 @@ def test_json_rows() -> None:
     result = run_cli("config", "--json", env={"TETRARCH_RDMA_FALLBACK": "off", "TETRARCH_ALLOCATOR": "local"})
     assert result.returncode == 0, result.stderr
     rows = {r["key"]: r for r in json.loads(result.stdout)}
-    assert list(rows) == list(SETTINGS)
+    plugins = [s.key for _, settings in sorted(settings_by_owner().items()) for s in settings]
+    assert list(rows) == [*SETTINGS, *plugins, *TEST_SETTINGS]
     assert all(list(r) == list(CONFIG_KEYS) for r in rows.values())
     assert rows["rdma_fallback"] | {"doc": ""} == {
         "key": "rdma_fallback", "env": "TETRARCH_RDMA_FALLBACK", "value": False, "source": "environment", "doc": "",
         "type": "a boolean (1/0, true/false, yes/no, on/off)", "default": True, "propagate": True, "error": "",
+        "owner": "tetrarch",
     }
+    assert rows["test_slowdown"]["owner"] == "tetrarch-test-suite"
     assert (rows["allocator"]["value"], rows["allocator"]["default"]) == ("local", None)
     assert (rows["disable_plugins"]["value"], rows["stop_timeout"]["value"]) == ([], 10.0)
 

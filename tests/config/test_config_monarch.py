@@ -10,7 +10,7 @@ from config_actors import SettingProbe
 
 import tetrarch
 from tetrarch import shutdown_context, this_host
-from tetrarch._config import SETTINGS, configure
+from tetrarch._config import configure, known_settings
 from tetrarch._config_monarch import MONARCH_ALIASES, MONARCH_REFUSED, format_duration, parse_duration
 from tetrarch.config import clear_runtime_config, configured, get_global_config, get_runtime_config, source
 
@@ -56,6 +56,9 @@ CASES: dict[str, tuple[object, object, object]] = {
     "rdma_ibverbs_target": ("nic:mlx5_1", "mlx5_1", "nic:mlx5_1"),
 }
 
+#: Every setting a Monarch name may stand for: core's and the installed plugins' (verbs: rdma_device, ...).
+ALL = known_settings()
+
 
 def test_every_name_of_monarchs_configure_is_mapped_or_refused() -> None:
     assert set(MONARCH_ALIASES).isdisjoint(MONARCH_REFUSED)
@@ -63,14 +66,14 @@ def test_every_name_of_monarchs_configure_is_mapped_or_refused() -> None:
     assert not missing, f"add these to tetrarch/_config_monarch.py: {sorted(missing)}"
     assert set(CASES) == set(MONARCH_ALIASES)
     for alias in MONARCH_ALIASES.values():
-        assert alias.key in SETTINGS, alias
-    assert not set(MONARCH_REFUSED) & set(SETTINGS)
+        assert alias.key in ALL, alias
+    assert not set(MONARCH_REFUSED) & set(ALL)
 
 
 def test_a_refusal_names_only_settings_that_exist() -> None:
     for name, why in MONARCH_REFUSED.items():
         for word in re.findall(r"`([a-z_]+)`", why):
-            assert word in SETTINGS or word in {"logging", "tetrarch"}, (name, word)
+            assert word in ALL or word in {"logging", "tetrarch"}, (name, word)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -78,12 +81,12 @@ def test_a_monarch_name_sets_the_tetrarch_setting(name: str) -> None:
     given, ours, theirs = CASES[name]
     key = MONARCH_ALIASES[name].key
     configure(**{name: given})
-    assert SETTINGS[key]() == ours and source(name) == source(key) == "code"
+    assert ALL[key]() == ours and source(name) == source(key) == "code"
     config = get_global_config()
     assert config[key] == ours and config[name] == theirs
     assert get_runtime_config() == {key: ours}
     configure(**{name: None})  # None drops the value set from code, as for tetrarch's names
-    assert SETTINGS[key].source() == "default"
+    assert ALL[key].source() == "default"
 
 
 @pytest.mark.parametrize("name", sorted(MONARCH_REFUSED))
@@ -91,7 +94,7 @@ def test_a_refused_monarch_name_raises_with_what_to_do(name: str) -> None:
     with pytest.raises(ValueError) as info:
         configure(stop_timeout=7, **{name: "1s"})
     assert f"Monarch's setting {name!r} has no tetrarch equivalent: {MONARCH_REFUSED[name]}" in str(info.value)
-    assert SETTINGS["stop_timeout"].source() == "default"  # nothing of the call was set
+    assert ALL["stop_timeout"].source() == "default"  # nothing of the call was set
     with pytest.raises(ValueError, match="has no tetrarch equivalent"):
         source(name)
 
@@ -145,9 +148,9 @@ def test_durations_read_and_print_as_monarch_writes_them(monkeypatch: pytest.Mon
     assert [format_duration(s) for s in (30.0, 5400.0, 0.5, 0.0, 86400 + 1.25, float("inf"))] == [
         "30s", "1h 30m", "500ms", "0s", "1d 1s 250ms", "inf"]
     monkeypatch.setenv("TETRARCH_STOP_TIMEOUT", "2m")  # tetrarch's seconds settings read them too
-    assert SETTINGS["stop_timeout"]() == 120.0
+    assert ALL["stop_timeout"]() == 120.0
     configure(cleanup_timeout="750ms")
-    assert SETTINGS["cleanup_timeout"]() == 0.75
+    assert ALL["cleanup_timeout"]() == 0.75
 
 
 def test_configured_yields_the_merged_config_and_restores() -> None:
@@ -159,16 +162,16 @@ def test_configured_yields_the_merged_config_and_restores() -> None:
     assert get_runtime_config() == {"stop_timeout": 9.0}
     saved = get_runtime_config()
     clear_runtime_config()  # Monarch's snapshot/restore idiom works on tetrarch's keys
-    assert get_runtime_config() == {} and SETTINGS["stop_timeout"]() == 10.0
+    assert get_runtime_config() == {} and ALL["stop_timeout"]() == 10.0
     configure(**saved)
-    assert SETTINGS["stop_timeout"]() == 9.0
+    assert ALL["stop_timeout"]() == 9.0
 
 
 def test_the_view_configured_yields_reads_on_access(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TETRARCH_HEARTBEAT_INTERVAL", "often")  # a bad variable elsewhere does not stop the block
     with configured(cleanup_timeout="2s") as config:
         assert config["cleanup_timeout"] == 2.0 and "mesh_orphan_timeout" in config and "nope" not in config
-        assert len(config) == len(list(config)) == len(set(SETTINGS) | set(MONARCH_ALIASES))
+        assert len(config) == len(list(config)) == len(set(ALL) | set(MONARCH_ALIASES))
         with pytest.raises(ValueError, match="TETRARCH_HEARTBEAT_INTERVAL='often'"):
             config["heartbeat_interval"]
         with pytest.raises(KeyError):
@@ -188,7 +191,7 @@ def _rounds() -> list[dict[str, str]]:
     """The propagating aliases, as calls that each set a setting under at most one name."""
     by_key: dict[str, list[str]] = {}
     for name, alias in sorted(MONARCH_ALIASES.items()):
-        if SETTINGS[alias.key].propagate:
+        if ALL[alias.key].propagate:
             by_key.setdefault(alias.key, []).append(name)
     return [{key: names[i] for key, names in by_key.items() if i < len(names)}
             for i in range(max(len(names) for names in by_key.values()))]

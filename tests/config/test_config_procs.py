@@ -48,3 +48,17 @@ def test_a_value_set_when_the_host_agent_started_does_not_leak_into_later_procs(
             later.stop().get(timeout=30)
     finally:
         first.stop().get(timeout=30)
+
+
+def test_a_plugin_setting_set_from_code_reaches_new_procs() -> None:
+    """The efa and verbs plugins' settings (their tetrarch_settings hook) travel like core's."""
+    pytest.importorskip("tetrarch_rdma_efa")
+    pytest.importorskip("tetrarch_rdma_verbs")
+    with configured(efa_provider="tcp;ofi_rxm", verbs_max_wr=7):
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        probe = procs.spawn("probe_plugin", SettingProbe)
+        assert probe.read.call_one("efa_provider").get(timeout=30) == ("tcp;ofi_rxm", "environment", "tcp;ofi_rxm")
+        assert probe.read.call_one("verbs_max_wr").get(timeout=30) == (7, "environment", "7")
+    finally:
+        procs.stop().get(timeout=30)

@@ -206,7 +206,10 @@ def test_head_in_a_shell_pipeline(json_flag: str) -> None:
 def test_configure_of_a_setting_a_probe_reads_probes_again(fakes) -> None:
     """``configure(efa_provider=...)`` in a running program: the registry sees the new answer."""
     from tetrarch import configured
-    from tetrarch._config import EFA_PROVIDER, STOP_TIMEOUT
+    from tetrarch._config import STOP_TIMEOUT
+    from tetrarch.plugins import setting
+
+    EFA_PROVIDER = setting("efa_provider")  # the efa plugin's (probed=True)
 
     calls: list[str] = []
 

@@ -20,7 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._config import SETTINGS, Setting, display
+from ._config import SETTINGS, TEST_SETTINGS, Setting, display
+from ._config_plugins import settings_by_owner
 from ._plugins._api import undeclared_note
 from ._plugins._errors import PluginLoadError
 from ._plugins._known import known_for_distribution
@@ -33,8 +34,10 @@ __all__ = ["COLUMNS", "CONFIG_KEYS", "config_rows", "main", "plugin_rows"]
 COLUMNS = ("distribution", "version", "kind", "backend", "status", "reason", "hint")
 #: The keys of a ``tetrarch config --json`` row. ``value``, ``default``: JSON values (a list
 #: for a list of names, null for "chosen automatically"); ``error``: why the environment
-#: variable's text is no valid value (then ``value`` is that text), else empty.
-CONFIG_KEYS = ("key", "env", "value", "source", "doc", "type", "default", "propagate", "error")
+#: variable's text is no valid value (then ``value`` is that text), else empty; ``owner``: who declares
+#: the setting: ``tetrarch`` (core), a plugin's distribution, or :data:`TEST_OWNER`.
+CONFIG_KEYS = ("key", "env", "value", "source", "doc", "type", "default", "propagate", "error", "owner")
+CORE_OWNER, TEST_OWNER = "tetrarch", "tetrarch-test-suite"
 
 
 def plugin_rows(registry: Registry) -> list[dict[str, str]]:
@@ -142,16 +145,35 @@ def _json_value(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _settings_now() -> list[tuple[Setting[Any], object, str, str]]:
-    """``(setting, value, source, error)`` per setting; an invalid variable gives its text and the error."""
-    entries: list[tuple[Setting[Any], object, str, str]] = []
-    for s in SETTINGS.values():
-        try:
-            value, where = s.lookup()
-            entries.append((s, value, where, ""))
-        except ValueError as exc:
-            entries.append((s, os.environ.get(s.env, ""), "environment", str(exc)))
+def _settings_now() -> list[tuple[Setting[Any], object, str, str, str]]:
+    """``(setting, value, source, error, owner)`` per setting: core's, each plugin's, the test suite's;
+    an invalid variable gives its text and the error."""
+    groups = [(CORE_OWNER, list(SETTINGS.values())), *sorted(settings_by_owner().items()),
+              (TEST_OWNER, list(TEST_SETTINGS.values()))]
+    entries: list[tuple[Setting[Any], object, str, str, str]] = []
+    for owner, settings in groups:
+        for s in settings:
+            try:
+                value, where = s.lookup()
+                entries.append((s, value, where, "", owner))
+            except ValueError as exc:
+                entries.append((s, os.environ.get(s.env, ""), "environment", str(exc), owner))
     return entries
+
+
+def _config_table(entries: list[tuple[Setting[Any], object, str, str, str]]) -> str:
+    """Core's settings under the header, then each plugin's and the test suite's under a heading line."""
+    body = [[s.key, s.env, f"{value} (invalid)" if error else display(s, value), where, s.doc]
+            for s, value, where, error, _ in entries]
+    lines = _align(["KEY", "VARIABLE", "VALUE", "SOURCE", "MEANING"], body).splitlines()
+    out, owner_now = lines[:1], CORE_OWNER
+    for (*_, owner), line in zip(entries, lines[1:], strict=True):
+        if owner != owner_now:
+            owner_now = owner
+            out += ["", "tetrarch's own test suite (not for production):" if owner == TEST_OWNER
+                    else f"plugin {owner}:"]
+        out.append(line)
+    return "\n".join(out)
 
 
 def config_rows() -> list[dict[str, Any]]:
@@ -162,8 +184,9 @@ def config_rows() -> list[dict[str, Any]]:
     """
     return [
         {"key": s.key, "env": s.env, "value": _json_value(value), "source": where, "doc": s.doc,
-         "type": s.expected, "default": _json_value(s.default), "propagate": s.propagate, "error": error}
-        for s, value, where, error in _settings_now()
+         "type": s.expected, "default": _json_value(s.default), "propagate": s.propagate, "error": error,
+         "owner": owner}
+        for s, value, where, error, owner in _settings_now()
     ]
 
 
@@ -172,10 +195,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(config_rows(), indent=2))
     else:
-        body = [[s.key, s.env, f"{value} (invalid)" if error else display(s, value), where, s.doc]
-                for s, value, where, error in entries]
-        print(_align(["KEY", "VARIABLE", "VALUE", "SOURCE", "MEANING"], body))
-    errors = [error for _, _, _, error in entries if error]
+        print(_config_table(entries))
+    errors = [error for _, _, _, error, _ in entries if error]
     for error in errors:
         print(f"tetrarch: {error}", file=sys.stderr)
     return 1 if errors else 0

@@ -15,6 +15,10 @@ every ``TETRARCH_*`` name can be imported from this module.
 (``mesh_orphan_timeout="60s"``) and refuses Monarch's other names with the way to get
 the same effect here; :mod:`tetrarch._config_monarch` holds that table.
 
+Plugins declare their own settings (hook ``tetrarch_settings``); :mod:`tetrarch._config_plugins`
+reads them from the plugin registry, and :func:`known_settings` is core's, theirs and the test
+suite's (:data:`TEST_SETTINGS`, listed apart). ``configure`` and :func:`config_env` take them all.
+
 ``python -m tetrarch._config_doc --markdown`` prints the tables of ``docs/configuration.md``;
 ``--update docs/configuration.md`` rewrites them there.
 """
@@ -51,21 +55,22 @@ from ._config_launch import (
     LaunchVar,
 )
 from ._config_monarch import DURATION_WORDS, MONARCH_ALIASES, MONARCH_REFUSED, closest, parse_duration, translate
+from ._config_plugins import absent_owner, core_or_known, known_settings, plugin_settings
 from ._errors import ArgumentTypeError, ConfigError
 
 __all__ = [
     "AGGREGATE_WINDOW", "ALLOCATOR", "BATCH_IO_THREADS", "CLEANUP_TIMEOUT", "CONFIG_VARS", "CONNECT_TIMEOUT",
-    "DISABLE_PLUGINS", "EFA_ALLOW_UNCHECKED_ACCESS", "EFA_PROVIDER", "ENV_ALLOC_ID", "ENV_ALLOC_TRANSPORT",
+    "DISABLE_PLUGINS", "ENV_ALLOC_ID", "ENV_ALLOC_TRANSPORT",
     "ENV_AT_DEFAULT", "ENV_CLIENT_ADDR", "ENV_HOST_AGENT_ADDR", "ENV_HOST_INDEX", "ENV_OWNER_ADDR",
     "ENV_PROC_COORDS", "ENV_PROC_ID", "ENV_PROC_MESH", "ENV_RANK_DIM", "ENV_SECRET_FD", "ENV_SECRET_FILE",
     "ENV_SIZE_DIM", "ENV_SPANS_HOSTS", "ENV_SPMD_BACKEND", "ENV_SYS_PATH", "FORWARD_OUTPUT", "FROZEN_TIMEOUT",
     "HEARTBEAT_INTERVAL", "HOST_START_TIMEOUT", "HOST_TIMEOUT", "LAUNCH_VARS", "ORPHAN_TIMEOUT",
-    "PLUGINS_STRICT", "PROC_START_TIMEOUT", "RDMA_BACKEND", "RDMA_CHUNK_SIZE", "RDMA_DEVICE", "RDMA_FALLBACK",
+    "PLUGINS_STRICT", "PROC_START_TIMEOUT", "RDMA_BACKEND", "RDMA_FALLBACK",
     "RDMA_TCP_CHUNK_SIZE", "RDMA_TCP_WINDOW", "SETTINGS", "SHM_MIN_BYTES", "SHM_PAYLOADS", "SHM_POOL_BYTES",
-    "SPIN_US", "STANDBY", "STOP_TIMEOUT", "TEST_SLOWDOWN",
-    "TRANSPORT", "VERBS_MAX_WR", "LaunchVar", "Setting", "Source", "at_default", "clear_runtime_config",
+    "SPIN_US", "STANDBY", "STOP_TIMEOUT", "TEST_SETTINGS", "TEST_SLOWDOWN",
+    "TRANSPORT", "LaunchVar", "Setting", "Source", "at_default", "clear_runtime_config",
     "config_env", "configure", "configured", "display", "env_float", "get_global_config", "get_runtime_config",
-    "source",
+    "known_settings", "plugin_settings", "source",
 ]
 
 T = TypeVar("T")
@@ -328,30 +333,6 @@ RDMA_TCP_WINDOW: Setting[int] = Setting(
     "rdma_tcp_window", "TETRARCH_RDMA_TCP_WINDOW", int, 8,
     "chunks of one RDMA TCP fallback write that may be unacknowledged at once",
 )
-RDMA_DEVICE: Setting[str | None] = Setting(
-    "rdma_device", "TETRARCH_RDMA_DEVICE", str, None,
-    "RDMA device (and port) the verbs backend uses, e.g. `mlx5_0` or `mlx5_0:1`; unset: the NIC nearest the "
-    "process's GPU (PCIe topology), else the first device with an active port", probed=True,
-)
-RDMA_CHUNK_SIZE: Setting[int] = Setting(
-    "rdma_chunk_size", "TETRARCH_RDMA_CHUNK_SIZE", int, 64 << 20,
-    "largest single work request of a hardware RDMA backend (verbs); larger transfers are split", unit="bytes",
-)
-VERBS_MAX_WR: Setting[int] = Setting(
-    "verbs_max_wr", "TETRARCH_VERBS_MAX_WR", int, 16,
-    "work requests the verbs backend keeps in flight per queue pair",
-)
-EFA_PROVIDER: Setting[str] = Setting(
-    "efa_provider", "TETRARCH_EFA_PROVIDER", str, "efa",
-    "libfabric provider of the `efa` RDMA backend; any RMA-capable one (`shm`, `tcp;ofi_rxm`) runs it without EFA "
-    "hardware, for tests (see docs/rdma.md)", probed=True,
-)
-EFA_ALLOW_UNCHECKED_ACCESS: Setting[bool] = Setting(
-    "efa_allow_unchecked_access", "TETRARCH_EFA_ALLOW_UNCHECKED_ACCESS", bool, False,
-    "let the `efa` backend register memory over a libfabric provider that does not check peers' accesses on the "
-    "owner's side (`shm`: any process of this user on this host may then read and write this process's memory "
-    "through it, outside the registered regions too); see docs/rdma.md", probed=True,
-)
 FORWARD_OUTPUT: Setting[bool] = Setting(
     "forward_output", "TETRARCH_FORWARD_OUTPUT", bool, True,
     "procs' stdout and stderr reach the client line by line, prefixed with mesh and rank (`0`: unprefixed, "
@@ -392,14 +373,15 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         HOST_START_TIMEOUT, PROC_START_TIMEOUT, STOP_TIMEOUT, CONNECT_TIMEOUT, CLEANUP_TIMEOUT,
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, HOST_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR,
         RDMA_BACKEND,
-        DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, RDMA_DEVICE,
-        RDMA_CHUNK_SIZE, VERBS_MAX_WR, EFA_PROVIDER, EFA_ALLOW_UNCHECKED_ACCESS, FORWARD_OUTPUT, STANDBY, SPIN_US,
-        BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS, SHM_MIN_BYTES, SHM_POOL_BYTES, TEST_SLOWDOWN,
-        FUZZ_EXAMPLES,
+        DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
+        STANDBY, SPIN_US, BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS, SHM_MIN_BYTES, SHM_POOL_BYTES,
     )
 })
 
-#: The variables of the settings that :func:`config_env` may pass to procs.
+#: The settings of tetrarch's own test suite: set like the others, listed apart (not for production).
+TEST_SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({s.key: s for s in (TEST_SLOWDOWN, FUZZ_EXAMPLES)})
+
+#: The variables of core's settings that :func:`config_env` may pass to procs (plugins' add to them).
 CONFIG_VARS = tuple(s.env for s in SETTINGS.values() if s.propagate)
 
 
@@ -420,21 +402,24 @@ def probe_generation() -> int:
 
 def _staged(caller: str, values: Mapping[str, object]) -> dict[str, Any]:
     """``values`` (Monarch's names translated) validated: key -> coerced value, or ``_UNSET`` for None (drop it)."""
-    values = translate(caller, values, SETTINGS)
-    unknown = sorted(set(values) - set(SETTINGS))
+    known = core_or_known(values)
+    values = translate(caller, values, known)
+    known = core_or_known(values)  # a Monarch name may stand for a plugin's setting
+    unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ArgumentTypeError(f"{caller}() got unknown setting(s) {_with_hints(unknown)}; valid: "
-                                f"{', '.join(SETTINGS)}, or Monarch's names (docs/configuration.md#monarch-names)")
-    return {k: _UNSET if v is None else SETTINGS[k].coerce(v) for k, v in values.items()}
+        raise ArgumentTypeError(f"{caller}() got unknown setting(s) {_with_hints(unknown, known)}; valid: "
+                                f"{', '.join(known)}, or Monarch's names (docs/configuration.md#monarch-names)")
+    return {k: _UNSET if v is None else known[k].coerce(v) for k, v in values.items()}
 
 
-def _with_hints(names: list[str]) -> str:
-    """``names``, each followed by the nearest known name it may be a misspelling of."""
-    known = [*SETTINGS, *MONARCH_ALIASES, *MONARCH_REFUSED]
+def _with_hints(names: list[str], settings: Mapping[str, Setting[Any]]) -> str:
+    """``names``, each followed by the plugin that would declare it, or the nearest known name."""
+    known = [*settings, *MONARCH_ALIASES, *MONARCH_REFUSED]
     hinted = []
     for name in names:
+        owner = absent_owner(name)
         near = closest(name, known)
-        hinted.append(f"{name} (did you mean {near}?)" if near else name)
+        hinted.append(f"{name} ({owner})" if owner else f"{name} (did you mean {near}?)" if near else name)
     return ", ".join(hinted)
 
 
@@ -449,7 +434,8 @@ def _apply(staged: Mapping[str, Any]) -> dict[str, Any]:
                 new.pop(key, None)
             else:
                 new[key] = value
-        if any(SETTINGS[k].probed and new.get(k, _UNSET) != _code_values.get(k, _UNSET) for k in staged):
+        known = core_or_known(staged)
+        if any(known[k].probed and new.get(k, _UNSET) != _code_values.get(k, _UNSET) for k in staged):
             _probe_generation += 1
         _code_values = new
     return previous
@@ -504,31 +490,39 @@ class _ConfigView(Mapping[str, Any]):
     __slots__ = ()
 
     def __getitem__(self, name: str) -> Any:
-        if name not in SETTINGS and name not in MONARCH_ALIASES:
+        known = known_settings()
+        alias = MONARCH_ALIASES.get(name)
+        if name not in known and (alias is None or alias.key not in known):
             raise KeyError(name)
         setting, shown = _setting_named(name)
         return setting() if shown is None else shown(setting())
 
+    def _names(self) -> list[str]:
+        known = known_settings()
+        return [*known, *(n for n, a in MONARCH_ALIASES.items() if n not in known and a.key in known)]
+
     def __iter__(self) -> Iterator[str]:
-        yield from SETTINGS
-        yield from (name for name in MONARCH_ALIASES if name not in SETTINGS)
+        yield from self._names()
 
     def __len__(self) -> int:
-        return len(SETTINGS) + sum(name not in SETTINGS for name in MONARCH_ALIASES)
+        return len(self._names())
 
 
 def _setting_named(name: str) -> tuple[Setting[Any], Any]:
     """The setting ``name`` (a key or a Monarch name) reads, and how its value is shown under that name."""
     alias = MONARCH_ALIASES.get(name)
-    if name in SETTINGS:
-        return SETTINGS[name], None
-    if alias is not None:
-        return SETTINGS[alias.key], alias.to_theirs
+    known = core_or_known([name] if alias is None else [name, alias.key])
+    if name in known:
+        return known[name], None
+    if alias is not None and alias.key in known:
+        return known[alias.key], alias.to_theirs
     if name in MONARCH_REFUSED:
         raise ConfigError(f"Monarch's setting {name!r} has no tetrarch equivalent: {MONARCH_REFUSED[name]}")
-    near = closest(name, [*SETTINGS, *MONARCH_ALIASES])
-    raise ConfigError(f"unknown setting {name!r}{f' (did you mean {near}?)' if near else ''}; valid: "
-                      f"{', '.join(SETTINGS)}, or Monarch's names (docs/configuration.md#monarch-names)")
+    owner = absent_owner(alias.key if alias is not None else name)
+    near = closest(name, [*known, *MONARCH_ALIASES])
+    why = f" ({owner})" if owner else f" (did you mean {near}?)" if near else ""
+    raise ConfigError(f"unknown setting {name!r}{why}; valid: "
+                      f"{', '.join(known)}, or Monarch's names (docs/configuration.md#monarch-names)")
 
 
 def source(key: str) -> Source:
@@ -575,7 +569,7 @@ def config_env(*, complete: bool = False) -> dict[str, str]:
     """
     env = {}
     defaults = []
-    for setting in SETTINGS.values():
+    for setting in known_settings().values():
         if setting.propagate:
             value, where = setting.lookup()
             if where != "default":

@@ -1,5 +1,10 @@
 """The generated tables of ``docs/configuration.md``: every setting, launch variable and Monarch name.
 
+Core's settings come first; then a section per first-party plugin that declares settings
+(``tetrarch_settings``), generated from the installed plugin's own declaration, so that one page
+lists every setting ``configure()`` may take; then the test suite's settings. Third-party
+plugins' settings are theirs to document (``tetrarch config`` lists them).
+
     python -m tetrarch._config_doc --update docs/configuration.md   # rewrite them in place
     python -m tetrarch._config_doc --markdown                       # print them
 """
@@ -7,9 +12,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from ._config import LAUNCH_VARS, SETTINGS, display
+from ._config import LAUNCH_VARS, SETTINGS, TEST_SETTINGS, Setting, display
 from ._config_monarch import MONARCH_ALIASES, MONARCH_REFUSED
+from ._config_plugins import FIRST_PARTY_SETTINGS, settings_by_owner
 from ._errors import ConfigError
 
 __all__ = ["markdown_tables", "update_markdown"]
@@ -42,14 +49,44 @@ def _monarch_tables() -> list[str]:
     return lines
 
 
-def markdown_tables() -> str:
-    """The settings, launch variables and Monarch names tables of ``docs/configuration.md``, with their markers."""
-    lines = [_BEGIN, "", _md_row(["key", "environment variable", "type", "default", "reaches procs",
-                                  "Monarch names", "meaning"]),
-             _md_row(["---"] * 7)]
-    for s in SETTINGS.values():
+def _settings_table(settings: Sequence[Setting[Any]]) -> list[str]:
+    lines = [_md_row(["key", "environment variable", "type", "default", "reaches procs", "Monarch names",
+                      "meaning"]), _md_row(["---"] * 7)]
+    for s in settings:
         lines.append(_md_row([f"`{s.key}`", f"`{s.env}`", s.expected, f"`{display(s, s.default)}`",
                               "yes" if s.propagate else "no", _monarch_names(s.key), s.doc]))
+    return lines
+
+
+def _plugin_tables() -> list[str]:
+    """A section per first-party plugin with settings, from its installed declaration.
+
+    Raises:
+        ValueError: such a plugin is not installed (its declaration is the source of its table).
+    """
+    declared = {d.replace("_", "-").lower(): settings for d, settings in settings_by_owner().items()}
+    lines: list[str] = []
+    for dist in dict.fromkeys(d for d, _ in FIRST_PARTY_SETTINGS.values()):
+        if dist not in declared:
+            raise ConfigError(f"{dist} declares its settings' table: install it (pip install -e plugins/...) "
+                              "to generate the tables")
+        lines += ["", f"### Settings of the `{dist}` plugin", "",
+                  (f"Declared by the plugin (`tetrarch_settings`); while `{dist}` is not installed, "
+                   "`configure()` refuses them as unknown and says which plugin declares them."), "",
+                  *_settings_table(declared[dist])]
+    return lines
+
+
+def markdown_tables() -> str:
+    """The settings, launch variables and Monarch names tables of ``docs/configuration.md``, with their markers.
+
+    Raises:
+        ValueError: a first-party plugin with settings is not installed.
+    """
+    lines = [_BEGIN, "", *_settings_table(list(SETTINGS.values())), *_plugin_tables(), "",
+             "### Settings of tetrarch's own test suite", "",
+             "Set like the others, and listed apart: they tune tetrarch's tests, not a program.", "",
+             *_settings_table(list(TEST_SETTINGS.values()))]
     lines += ["", "Internal variables the kernel sets for the processes it starts (not settings):", "",
               _md_row(["variable", "meaning"]), _md_row(["---"] * 2)]
     lines += [_md_row([f"`{v.name}`", v.doc]) for v in LAUNCH_VARS.values()]

@@ -12,8 +12,9 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .._config import SETTINGS, Setting
+from .._config import SETTINGS, Setting, known_settings
 from .._config_monarch import closest
+from .._config_plugins import absent_owner
 from .._errors import ConfigError
 from ._specs import ProbeResult
 
@@ -22,7 +23,9 @@ __all__ = ["library_probe", "module_present", "not_implemented_factory", "probe_
 
 
 def setting(key: str) -> Setting[Any]:
-    """The tetrarch setting ``key`` (``"efa_provider"``, ``"rdma_device"``; docs/configuration.md lists them).
+    """The tetrarch setting ``key`` (``"stop_timeout"``; docs/configuration.md lists them), core's or one
+    an installed plugin declares (``tetrarch_settings``; a plugin reads its own through the
+    :class:`Setting` it declared, and must not call this at import for a plugin's key).
 
     Call the returned :class:`Setting` for its current value (set from code with
     ``tetrarch.configure``, else its ``TETRARCH_*`` environment variable, else its
@@ -34,10 +37,15 @@ def setting(key: str) -> Setting[Any]:
             suggests the nearest one and lists them all.
     """
     found = SETTINGS.get(key)
+    if found is not None:
+        return found
+    known = known_settings()
+    found = known.get(key)
     if found is None:
-        near = closest(key, list(SETTINGS))
-        raise ConfigError(f"no tetrarch setting {key!r}{f' (did you mean {near}?)' if near else ''}; "
-                          f"valid: {', '.join(SETTINGS)}")
+        owner = absent_owner(key)
+        near = closest(key, list(known))
+        why = f" ({owner})" if owner else f" (did you mean {near}?)" if near else ""
+        raise ConfigError(f"no tetrarch setting {key!r}{why}; valid: {', '.join(known)}")
     return found
 
 

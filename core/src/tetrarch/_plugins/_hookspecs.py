@@ -15,9 +15,11 @@ featherweight module (no heavy imports at module level) that implements some of:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pluggy
 
+from .._config import Setting
 from ._specs import BackendKind, BackendSpec
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
@@ -50,4 +52,32 @@ def tetrarch_select_backend(
 
     Only consulted when the user named no backend (argument, environment variable or
     qualified address scheme). Core's default policy runs last: highest priority.
+    """
+
+
+@hookspec
+def tetrarch_settings() -> Sequence[Setting[Any]]:
+    """Return the settings this plugin's backends read, each a :class:`tetrarch.plugins.Setting`.
+
+    They are tetrarch settings like core's: set from code with ``tetrarch.configure()`` /
+    ``configured()`` or by their ``TETRARCH_<KEY>`` environment variable, passed to the procs
+    spawned afterwards (unless ``propagate=False``), listed by ``tetrarch config`` under the
+    plugin's distribution. Declare each once, at module level of the featherweight plugin
+    module, and read it by calling it; a key core declares makes the plugin broken. A
+    complete minimal plugin module:
+
+    .. code-block:: python
+
+        from tetrarch.plugins import Setting, hookimpl
+
+        tetrarch_plugin_api = "1.0"
+
+        FOO_DEPTH = Setting("foo_depth", "TETRARCH_FOO_DEPTH", int, 4,
+                            "requests the foo backend keeps in flight")
+
+        @hookimpl
+        def tetrarch_settings():
+            return [FOO_DEPTH]
+
+        # anywhere in the backend: FOO_DEPTH() is the value now (code > environment > default)
     """

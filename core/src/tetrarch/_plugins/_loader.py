@@ -13,9 +13,11 @@ import re
 import traceback as _traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import pluggy
 
+from .._config import SETTINGS, TEST_SETTINGS, Setting
 from .._errors import ArgumentError, ArgumentTypeError
 from ._api import API_ATTRIBUTE, check_api
 from ._errors import PluginLoadError
@@ -95,6 +97,8 @@ class PluginRecord:
     specs: tuple[BackendSpec, ...] = field(default=())
     #: The plugin API version it declares (``tetrarch_plugin_api``); ``""``: none (taken as ``"1.0"``).
     api: str = ""
+    #: The settings it declares (hook ``tetrarch_settings``), in its order.
+    settings: tuple[Setting[Any], ...] = field(default=())
 
 
 def _one_line(exc: BaseException) -> str:
@@ -133,6 +137,21 @@ def _collect_specs(pm: pluggy.PluginManager, plugin: object) -> tuple[BackendSpe
             result = impl.function()
             specs.extend(_validate(obj, kind, hook) for obj in (result or ()))
     return tuple(specs)
+
+
+def _collect_settings(pm: pluggy.PluginManager, plugin: object) -> tuple[Setting[Any], ...]:
+    """``plugin``'s own ``tetrarch_settings`` answer, checked: Setting records, keys unique and not core's."""
+    found: dict[str, Setting[Any]] = {}
+    for impl in pm.hook.tetrarch_settings.get_hookimpls():
+        if impl.plugin is not plugin or impl.hookwrapper or impl.wrapper:
+            continue
+        for obj in cast(Iterable[object], impl.function() or ()):
+            if not isinstance(obj, Setting):
+                raise ArgumentTypeError(f"tetrarch_settings() returned {obj!r}, not a tetrarch.plugins.Setting")
+            if obj.key in SETTINGS or obj.key in TEST_SETTINGS or obj.key in found:
+                raise ArgumentError(f"tetrarch_settings() declares {obj.key!r} twice or over core's setting")
+            found[obj.key] = obj
+    return tuple(found.values())
 
 
 def _broken(
@@ -196,6 +215,7 @@ def register_plugin(
         return _broken(source.name, source.distribution, source.version, target, "cannot register", exc, strict)
     try:
         specs = _collect_specs(pm, source.plugin)
+        settings = _collect_settings(pm, source.plugin)
     except Exception as exc:  # noqa: BLE001 - recorded
         pm.unregister(source.plugin)
         return _broken(source.name, source.distribution, source.version, target, "its hooks failed", exc, strict)
@@ -205,7 +225,7 @@ def register_plugin(
                  f'add {API_ATTRIBUTE} = "{check.version}" (the plugin API version it was written for) to '
                  f"{target or 'its plugin module'}", strict=True)
     return PluginRecord(source.name, source.distribution, source.version, PluginState.LOADED, target, specs=specs,
-                        api=check.declared if check is not None else "")
+                        api=check.declared if check is not None else "", settings=settings)
 
 
 def disabled_match(disabled: frozenset[str], name: str, distribution: str) -> str | None:

@@ -21,16 +21,32 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, setting
+from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, Setting, hookimpl
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
 tetrarch_plugin_api = "1.0"
 
 INSTALL = "apt-get install libfabric1 libfabric-dev"
-#: The settings the backend reads (read at each call: ``configure`` and the environment count).
-EFA_PROVIDER = setting("efa_provider")
-EFA_ALLOW_UNCHECKED_ACCESS = setting("efa_allow_unchecked_access")
+#: The settings the backend reads (read at each call: ``configure`` and the environment count),
+#: declared to tetrarch by :func:`tetrarch_settings`.
+EFA_PROVIDER: Setting[str] = Setting(
+    "efa_provider", "TETRARCH_EFA_PROVIDER", str, "efa",
+    "libfabric provider of the `efa` RDMA backend; any RMA-capable one (`shm`, `tcp;ofi_rxm`) runs it without EFA "
+    "hardware, for tests (see docs/rdma.md)", probed=True,
+)
+EFA_ALLOW_UNCHECKED_ACCESS: Setting[bool] = Setting(
+    "efa_allow_unchecked_access", "TETRARCH_EFA_ALLOW_UNCHECKED_ACCESS", bool, False,
+    "let the `efa` backend register memory over a libfabric provider that does not check peers' accesses on the "
+    "owner's side (`shm`: any process of this user on this host may then read and write this process's memory "
+    "through it, outside the registered regions too); see docs/rdma.md", probed=True,
+)
+
+
+@hookimpl
+def tetrarch_settings() -> Sequence[Setting[Any]]:
+    return [EFA_PROVIDER, EFA_ALLOW_UNCHECKED_ACCESS]
 
 
 #: Software providers with one-sided RMA, in the order the backend prefers them when the

@@ -4,14 +4,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
+from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, Setting, hookimpl
 
 from ._devlist import list_devices
 from ._import import INSTALL, locate
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
 tetrarch_plugin_api = "1.0"
+
+#: The settings the backend reads (each call reads the current value), declared to tetrarch by
+#: :func:`tetrarch_settings`.
+RDMA_DEVICE: Setting[str | None] = Setting(
+    "rdma_device", "TETRARCH_RDMA_DEVICE", str, None,
+    "RDMA device (and port) the verbs backend uses, e.g. `mlx5_0` or `mlx5_0:1`; unset: the NIC nearest the "
+    "process's GPU (PCIe topology), else the first device with an active port", probed=True,
+)
+RDMA_CHUNK_SIZE: Setting[int] = Setting(
+    "rdma_chunk_size", "TETRARCH_RDMA_CHUNK_SIZE", int, 64 << 20,
+    "largest single work request of the verbs RDMA backend; larger transfers are split", unit="bytes",
+)
+VERBS_MAX_WR: Setting[int] = Setting(
+    "verbs_max_wr", "TETRARCH_VERBS_MAX_WR", int, 16,
+    "work requests the verbs backend keeps in flight per queue pair",
+)
 
 NO_DEVICE = ("use a host with an RDMA NIC (check `ibv_devices`), or load the kernel modules (mlx5_ib; rdma_rxe for "
              "Soft-RoCE); until then RDMA uses the shm/tcp backends")
@@ -38,6 +55,11 @@ def probe() -> ProbeResult:
     if not found.get("devices"):
         return ProbeResult.no(f"{origin} found but no RDMA device: get_device_list() returned []", NO_DEVICE)
     return ProbeResult.yes(f"{origin}, RDMA device(s) {', '.join(found['devices'])}")
+
+
+@hookimpl
+def tetrarch_settings() -> Sequence[Setting[Any]]:
+    return [RDMA_DEVICE, RDMA_CHUNK_SIZE, VERBS_MAX_WR]
 
 
 @hookimpl

@@ -32,20 +32,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tetrarch.plugins import setting
 from tetrarch.plugins.rdma import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion, export_dmabuf
 
 from ._devices import Selection, gid_index, select
 from ._import import import_pyverbs
+from ._plugin import RDMA_CHUNK_SIZE, RDMA_DEVICE, VERBS_MAX_WR
 from ._status import VerbsError, wc_error
 from ._wire import Endpoint, RegionContext, parse_context, parse_endpoint
 
 __all__ = ["VerbsRdmaBackend"]
-
-#: The settings the backend reads (each call reads the current value).
-RDMA_CHUNK_SIZE = setting("rdma_chunk_size")
-RDMA_DEVICE = setting("rdma_device")
-VERBS_MAX_WR = setting("verbs_max_wr")
 
 _CONNECT_TIMEOUT = 30.0
 _IDLE_WAIT = 0.05  # the poller's wait for new work when nothing is in flight (woken at once by new work)
