@@ -60,7 +60,8 @@ and examples):
 
 Here, for every kind: the records and hooks above, the registry (:class:`Registry`,
 :func:`get_registry`, :class:`PluginSource` to register a plugin object in a test),
-:func:`setting` (a tetrarch setting a backend reads, e.g. ``setting("efa_provider")``),
+:class:`Setting` (a plugin's own setting, declared by the ``tetrarch_settings`` hook),
+:func:`setting` (a tetrarch setting a backend reads, e.g. ``setting("stop_timeout")``),
 :func:`get_logger` and :data:`PLUGIN_API_VERSION`.
 
 **The plugin API version.** :data:`PLUGIN_API_VERSION` (``"MAJOR.MINOR"``) is the
