@@ -14,7 +14,7 @@ import inspect
 import pytest
 
 #: Every name of the plugin API, by module, at PLUGIN_API_VERSION below.
-PLUGIN_API_VERSION = "1.0"
+PLUGIN_API_VERSION = "1.1"
 PLUGIN_API: dict[str, set[str]] = {
     "tetrarch.plugins": {
         "PLUGIN_API_VERSION", "AgentCommand", "AllocRequest", "Allocation", "Allocator", "AllocatorError",

@@ -9,9 +9,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._config_plugins import install_provider as _install_provider
 from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
+
+
+def _plugin_settings() -> dict:
+    """The loaded plugins' settings, for the settings layer (which may not import the plugin layer)."""
+    from ._plugins._settings import plugin_settings
+
+    return plugin_settings()
+
+
+_install_provider(_plugin_settings)
 
 _EXPORTS = {
     "Actor": "tetrarch._runtime._actor",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -55,7 +55,7 @@ from ._config_launch import (
     LaunchVar,
 )
 from ._config_monarch import DURATION_WORDS, MONARCH_ALIASES, MONARCH_REFUSED, closest, parse_duration, translate
-from ._config_plugins import absent_owner, core_or_known, known_settings, plugin_settings
+from ._config_plugins import absent_owner, plugin_settings
 from ._errors import ArgumentTypeError, ConfigError
 
 __all__ = [
@@ -383,6 +383,20 @@ TEST_SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({s.key: s for s in 
 
 #: The variables of core's settings that :func:`config_env` may pass to procs (plugins' add to them).
 CONFIG_VARS = tuple(s.env for s in SETTINGS.values() if s.propagate)
+
+
+def known_settings() -> dict[str, Setting[Any]]:
+    """Every setting by key: core's (``SETTINGS``), those the installed plugins declare (loads the
+    plugin registry), then the test suite's (``TEST_SETTINGS``)."""
+    return {**SETTINGS, **{key: s for key, (_, s) in plugin_settings().items()}, **TEST_SETTINGS}
+
+
+def core_or_known(keys: Collection[str]) -> Mapping[str, Setting[Any]]:
+    """Core's and the test suite's settings when they hold every key (no registry needed), else
+    :func:`known_settings`."""
+    if all(k in SETTINGS or k in TEST_SETTINGS for k in keys):
+        return {**SETTINGS, **TEST_SETTINGS}
+    return known_settings()
 
 
 # ------------------------------------------------------------------ values set from code

@@ -70,7 +70,7 @@ def tetrarch_settings() -> Sequence[Setting[Any]]:
 
         from tetrarch.plugins import Setting, hookimpl
 
-        tetrarch_plugin_api = "1.0"
+        tetrarch_plugin_api = "1.1"
 
         FOO_DEPTH = Setting("foo_depth", "TETRARCH_FOO_DEPTH", int, 4,
                             "requests the foo backend keeps in flight")

@@ -8,6 +8,8 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``tetrarch._errors``   every error tetrarch raises (one tree under ``TetrarchError``)
     ``tetrarch._config``   every setting, declared once
     ``tetrarch._config_launch``, ``_config_monarch``  the variables the kernel sets; Monarch's setting names
+    ``tetrarch._config_plugins``  plugins' settings as the settings see them (read through a provider the
+                    package installs: this layer does not import the plugin layer)
     ``tetrarch._log``      the ``tetrarch.*`` logger tree
     ``tetrarch._lazy``     lazy module attributes for the public packages
 
@@ -94,7 +96,7 @@ __all__ = ["LAYERS"]
 #: name stands for every module in it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_launch", "tetrarch._config_monarch",
-                    "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
+                    "tetrarch._config_plugins", "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
     ("values", tuple(f"tetrarch._runtime.{m}" for m in (
         "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
         "_early", "_secret", "_spawn", "_alloc", "_cma", "_segments", "_shmwire", "_stdio",

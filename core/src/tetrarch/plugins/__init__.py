@@ -17,7 +17,7 @@ torch at module level, so ``tetrarch plugins`` and backend selection stay fast.
 
     from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, python_library_found
 
-    tetrarch_plugin_api = "1.0"             # the plugin API version it was written for: a literal
+    tetrarch_plugin_api = "1.1"             # the plugin API version it was written for: a literal
 
     def _probe() -> ProbeResult:            # fast, side-effect free, never raises
         found = python_library_found("foo", "foo-bindings")
@@ -56,7 +56,7 @@ and examples):
     the RDMA backend interfaces plus GPU memory helpers (``gpu_runtime``, ``export_dmabuf``);
 :mod:`tetrarch.plugins.allocator`
     the allocator interfaces plus ``spawn_watched``, the host agent's module and
-    variables, and core's ``LocalAllocator`` (a complete small allocator).
+    variables, and ``LocalAllocator`` (the ``local`` allocator, from ``tetrarch-alloc-local``).
 
 Here, for every kind: the records and hooks above, the registry (:class:`Registry`,
 :func:`get_registry`, :class:`PluginSource` to register a plugin object in a test),
@@ -69,7 +69,7 @@ version of this API. MINOR grows when it grows compatibly (a new name, an option
 hook, a field or method with a default); MAJOR grows when a plugin written for the old
 one could break (a name removed, a hook's or record's required arguments changed, a new
 abstract method, a stricter contract). A plugin declares the version it was written
-for as ``tetrarch_plugin_api = "1.0"`` in its entry point module; it loads when its
+for as ``tetrarch_plugin_api = "1.1"`` in its entry point module; it loads when its
 MAJOR is this one's and its MINOR not newer, else ``tetrarch plugins`` lists it
 ``incompatible`` with both versions and the fix, and it is not loaded. A plugin that
 declares nothing is taken as ``"1.0"`` (it predates declarations): it loads under 1.x

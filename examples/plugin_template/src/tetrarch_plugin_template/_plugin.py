@@ -16,7 +16,7 @@ from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 #: ``tetrarch.plugins.PLUGIN_API_VERSION`` when tetrarch loads the plugin (same MAJOR, and a
 #: MINOR no newer than tetrarch's, or ``tetrarch plugins`` lists it ``incompatible``). Raise it
 #: when the plugin starts to use a name of a newer plugin API; never assign PLUGIN_API_VERSION.
-tetrarch_plugin_api = "1.0"
+tetrarch_plugin_api = "1.1"
 
 
 def transport_probe() -> ProbeResult:

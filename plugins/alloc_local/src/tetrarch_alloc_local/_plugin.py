@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.0"
+tetrarch_plugin_api = "1.1"
 
 
 def probe() -> ProbeResult:

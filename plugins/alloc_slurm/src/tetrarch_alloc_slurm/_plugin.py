@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.0"
+tetrarch_plugin_api = "1.1"
 
 LOCAL = "for a local test cluster: scripts/local-slurm start --nodes 2 && eval \"$(scripts/local-slurm env)\""
 INSTALL = ("run on a Slurm login node, or install the Slurm client tools (slurm-client) and set SLURM_CONF; "

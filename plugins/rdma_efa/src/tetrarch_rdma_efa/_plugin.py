@@ -26,7 +26,7 @@ from typing import Any
 from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, Setting, hookimpl
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.0"
+tetrarch_plugin_api = "1.1"
 
 INSTALL = "apt-get install libfabric1 libfabric-dev"
 #: The settings the backend reads (read at each call: ``configure`` and the environment count),

@@ -12,7 +12,7 @@ from ._devlist import list_devices
 from ._import import INSTALL, locate
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.0"
+tetrarch_plugin_api = "1.1"
 
 #: The settings the backend reads (each call reads the current value), declared to tetrarch by
 #: :func:`tetrarch_settings`.

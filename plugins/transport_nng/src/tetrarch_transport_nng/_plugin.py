@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from tetrarch.plugins import BackendKind, BackendSpec, hookimpl, library_probe
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.0"
+tetrarch_plugin_api = "1.1"
 
 probe = library_probe("pynng", "pynng", "nng")
 
