@@ -248,6 +248,36 @@ class EfaRdmaBackend(RdmaBackend):
 
     def _transfer(self, write: bool, remote: RemoteRegion, offset: int, local: LocalRegion,
                   deadline: float) -> Future[None]:
+        """One transfer, tried again once on a fault of the libfabric path (the owner confirmed the
+        buffer, range, key and address; a software provider's connection broke): the failed attempt
+        forgot the owner's address, so the next one connects afresh."""
+        outer: Future[None] = Future()
+
+        def attempt(again: bool) -> None:
+            inner = self._transfer_once(write, remote, offset, local, deadline)
+
+            def stop_inner(f: Future[None]) -> None:  # the frontend ended it (its owner died): stop the attempt
+                if not inner.done():
+                    settle(inner, RDMAError("the efa transfer was cancelled") if f.cancelled()
+                           else f.exception() or RDMAError("the efa transfer ended"))
+
+            outer.add_done_callback(stop_inner)
+
+            def ended(f: Future[None]) -> None:
+                error = None if f.cancelled() else f.exception()
+                if (error is not None and again and getattr(error, "path_fault", False)
+                        and time.monotonic() < deadline and not outer.done()):
+                    attempt(False)
+                    return
+                settle(outer, error)
+
+            inner.add_done_callback(ended)
+
+        attempt(True)
+        return outer
+
+    def _transfer_once(self, write: bool, remote: RemoteRegion, offset: int, local: LocalRegion,
+                       deadline: float) -> Future[None]:
         ctx = _context(remote)
         ep = self.endpoint(ctx["prov"])
         iface = _iface(ep, local)
@@ -383,10 +413,12 @@ class EfaRdmaBackend(RdmaBackend):
                 settle(fut, RDMAError(f"{what} failed in the provider ({error}): the buffer's registration at its "
                                       f"owner changed meanwhile; retry"))
             else:
-                settle(fut, RDMAError(f"{what} failed in the provider ({error}), although the owner confirms the "
-                                      f"buffer, the range, the key and the address it used: a fault of the "
-                                      f"libfabric path between the two processes; retry, or select another backend "
-                                      f"(RDMABuffer(..., backend='tcp'))"))
+                fault = RDMAError(f"{what} failed in the provider ({error}), although the owner confirms the "
+                                  f"buffer, the range, the key and the address it used: a fault of the libfabric "
+                                  f"path between the two processes; retry, or select another backend "
+                                  f"(RDMABuffer(..., backend='tcp'))")
+                fault.path_fault = True  # type: ignore[attr-defined]  # _transfer tries once more
+                settle(fut, fault)
 
         check.add_done_callback(decide)
 
