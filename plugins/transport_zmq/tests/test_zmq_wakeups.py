@@ -68,7 +68,7 @@ def test_a_close_sent_while_reading_leaves_no_other_peers_message_unread(
         assert b.poll(scaled(10) * 1000), (
             "the listener never answered an OPEN that came while it closed another connection")
         assert b.recv() == OPEN
-        assert len(rec.opened) == 2
+        until(lambda: len(rec.opened) == 2, "on_open of the second peer (the listener answers OPEN first)")
     finally:
         rec.release.set()
         transport.close()
