@@ -43,6 +43,7 @@ are unambiguous.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import struct
@@ -73,18 +74,10 @@ _FRAME_MIN = 1 << 14
 #: Mappings of other processes' segments kept for reuse (least recently used beyond it are dropped).
 _CACHE_ENTRIES = 64
 
-_memmove: Any = None
-
-
 def _copy(dst_addr: int, src: Any, nbytes: int) -> None:
-    """Copy ``nbytes`` of buffer ``src`` to ``dst_addr`` without holding the GIL."""
-    global _memmove
-    if _memmove is None:
-        import ctypes
-
-        _memmove = ctypes.memmove
+    """Copy ``nbytes`` of buffer ``src`` to ``dst_addr`` (``ctypes.memmove`` releases the GIL)."""
     with buffer_address(src, writable=False) as (addr, n):
-        _memmove(dst_addr, addr, min(n, nbytes))
+        ctypes.memmove(dst_addr, addr, min(n, nbytes))
 
 
 class Unreadable(TetrarchError):
@@ -148,8 +141,6 @@ def outgoing(frames: list, peer_pid: int) -> list:
     base = 0
     taken: list[int] = []
     if seg is not None:
-        import ctypes
-
         base = ctypes.addressof(ctypes.c_char.from_buffer(seg.mm, HEADER))
     try:
         for i, n, shared in big:
@@ -371,15 +362,18 @@ def incoming(frames: list) -> list:
     entries, header = _entries(view)
     out = list(frames)
     out[0] = header
-    leases: dict[tuple[int, int], Any] = {}
+    leases: dict[tuple[int, int], Any] = {}  # one mapping and lease per segment, for all its frames
+    ends: dict[tuple[int, int], int] = {}
+    for _, kind, pid, _, inode, _, offset, nbytes, _, _, _ in entries:
+        if kind == _COPIED:
+            ends[(pid, inode)] = max(ends.get((pid, inode), 0), HEADER + offset + nbytes)
     try:
         for i, kind, pid, fd, inode, token, offset, nbytes, tfd, tinode, slot in entries:
             if kind == _COPIED:
-                mm = _maps.get(pid, fd, inode, token, HEADER + offset + nbytes)
                 lease = leases.get((pid, inode))
                 if lease is None:
-                    lease = leases[(pid, inode)] = new_lease(mm)
-                out[i] = lend(mm, HEADER + offset, nbytes, lease)
+                    lease = leases[(pid, inode)] = new_lease(_maps.get(pid, fd, inode, token, ends[(pid, inode)]))
+                out[i] = lend(lease.mm, HEADER + offset, nbytes, lease)
             elif kind == _SHARED:
                 mm = _map(pid, fd, inode, offset + nbytes, None)
                 _shared_maps.add(mm)
@@ -425,8 +419,6 @@ def _lease_origin(lease: Any) -> str:
 
 
 def _torch_origin(t: Any) -> str:
-    import ctypes
-
     ptr = t.untyped_storage().data_ptr()
     for seg in list(pool()._segments):
         start = ctypes.addressof(ctypes.c_char.from_buffer(seg.mm))
