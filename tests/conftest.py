@@ -55,16 +55,13 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
-import signal
 import subprocess
 import sys
-import tempfile
-import textwrap
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +69,7 @@ import psutil
 import pytest
 
 from tetrarch.testing import scaled
+from tetrarch.testing.scenario import Started, require_isolated, run_python, run_scenario
 
 if TYPE_CHECKING:
     from tetrarch import ProcMesh
@@ -346,170 +344,28 @@ def _check_processes(session: pytest.Session) -> None:
 
 # ------------------------------------------------------------------ fresh interpreters
 
-PathLike = str | os.PathLike[str]
-
-
-def _tail(text: str, limit: int = 4000) -> str:
-    return text if len(text) <= limit else "...\n" + text[-limit:]
-
-
-def _child_env(env: Mapping[str, str] | None, pythonpath: Sequence[PathLike]) -> dict[str, str]:
-    """This process's environment (so the session marker) updated by ``env``, with
-    ``pythonpath`` put in front of ``PYTHONPATH`` (what the suite runs with stays on it)."""
-    full_env = dict(os.environ)
-    full_env.setdefault("PYTHONFAULTHANDLER", "1")
-    if env:
-        full_env.update(env)
-    if pythonpath:
-        parts = [os.fspath(p) for p in pythonpath] + [full_env.get("PYTHONPATH", "")]
-        full_env["PYTHONPATH"] = os.pathsep.join(p for p in parts if p)
-    return full_env
-
-
-def _run(
-    what: str,
-    cmd: list[str],
-    timeout: float,
-    env: Mapping[str, str] | None,
-    pythonpath: Sequence[PathLike],
-    cwd: PathLike | None,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd`` in its own session with ``scaled(timeout)`` seconds to exit.
-
-    Output goes to temporary files, not pipes, so a grandchild that keeps them open
-    cannot make the call wait past the child's exit. On timeout the child is asked to
-    dump its threads' tracebacks (faulthandler, SIGABRT), its process group is killed,
-    and the test fails with the captured output.
-    """
-    limit = scaled(timeout)
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_child_env(env, pythonpath),
-            cwd=cwd, text=True, start_new_session=True,
-        )
-        timed_out = False
-        try:
-            proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _stop_timed_out(proc)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if timed_out:
-        pytest.fail(
-            f"{what} did not exit within {limit:g} s and was killed\n"
-            f"--- stdout ---\n{_tail(stdout)}\n--- stderr ---\n{_tail(stderr)}",
-            pytrace=False,
-        )
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-
-
-def _stop_timed_out(proc: subprocess.Popen[str]) -> None:
-    try:
-        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
-        proc.wait(timeout=scaled(3))
-    except subprocess.TimeoutExpired:
-        pass
-    _kill_group(proc)
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child and whatever stayed in its group
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def run_scenario(
-    path: PathLike,
-    *args: str,
-    timeout: float,
-    env: Mapping[str, str] | None = None,
-    pythonpath: Sequence[PathLike] = (),
-    cwd: PathLike | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run the program at ``path`` (``sys.executable path *args``) and capture its output.
-
-    Args:
-        timeout: nominal seconds the program has to exit (multiplied by the
-            ``TETRARCH_TEST_SLOWDOWN`` factor); past that its stacks are dumped, its
-            process group is killed and the test fails with its output.
-        env: variables to set on top of this process's environment.
-        pythonpath: folders put in front of the inherited ``PYTHONPATH`` (e.g. where
-            the actor modules live, so the program and the procs it spawns import them).
-        cwd: the working directory.
-
-    The return code is not checked: assert on it.
-    """
-    return _run(f"scenario {Path(path).name}", [sys.executable, os.fspath(path), *args], timeout, env,
-                pythonpath, cwd)
-
-
-def run_python(
-    code: str,
-    timeout: float,
-    env: Mapping[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` (dedented) with ``sys.executable -c``, like :func:`run_scenario`.
-
-    Kept for programs that cannot move into a scenario module yet; prefer a scenario.
-    """
-    return _run("python snippet", [sys.executable, "-c", textwrap.dedent(code)], timeout, env, (), None)
-
-
-def _require_isolated_marker(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("isolated") is None:
-        pytest.fail(f"{request.node.nodeid} runs a fresh interpreter: mark it @pytest.mark.isolated",
-                    pytrace=False)
-
 
 @pytest.fixture(name="run_scenario")
 def _run_scenario_fixture(request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """:func:`run_scenario` for a test marked ``isolated``."""
-    _require_isolated_marker(request)
+    """:func:`tetrarch.testing.scenario.run_scenario` for a test marked ``isolated``."""
+    require_isolated(request)
     return run_scenario
 
 
 @pytest.fixture
 def start_scenario(request: pytest.FixtureRequest) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """``start_scenario(path, *args, env=None, pythonpath=(), **popen_kwargs) -> Popen``.
-
-    Starts the program at ``path`` in a fresh ``sys.executable`` (in its own session,
-    environment as for :func:`run_scenario`) and returns at once; ``popen_kwargs`` go to
-    ``subprocess.Popen`` (``text=True`` is set). Whatever is still running in the
-    program's process group at teardown is killed.
-    """
-    _require_isolated_marker(request)
-    started: list[subprocess.Popen[str]] = []
-
-    def start(
-        path: PathLike,
-        *args: str,
-        env: Mapping[str, str] | None = None,
-        pythonpath: Sequence[PathLike] = (),
-        **popen_kwargs: Any,
-    ) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, os.fspath(path), *args], env=_child_env(env, pythonpath), text=True,
-            start_new_session=True, **popen_kwargs,
-        )
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        _kill_group(proc)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+    """``start_scenario(path, *args, env=None, pythonpath=(), **popen_kwargs) -> Popen``
+    (:class:`tetrarch.testing.scenario.Started`): what still runs at teardown is killed."""
+    require_isolated(request)
+    started = Started()
+    yield started.start
+    started.close()
 
 
 @pytest.fixture
 def run_isolated(request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
     """:func:`run_python` (a ``-c`` snippet) for a test marked ``isolated``."""
-    _require_isolated_marker(request)
+    require_isolated(request)
     return run_python
 
 

@@ -15,18 +15,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import sys
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tetrarch.testing import scaled
+from tetrarch.testing.scenario import Started, require_isolated, run_scenario
 
 REPO = Path(__file__).resolve().parents[3]
 LOCAL_SLURM = REPO / "scripts" / "local-slurm"
@@ -118,82 +114,18 @@ def cluster(request: pytest.FixtureRequest, slurm_clusters: _Clusters) -> Cluste
 # ------------------------------------------------------------------ fresh interpreters
 
 
-def _require_isolated(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("isolated") is None:
-        pytest.fail(f"{request.node.nodeid} runs a fresh interpreter: mark it @pytest.mark.isolated", pytrace=False)
-
-
-def _env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """This process's environment (so the test session's marker) updated by ``env``."""
-    return {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the program and whatever stayed in its group
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def _tail(text: str, limit: int = 4000) -> str:
-    return text if len(text) <= limit else "...\n" + text[-limit:]
-
-
-def run_scenario(path: str | os.PathLike[str], *args: str, timeout: float, env: Mapping[str, str] | None = None,
-                 cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the program at ``path`` in a fresh ``sys.executable`` (its own session) with ``scaled(timeout)`` s to
-    exit; its output. Past that its stacks are dumped (SIGABRT), its group killed and the test fails.
-    The return code is not checked."""
-    cmd = [sys.executable, os.fspath(path), *args]
-    limit = scaled(timeout)
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_env(env), cwd=cwd,
-                                text=True, start_new_session=True)
-        try:
-            proc.wait(timeout=limit)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
-            try:
-                proc.wait(timeout=scaled(3))
-            except subprocess.TimeoutExpired:
-                pass
-            _kill_group(proc)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if timed_out:
-        pytest.fail(f"scenario {Path(path).name} did not exit within {limit:g} s and was killed\n"
-                    f"--- stdout ---\n{_tail(stdout)}\n--- stderr ---\n{_tail(stderr)}", pytrace=False)
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-
-
 @pytest.fixture(name="run_scenario")
 def _run_scenario_fixture(request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """:func:`run_scenario`, for a test marked ``isolated``."""
-    _require_isolated(request)
+    """:func:`tetrarch.testing.scenario.run_scenario`, for a test marked ``isolated``."""
+    require_isolated(request)
     return run_scenario
 
 
 @pytest.fixture
 def start_scenario(request: pytest.FixtureRequest) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """``start_scenario(path, *args, env=None, **popen_kwargs) -> Popen``: the program at ``path`` started in a
-    fresh ``sys.executable`` (its own session); whatever still runs in its process group at teardown is killed."""
-    _require_isolated(request)
-    started: list[subprocess.Popen[str]] = []
-
-    def start(path: str | os.PathLike[str], *args: str, env: Mapping[str, str] | None = None,
-              **popen_kwargs: Any) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, os.fspath(path), *args], env=_env(env), text=True,
-                                start_new_session=True, **popen_kwargs)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        _kill_group(proc)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+    """``start_scenario(path, *args, env=None, **popen_kwargs) -> Popen`` (:class:`tetrarch.testing.scenario.Started`):
+    what still runs in the started programs' process groups at teardown is killed."""
+    require_isolated(request)
+    started = Started()
+    yield started.start
+    started.close()

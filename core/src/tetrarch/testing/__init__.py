@@ -24,6 +24,10 @@ Helpers (cheap to import; usable in tests and in the programs they start):
     is such an authenticated peer: ``.send(address, text)`` sends a target one message
     (``ConnectionError`` if it cannot reach it), ``.close()``. Both are context managers;
     the kit's pre-auth tests (:mod:`tetrarch.testing._preauth`) are built on them.
+:mod:`tetrarch.testing.scenario`
+    Programs in fresh interpreters: ``run_scenario(path, *args, timeout=...)`` runs one to its
+    end (bounded; stacks dumped and the test failed past the bound), ``Started`` starts them
+    and kills what still runs in their process groups when closed, ``require_isolated``.
 :func:`raise_open_file_limit`
     Raise this process's soft open-file limit to its hard limit and return it (what every
     tetrarch process does at start): a test that opens many sockets checks it first.
