@@ -112,37 +112,47 @@ def _pip_install_target(project: Path, site: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _install_module_plugin(tmp_path_factory: pytest.TempPathFactory, name: str, version: str, entry: str,
+                           source: str) -> Path:
+    """A folder holding the installed one-module distribution ``name`` ``version``, whose module
+    (``name`` with underscores, entry point ``entry``) has ``source`` (dedented)."""
+    module = name.replace("-", "_")
+    project = tmp_path_factory.mktemp(f"{entry}-project")
+    (project / "pyproject.toml").write_text(textwrap.dedent(f"""
+        [build-system]
+        requires = ["setuptools>=68"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{name}"
+        version = "{version}"
+
+        [project.entry-points.tetrarch]
+        {entry} = "{module}"
+
+        [tool.setuptools]
+        py-modules = ["{module}"]
+    """))
+    (project / f"{module}.py").write_text(textwrap.dedent(source))
+    site = tmp_path_factory.mktemp(f"{entry}-site")
+    _pip_install_target(project, site)
+    assert list(site.glob(f"{module}-{version}.dist-info")), f"{name} was not installed into {site}"
+    return site
+
+
 @pytest.fixture(scope="session")
-def pip_install_target() -> Callable[[Path, Path], None]:
-    """``pip_install_target(project, site)``: install the distribution in ``project`` into the folder ``site``."""
-    return _pip_install_target
+def install_module_plugin() -> Callable[..., Path]:
+    """``install_module_plugin(tmp_path_factory, name, version, entry, source) -> site``: a one-module
+    plugin distribution installed into a fresh folder (put it on ``PYTHONPATH``)."""
+    return _install_module_plugin
 
 
 @pytest.fixture(scope="session")
 def broken_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the installed distribution ``tetrarch-test-broken`` 9.9.9, whose plugin
     module (entry point ``kaboom``) raises ``RuntimeError("tetrarch-test-broken exploded on import")``."""
-    project = tmp_path_factory.mktemp("broken-project")
-    (project / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools>=68"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "tetrarch-test-broken"
-        version = "9.9.9"
-
-        [project.entry-points.tetrarch]
-        kaboom = "tetrarch_test_broken"
-
-        [tool.setuptools]
-        py-modules = ["tetrarch_test_broken"]
-    """))
-    (project / "tetrarch_test_broken.py").write_text('raise RuntimeError("tetrarch-test-broken exploded on import")\n')
-    site = tmp_path_factory.mktemp("broken-site")
-    _pip_install_target(project, site)
-    assert list(site.glob("tetrarch_test_broken-9.9.9.dist-info"))
-    return site
+    return _install_module_plugin(tmp_path_factory, "tetrarch-test-broken", "9.9.9", "kaboom",
+                                  'raise RuntimeError("tetrarch-test-broken exploded on import")\n')
 
 
 #: The copyable plugin template: distribution ``tetrarch-plugin-template`` 0.1.0, entry point ``template``.

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import types
 from pathlib import Path
 
@@ -148,26 +147,10 @@ def test_every_first_party_plugin_declares_this_version() -> None:
 
 
 @pytest.fixture(scope="module")
-def future_site(tmp_path_factory: pytest.TempPathFactory, pip_install_target) -> Path:
+def future_site(tmp_path_factory: pytest.TempPathFactory, install_module_plugin) -> Path:
     """A folder holding ``tetrarch-test-future`` 5.0.0, whose plugin (entry point ``future``) was
     written for the next MAJOR of the plugin API and whose hook would raise if called."""
-    project = tmp_path_factory.mktemp("future-project")
-    (project / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools>=68"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "tetrarch-test-future"
-        version = "5.0.0"
-
-        [project.entry-points.tetrarch]
-        future = "tetrarch_test_future"
-
-        [tool.setuptools]
-        py-modules = ["tetrarch_test_future"]
-    """))
-    (project / "tetrarch_test_future.py").write_text(textwrap.dedent(f"""
+    return install_module_plugin(tmp_path_factory, "tetrarch-test-future", "5.0.0", "future", f"""
         from tetrarch.plugins import hookimpl
 
         tetrarch_plugin_api = "{NEXT_MAJOR}"
@@ -175,10 +158,7 @@ def future_site(tmp_path_factory: pytest.TempPathFactory, pip_install_target) ->
         @hookimpl
         def tetrarch_transports(options):  # a hook of an API to come: never called here
             raise AssertionError("called")
-    """))
-    site = tmp_path_factory.mktemp("future-site")
-    pip_install_target(project, site)
-    return site
+    """)
 
 
 @pytest.mark.isolated
