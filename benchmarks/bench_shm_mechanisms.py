@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from tetrarch._runtime._cma import buffer_address, vm_read, vm_write
+from tetrarch._runtime.plumbing._cma import buffer_address, vm_read, vm_write
 
 _OWNER = r"""
 import ctypes, mmap, os, sys

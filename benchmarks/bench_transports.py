@@ -83,7 +83,7 @@ def tetrarch_worker(args: argparse.Namespace) -> Result:
     from bench_actors import Noop, Sink
 
     from tetrarch import this_host
-    from tetrarch._runtime._root import get_root
+    from tetrarch._runtime.process._root import get_root
 
     out: Result = {}
     one = this_host().spawn_procs(per_host={"procs": 1})
@@ -109,7 +109,7 @@ def tetrarch_worker(args: argparse.Namespace) -> Result:
         mesh.call().get()
     out["round"] = statistics.median(_timed(lambda: mesh.call().get(), args.rounds))
     eight.stop().get()
-    out["address"] = get_root().runtime.address  # type: ignore[assignment]
+    out["address"] = get_root().router.address  # type: ignore[assignment]
     return out
 
 

@@ -12,7 +12,7 @@ from tetrarch import Actor, current_rank, endpoint
 
 #: Lines each rank prints to stdout in :meth:`Talker.talk`.
 LINES = 20
-#: Length of the long line (longer than ``tetrarch._runtime._spawn.MAX_LINE``).
+#: Length of the long line (longer than ``tetrarch._runtime.plumbing._spawn.MAX_LINE``).
 LONG = 150_000
 
 

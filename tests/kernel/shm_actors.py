@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tetrarch import Actor, endpoint
-from tetrarch._runtime._shmwire import payload_origin
+from tetrarch._runtime.plumbing._shmwire import payload_origin
 
 
 def describe(value: Any) -> tuple[str, str, tuple[int, ...], int, bool]:
@@ -80,8 +80,9 @@ class Keeper(Actor):
     @endpoint
     def send_unreadable(self, port: Any, pid: int) -> None:
         """Sends ``port`` a message whose shared-memory payload names a segment that is gone."""
-        from tetrarch._runtime import _serial, _shmwire, _wire
-        from tetrarch._runtime._router import current_router
+        from tetrarch._runtime.plumbing import _shmwire
+        from tetrarch._runtime.router._router import current_router
+        from tetrarch._runtime.values import _serial, _wire
 
         router = current_router()
         frames = [_wire.port_header(port._port, 0, _wire.OK), *_serial.dumps(np.ones(1 << 18, np.float32))]

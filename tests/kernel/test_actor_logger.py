@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from tetrarch import Actor
-from tetrarch._runtime import _context
-from tetrarch._runtime._context import Instance, _current, _MessageInfo, actor_label, install_log_context
-from tetrarch._runtime._output import ActorFormatter
-from tetrarch._runtime._shape import Extent, Point
+from tetrarch._runtime.services._output import ActorFormatter
+from tetrarch._runtime.values import _context
+from tetrarch._runtime.values._context import Instance, _current, _MessageInfo, actor_label, install_log_context
+from tetrarch._runtime.values._shape import Extent, Point
 from tetrarch.testing import scaled
 
 pytestmark = [pytest.mark.timeout(scaled(90))]

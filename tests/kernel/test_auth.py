@@ -9,8 +9,8 @@ import struct
 import pytest
 
 from raw_socket import raw_connect
-from tetrarch._runtime._router import PeerUnreachable, Router
-from tetrarch._runtime._wire import OK, SYS, port_header, sys_header
+from tetrarch._runtime.router._router import PeerUnreachable, Router
+from tetrarch._runtime.values._wire import OK, SYS, port_header, sys_header
 from tetrarch._transport._socket import IpcTransport, TcpTransport
 from tetrarch.testing import Collector, scaled
 
@@ -140,7 +140,7 @@ def test_an_authenticated_payload_lands_in_the_port_sink(server):
 
 
 def test_secret_is_not_on_any_command_line(procs):
-    secret_hex = __import__("tetrarch._runtime._root", fromlist=["get_root"]).get_root().secret.hex()
+    secret_hex = __import__("tetrarch._runtime.process._root", fromlist=["get_root"]).get_root().secret.hex()
     import psutil
 
     for proc in psutil.Process(os.getpid()).children(recursive=True):

@@ -1,4 +1,4 @@
-"""Cross-memory attach (``tetrarch._runtime._cma``) against a real second process.
+"""Cross-memory attach (``tetrarch._runtime.plumbing._cma``) against a real second process.
 
 The owner is a child interpreter that maps a buffer, fills it with a pattern and reports
 its address over a pipe; it answers ``sum`` (a checksum of its buffer) and exits when its
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tetrarch._runtime import _cma
-from tetrarch._runtime._cma import CmaError, cma_probe, vm_read, vm_read_many, vm_write, vm_write_many
+from tetrarch._runtime.plumbing import _cma
+from tetrarch._runtime.plumbing._cma import CmaError, cma_probe, vm_read, vm_read_many, vm_write, vm_write_many
 from tetrarch.testing import scaled
 
 pytestmark = [
@@ -53,7 +53,7 @@ for line in sys.stdin:
 # A reader that drops to another user after importing (the venv may be unreadable to it).
 _READER = r"""
 import errno, os, sys
-from tetrarch._runtime._cma import CmaError, vm_read
+from tetrarch._runtime.plumbing._cma import CmaError, vm_read
 pid, address, n, uid = (int(a) for a in sys.argv[1:5])
 os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
 try:

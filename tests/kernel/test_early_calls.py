@@ -1,4 +1,4 @@
-"""Calls that reach a proc ahead of their actor's spawn wait for it (``_runtime/_early.py``).
+"""Calls that reach a proc ahead of their actor's spawn wait for it (``_runtime/values/_early.py``).
 
 Regression: an actor handed a freshly spawned mesh called its member on another proc
 before the client's spawn message got there, and the call failed with "no actor ..."
@@ -13,8 +13,8 @@ import threading
 
 import pytest
 
-from tetrarch._runtime import _wire
-from tetrarch._runtime._early import EarlyCalls
+from tetrarch._runtime.values import _wire
+from tetrarch._runtime.values._early import EarlyCalls
 from tetrarch.testing import scaled
 
 pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(30))]

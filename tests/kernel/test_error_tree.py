@@ -45,7 +45,7 @@ def test_every_exported_error_is_a_tetrarch_error(name: str) -> None:
 
 @pytest.mark.transport_independent  # pure: no process
 def test_transport_and_plugin_errors_join_the_tree() -> None:
-    from tetrarch._runtime._router import PeerUnreachable
+    from tetrarch._runtime.router._router import PeerUnreachable
     from tetrarch._transport._auth import AuthError
     from tetrarch._transport._base import ConnectionClosed, TransportError
     from tetrarch.plugins import BackendNotFound, BackendUnavailable, PluginLoadError

@@ -10,7 +10,7 @@ import pytest
 import tetrarch
 from kernel_actors import Counter, Failing, InitFails, NotAnActor
 from tetrarch import ActorError, SupervisionError
-from tetrarch._runtime import _serial
+from tetrarch._runtime.values import _serial
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(60))

@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 from fuzz_wire import WIRES, Attacker, Wire
 from tetrarch._config import FUZZ_EXAMPLES, TRANSPORT
 from tetrarch._plugins import get_registry
-from tetrarch._runtime._wire import SYS
+from tetrarch._runtime.values._wire import SYS
 from tetrarch.plugins import BackendKind, Status
 from tetrarch.testing import scaled
 

@@ -75,7 +75,7 @@ def test_calls_waiting_long_behind_a_suspended_plain_handler_are_said_once(monke
     import logging
     from collections import deque
 
-    from tetrarch._runtime import _stall
+    from tetrarch._runtime.actors import _stall
 
     monkeypatch.setattr(_stall, "STALL_S", 0.01)
 
@@ -121,7 +121,7 @@ def test_a_handler_that_ends_in_time_is_not_reported(monkeypatch, caplog):
     import logging
     from collections import deque
 
-    from tetrarch._runtime import _stall
+    from tetrarch._runtime.actors import _stall
 
     monkeypatch.setattr(_stall, "STALL_S", 0.05)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tetrarch._runtime._host_agent import proc_visible_devices
+from tetrarch._runtime.programs._host_agent import proc_visible_devices
 
 pytestmark = pytest.mark.transport_independent  # pure logic
 

@@ -7,7 +7,7 @@ import zlib
 import pytest
 
 from kernel_actors import Info, Payloads, peak_rss, peak_rss_reset
-from tetrarch._runtime import _buffers, _serial
+from tetrarch._runtime.values import _buffers, _serial
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(60))

@@ -13,17 +13,12 @@ from pathlib import Path
 import pytest
 
 import tetrarch
-from tetrarch._runtime import LAYERS
+from tetrarch._runtime import EXACT, LAYERS
 
 # Import rules: no transport (run once, not per transport).
 pytestmark = pytest.mark.transport_independent
 
 PACKAGE = Path(tetrarch.__file__).parent
-#: Public façades and tools that sit on top of the whole stack.
-ABOVE_THE_STACK = {"tetrarch", "tetrarch.__main__", "tetrarch._cli", "tetrarch._doctor", "tetrarch.plugins",
-                   "tetrarch.plugins.transport", "tetrarch.plugins.rdma", "tetrarch.plugins.allocator",
-                   "tetrarch.job", "tetrarch.job.spmd", "tetrarch.rdma", "tetrarch.spmd", "tetrarch._runtime",
-                   "tetrarch.config"}
 
 
 def _module_name(path: Path) -> str:
@@ -35,11 +30,14 @@ def _module_name(path: Path) -> str:
 
 
 def _layer_of(module: str) -> int | None:
+    """The index in ``LAYERS`` of the layer ``module`` belongs to: its longest matching member's."""
+    best: tuple[int, int] | None = None  # (length of the member, layer index)
     for index, (_layer, members) in enumerate(LAYERS):
         for member in members:
-            if module == member or module.startswith(member + "."):
-                return index
-    return None
+            matches = module == member or (member not in EXACT and module.startswith(member + "."))
+            if matches and (best is None or len(member) > best[0]):
+                best = (len(member), index)
+    return best[1] if best is not None else None
 
 
 def imports_of(source: str, module: str, modules: set[str], is_package: bool = False) -> set[str]:
@@ -110,8 +108,7 @@ def _package_graph() -> dict[str, set[str]]:
 
 def test_every_kernel_module_has_a_layer() -> None:
     graph = _package_graph()
-    homeless = sorted(m for m in graph if _layer_of(m) is None and m not in ABOVE_THE_STACK
-                      and not m.startswith("tetrarch.testing"))
+    homeless = sorted(m for m in graph if _layer_of(m) is None and not m.startswith("tetrarch.testing"))
     assert not homeless, f"add these modules to tetrarch._runtime.LAYERS (and its docstring map): {homeless}"
 
 
@@ -126,15 +123,18 @@ def test_the_kernel_has_no_import_cycle() -> None:
 
 
 @pytest.mark.parametrize("snippet", [
-    "from ._procmesh import ProcMesh\n",
-    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._mesh import ActorMesh\n",
-    "def f():\n    from ._root import get_root\n    return get_root()\n",
-    "import tetrarch._runtime._channel\n",
+    "from ..meshes._procmesh import ProcMesh\n",
+    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..meshes._mesh import ActorMesh\n",
+    "def f():\n    from ..process._root import get_root\n    return get_root()\n",
+    "import tetrarch._runtime.meshes._channel\n",
+    "from ..actors import _runner\n",
+    "import tetrarch\n",
+    "from tetrarch.job import LocalJob\n",
 ])
 def test_the_check_catches_an_upward_import_wherever_it_hides(snippet: str) -> None:
     """An upward import added to a services module is reported, also when hidden."""
     graph = _package_graph()
-    module = "tetrarch._runtime._port"
+    module = "tetrarch._runtime.services._port"
     graph[module] = graph[module] | imports_of(snippet, module, set(graph))
     bad = upward_imports(graph)
     assert any(line.startswith(f"{module} (services) imports") for line in bad), bad
@@ -142,5 +142,29 @@ def test_the_check_catches_an_upward_import_wherever_it_hides(snippet: str) -> N
 
 def test_the_check_catches_a_cycle_within_a_layer() -> None:
     graph = _package_graph()
-    graph["tetrarch._runtime._wire"] = graph["tetrarch._runtime._wire"] | {"tetrarch._runtime._outcome"}
-    assert any("tetrarch._runtime._wire" in c for c in cycles(graph))
+    wire, outcome = "tetrarch._runtime.values._wire", "tetrarch._runtime.values._outcome"
+    graph[wire] = graph[wire] | {outcome}
+    assert any(wire in c for c in cycles(graph))
+
+
+@pytest.mark.parametrize(("module", "snippet", "layer"), [
+    ("tetrarch.plugins", "from .._runtime.meshes._procmesh import ProcMesh\n", "plugin API"),
+    ("tetrarch.rdma", "from tetrarch.plugins import Registry\n", "rdma"),
+    ("tetrarch.job", "from tetrarch._spmd._job import serve\n", "meshes"),
+    ("tetrarch.config", "from tetrarch._runtime.values._shape import Shape\n", "foundation"),
+])
+def test_public_entry_modules_keep_their_place(module: str, snippet: str, layer: str) -> None:
+    """The public entry modules sit in the map too: one importing from above its layer is reported."""
+    graph = _package_graph()
+    graph[module] = graph[module] | imports_of(snippet, module, set(graph), is_package=True)
+    bad = upward_imports(graph)
+    assert any(line.startswith(f"{module} ({layer}) imports") for line in bad), bad
+
+
+def test_every_layer_below_the_api_is_one_package_or_module_group() -> None:
+    """The kernel's own layers are packages of ``tetrarch._runtime``: the folders read like the map."""
+    router = PACKAGE / "_runtime"
+    folders = sorted(p.name for p in router.iterdir() if (p / "__init__.py").is_file())
+    kernel_layers = [name for name, members in LAYERS if any(m.startswith("tetrarch._runtime.") for m in members)]
+    assert folders == sorted(kernel_layers)
+    assert not [p.name for p in router.glob("_*.py") if p.name != "__init__.py"], "a kernel module outside its layer"

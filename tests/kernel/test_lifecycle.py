@@ -99,7 +99,7 @@ def test_tcp_transport_end_to_end(run_isolated):
     res = run_isolated(
         """
         from tetrarch import Actor, endpoint, this_host
-        from tetrarch._runtime._root import get_root
+        from tetrarch._runtime.process._root import get_root
 
         class Echo(Actor):
             @endpoint
@@ -107,7 +107,7 @@ def test_tcp_transport_end_to_end(run_isolated):
                 return x
 
         procs = this_host().spawn_procs(per_host={"gpus": 2})
-        print(get_root().runtime.address)
+        print(get_root().router.address)
         print(procs.spawn("e", Echo).echo.call(41).get().values())
         procs.stop().get()
         """,

@@ -25,8 +25,8 @@ import tetrarch
 from liveness_actors import Staller
 from tetrarch import ActorMesh, MeshFailure, ProcMesh, SupervisionError, this_host
 from tetrarch._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL
-from tetrarch._runtime._launch import StateMonitor, proc_state
-from tetrarch._runtime._wire import ProcFrozen
+from tetrarch._runtime.services._launch import StateMonitor, proc_state
+from tetrarch._runtime.values._wire import ProcFrozen
 from tetrarch.testing import Collector, scaled
 
 # Stalls judged from OS state and a process's own clock; the pings are calls like any other

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tetrarch._runtime._router import PeerUnreachable, Router
+from tetrarch._runtime.router._router import PeerUnreachable, Router
 from tetrarch._transport._socket import IpcTransport
 from tetrarch.testing import scaled
 

@@ -17,7 +17,7 @@ import pytest
 
 from kernel_actors import Counter, Info, Looper
 from tetrarch import ActorMesh, ArgumentTypeError, Future, ProcMesh, ValueMesh, this_host
-from tetrarch._runtime._shape import Extent, Shape
+from tetrarch._runtime.values._shape import Extent, Shape
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(60))

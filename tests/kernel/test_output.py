@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from output_actors import LINES, LONG
-from tetrarch._runtime._spawn import MAX_LINE, LineSplitter
+from tetrarch._runtime.plumbing._spawn import MAX_LINE, LineSplitter
 from tetrarch.testing import scaled
 
 pytestmark = [pytest.mark.timeout(scaled(90))]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tetrarch import SupervisionError
-from tetrarch._runtime import _serial, _wire
-from tetrarch._runtime._port import PortReceiver, link_service
-from tetrarch._runtime._router import Router
+from tetrarch._runtime.router._router import Router
+from tetrarch._runtime.services._port import PortReceiver, link_service
+from tetrarch._runtime.values import _serial, _wire
 from tetrarch._transport._socket import IpcTransport
 from tetrarch.testing import scaled
 

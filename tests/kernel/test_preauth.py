@@ -21,8 +21,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tetrarch._runtime._router import Router
-from tetrarch._runtime._wire import sys_header
+from tetrarch._runtime.router._router import Router
+from tetrarch._runtime.values._wire import sys_header
 from tetrarch._transport._auth import PRE_AUTH_LIMIT, Auth, Role
 from tetrarch._transport._base import TransportError
 from tetrarch._transport._socket import IpcTransport

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tetrarch._runtime._procagent import ACTORS_SHARE
+from tetrarch._runtime.actors._proc_service import ACTORS_SHARE
 from tetrarch.testing import scaled
 
 # The wording of failures; the deaths behind them run per transport in test_process_death (run once).

@@ -21,10 +21,10 @@ import pytest
 from secret_actors import EnvironReader
 from tetrarch import TetrarchError
 from tetrarch._config import ENV_SECRET_FD, ENV_SECRET_FILE
-from tetrarch._runtime import _secret
-from tetrarch._runtime._root import get_root
-from tetrarch._runtime._secret import SecretError, secret_pipe, take_secret
-from tetrarch._runtime._spawn import spawn_watched
+from tetrarch._runtime.plumbing import _secret
+from tetrarch._runtime.plumbing._secret import SecretError, secret_pipe, take_secret
+from tetrarch._runtime.plumbing._spawn import spawn_watched
+from tetrarch._runtime.process._root import get_root
 from tetrarch.plugins import AgentCommand, AllocatorError
 from tetrarch.testing import scaled
 

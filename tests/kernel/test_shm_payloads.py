@@ -21,7 +21,8 @@ import pytest
 from shm_actors import Keeper, describe
 from tetrarch import Channel, SupervisionError, this_host
 from tetrarch._config import configured
-from tetrarch._runtime import _segments, _serial, _shmwire
+from tetrarch._runtime.plumbing import _segments, _shmwire
+from tetrarch._runtime.values import _serial
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(120))
@@ -205,7 +206,8 @@ def test_a_segment_of_a_sender_that_ended_is_unreadable_not_torn():
     """The sender writes the whole payload before the message leaves; if it then ends, the receiver says so."""
     code = (
         "import os, sys, numpy as np\n"
-        "from tetrarch._runtime import _serial, _shmwire, _wire\n"
+        "from tetrarch._runtime.plumbing import _shmwire\n"
+        "from tetrarch._runtime.values import _serial, _wire\n"
         "frames = [_wire.port_header(1, 0, 0), *_serial.dumps(np.ones(1 << 20, np.float32))]\n"
         "frames = _shmwire.outgoing(frames, int(sys.argv[1]))\n"
         "sys.stdout.write(bytes(frames[0]).hex())\n"

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from tetrarch._runtime._stdio import NonBlockingPipe
+from tetrarch._runtime.plumbing._stdio import NonBlockingPipe
 from tetrarch.testing import scaled
 
 pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(60))]
@@ -63,7 +63,7 @@ def test_a_proc_like_process_prints_past_a_stalled_reader_and_exits() -> None:
     """The installed streams in a real process whose stdout pipe nobody reads: it finishes."""
     code = textwrap.dedent("""
         import sys
-        from tetrarch._runtime import _stdio
+        from tetrarch._runtime.plumbing import _stdio
         _stdio.install()
         for i in range(2000):
             print("x" * 1023)

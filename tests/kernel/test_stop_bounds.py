@@ -21,7 +21,7 @@ import pytest
 from stop_actors import BlockedInit, Blocker, Exiter
 from supervision_actors import Cleaner, Finalizer, Fragile
 from tetrarch import Channel, this_host
-from tetrarch._runtime._mesh import _BACKSTOP_GRACE_S as BACKSTOP_GRACE_S
+from tetrarch._runtime.meshes._mesh import _BACKSTOP_GRACE_S as BACKSTOP_GRACE_S
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(90))

@@ -6,9 +6,9 @@ import pytest
 
 from kernel_actors import Counter
 from tetrarch import SupervisionError, this_proc
-from tetrarch._runtime._procmesh import _uid
-from tetrarch._runtime._root import get_root
-from tetrarch._runtime._tombstones import Tombstones
+from tetrarch._runtime.meshes._procmesh import _uid
+from tetrarch._runtime.process._root import get_root
+from tetrarch._runtime.values._tombstones import Tombstones
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(60))
@@ -28,7 +28,7 @@ def test_old_reasons_shrink_to_a_generation_but_still_say_stopped() -> None:
 
 
 def test_spawn_stop_cycles_keep_the_table_bounded_and_late_calls_informative() -> None:
-    table = get_root().runtime.stopped_actors
+    table = get_root().router.stopped_actors
     limit = table._limit
     table._limit = 8
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tetrarch._plugins import BackendKind, BackendNotFound, Registry, _known, _registry, split_address
-from tetrarch._runtime._root import launched_root
+from tetrarch._runtime.process._root import launched_root
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(90))

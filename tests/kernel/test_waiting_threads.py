@@ -16,7 +16,7 @@ import pytest
 
 from order_actors import WAIT_S, Gate
 from tetrarch import Future
-from tetrarch._runtime import _future
+from tetrarch._runtime.values import _future
 from tetrarch.testing import scaled
 
 pytestmark = pytest.mark.timeout(scaled(60))

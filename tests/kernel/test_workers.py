@@ -29,8 +29,8 @@ from tetrarch import (
     attach_to_workers,
     run_worker_loop_forever,
 )
-from tetrarch._runtime._secret import SecretError
-from tetrarch._runtime._workerauth import SealedSecret, seal_secret, unseal_secret
+from tetrarch._runtime.meshes._workerauth import SealedSecret, seal_secret, unseal_secret
+from tetrarch._runtime.plumbing._secret import SecretError
 from tetrarch.job import new_secret_file
 from tetrarch.testing import scaled, still_running
 
@@ -302,10 +302,10 @@ def test_workers_on_two_namespaced_hosts_serve_a_client_in_the_root_namespace(na
 def test_attaching_from_a_running_runtime_is_allowed_and_a_worker_needs_a_process_of_its_own(
         secret, tmp_path: Path) -> None:
     from tetrarch._config import configured
-    from tetrarch._runtime._root import get_root
+    from tetrarch._runtime.process._root import get_root
 
     root = get_root()  # this process's runtime runs (on the suite's transport), with its own random secret
-    scheme = root.runtime.address.split("://", 1)[0]
+    scheme = root.router.address.split("://", 1)[0]
     nobody = f"{scheme}://{tmp_path}/nobody" if scheme.endswith("ipc") else f"{scheme}://127.0.0.1:1"
     with configured(host_start_timeout=1.0, connect_timeout=1.0):  # nothing listens there: dialled again for 1 s
         mesh = attach_to_workers(workers=[nobody], secret_file=secret)  # no SecretError: it seals its own

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tetrarch._rdma._memory import as_memory
-from tetrarch._rdma._runtime import _lifetime
+from tetrarch._rdma._service import _lifetime
 
 torch = pytest.importorskip("torch")
 

@@ -87,9 +87,9 @@ def _efa_shm() -> Any:
     found = discover()
     if "shm" not in found.rma:
         pytest.skip(f"efa: libfabric offers no 'shm' provider here ({found.error or found.rma})")
-    from tetrarch._rdma._runtime import get_runtime
+    from tetrarch._rdma._service import rdma_service
 
-    return get_runtime().backend("efa"), found
+    return rdma_service().backend("efa"), found
 
 
 @pytest.mark.parametrize("nbytes", [4097, (64 << 20) + 7])

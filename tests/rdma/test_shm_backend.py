@@ -25,7 +25,7 @@ from tetrarch._errors import RDMAError
 from tetrarch._rdma import _shm
 from tetrarch._rdma._backend import LocalRegion, PeerIdentity, RemoteRegion
 from tetrarch._rdma._shm import ShmRdmaBackend, pid_namespace
-from tetrarch._runtime._cma import cma_probe
+from tetrarch._runtime.plumbing._cma import cma_probe
 from tetrarch.testing import scaled
 
 pytestmark = [

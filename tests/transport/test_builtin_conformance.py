@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tetrarch._runtime._buffers import as_bytes
+from tetrarch._runtime.values._buffers import as_bytes
 from tetrarch._transport._base import Transport
 from tetrarch._transport._socket import IpcTransport, SocketTransport, TcpTransport
 from tetrarch.testing import scaled

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tetrarch._runtime import _future
-from tetrarch._runtime._future import Future
+from tetrarch._runtime.values import _future
+from tetrarch._runtime.values._future import Future
 from tetrarch.plugins import IoLoop
 from tetrarch.testing import scaled
 

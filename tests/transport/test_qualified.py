@@ -130,7 +130,7 @@ def test_call_queue_never_loses_a_wake_up_under_ping_pong() -> None:
 
 
 class _Standby:
-    """The least a standby is to the loop (the runtime's is ``_runtime/_standby.py``)."""
+    """The least a standby is to the loop (the runtime's is ``_runtime/actors/_standby.py``)."""
 
     watching = True
 

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 from ._config_plugins import install_provider as _install_provider
 from ._lazy import lazy_exports
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 
 def _plugin_settings() -> dict:
@@ -25,39 +24,39 @@ def _plugin_settings() -> dict:
 _install_provider(_plugin_settings)
 
 _EXPORTS = {
-    "Actor": "tetrarch._runtime._actor",
-    "endpoint": "tetrarch._runtime._actor",
-    "concurrent_endpoint": "tetrarch._runtime._actor",
-    "MeshFailure": "tetrarch._runtime._supervision",
-    "unhandled_fault_hook": "tetrarch._runtime._supervision",
-    "Endpoint": "tetrarch._runtime._endpoint",
-    "Future": "tetrarch._runtime._future",
-    "Channel": "tetrarch._runtime._channel",
-    "Port": "tetrarch._runtime._port",
-    "PortReceiver": "tetrarch._runtime._port",
-    "Accumulator": "tetrarch._runtime._channel",
-    "send": "tetrarch._runtime._channel",
-    "ValueMesh": "tetrarch._runtime._valuemesh",
-    "Extent": "tetrarch._runtime._shape",
-    "Point": "tetrarch._runtime._shape",
-    "Shape": "tetrarch._runtime._shape",
-    "ActorMesh": "tetrarch._runtime._mesh",
-    "ProcMesh": "tetrarch._runtime._procmesh",
-    "HostMesh": "tetrarch._runtime._procmesh",
-    "this_host": "tetrarch._runtime._procmesh",
-    "this_proc": "tetrarch._runtime._procmesh",
-    "BootstrapCommand": "tetrarch._runtime._bootcmd",
-    "default_bootstrap_cmd": "tetrarch._runtime._bootcmd",
-    "attach_to_workers": "tetrarch._runtime._attach",
-    "proc_mesh": "tetrarch._runtime._compat",
-    "run_worker_loop_forever": "tetrarch._runtime._worker",
-    "get_or_spawn_controller": "tetrarch._runtime._controller",
-    "shutdown_context": "tetrarch._runtime._shutdown",
-    "context": "tetrarch._runtime._context",
-    "Context": "tetrarch._runtime._context",
-    "current_rank": "tetrarch._runtime._context",
-    "current_size": "tetrarch._runtime._context",
-    "current_actor_name": "tetrarch._runtime._context",
+    "Actor": "tetrarch._runtime.actors._actor",
+    "endpoint": "tetrarch._runtime.actors._actor",
+    "concurrent_endpoint": "tetrarch._runtime.actors._actor",
+    "MeshFailure": "tetrarch._runtime.services._supervision",
+    "unhandled_fault_hook": "tetrarch._runtime.services._supervision",
+    "Endpoint": "tetrarch._runtime.services._endpoint",
+    "Future": "tetrarch._runtime.values._future",
+    "Channel": "tetrarch._runtime.meshes._channel",
+    "Port": "tetrarch._runtime.services._port",
+    "PortReceiver": "tetrarch._runtime.services._port",
+    "Accumulator": "tetrarch._runtime.meshes._channel",
+    "send": "tetrarch._runtime.meshes._channel",
+    "ValueMesh": "tetrarch._runtime.values._valuemesh",
+    "Extent": "tetrarch._runtime.values._shape",
+    "Point": "tetrarch._runtime.values._shape",
+    "Shape": "tetrarch._runtime.values._shape",
+    "ActorMesh": "tetrarch._runtime.meshes._mesh",
+    "ProcMesh": "tetrarch._runtime.meshes._procmesh",
+    "HostMesh": "tetrarch._runtime.meshes._procmesh",
+    "this_host": "tetrarch._runtime.meshes._procmesh",
+    "this_proc": "tetrarch._runtime.meshes._procmesh",
+    "BootstrapCommand": "tetrarch._runtime.plumbing._bootcmd",
+    "default_bootstrap_cmd": "tetrarch._runtime.plumbing._bootcmd",
+    "attach_to_workers": "tetrarch._runtime.meshes._attach",
+    "proc_mesh": "tetrarch._runtime.meshes._compat",
+    "run_worker_loop_forever": "tetrarch._runtime.programs._worker",
+    "get_or_spawn_controller": "tetrarch._runtime.meshes._controller",
+    "shutdown_context": "tetrarch._runtime.meshes._shutdown",
+    "context": "tetrarch._runtime.values._context",
+    "Context": "tetrarch._runtime.values._context",
+    "current_rank": "tetrarch._runtime.values._context",
+    "current_size": "tetrarch._runtime.values._context",
+    "current_actor_name": "tetrarch._runtime.values._context",
     "ActorError": "tetrarch._errors",
     "AllocatorError": "tetrarch._errors",
     "ArgumentError": "tetrarch._errors",
@@ -164,20 +163,20 @@ if TYPE_CHECKING:  # pragma: no cover
         TetrarchError,
         UsageError,
     )
-    from ._runtime._actor import Actor, concurrent_endpoint, endpoint
-    from ._runtime._attach import attach_to_workers
-    from ._runtime._bootcmd import BootstrapCommand, default_bootstrap_cmd
-    from ._runtime._channel import Accumulator, Channel, send
-    from ._runtime._compat import proc_mesh
-    from ._runtime._context import Context, context, current_actor_name, current_rank, current_size
-    from ._runtime._controller import get_or_spawn_controller
-    from ._runtime._endpoint import Endpoint
-    from ._runtime._future import Future
-    from ._runtime._mesh import ActorMesh
-    from ._runtime._port import Port, PortReceiver
-    from ._runtime._procmesh import HostMesh, ProcMesh, this_host, this_proc
-    from ._runtime._shape import Extent, Point, Shape
-    from ._runtime._shutdown import shutdown_context
-    from ._runtime._supervision import MeshFailure, unhandled_fault_hook
-    from ._runtime._valuemesh import ValueMesh
-    from ._runtime._worker import run_worker_loop_forever
+    from ._runtime.actors._actor import Actor, concurrent_endpoint, endpoint
+    from ._runtime.meshes._attach import attach_to_workers
+    from ._runtime.meshes._channel import Accumulator, Channel, send
+    from ._runtime.meshes._compat import proc_mesh
+    from ._runtime.meshes._controller import get_or_spawn_controller
+    from ._runtime.meshes._mesh import ActorMesh
+    from ._runtime.meshes._procmesh import HostMesh, ProcMesh, this_host, this_proc
+    from ._runtime.meshes._shutdown import shutdown_context
+    from ._runtime.plumbing._bootcmd import BootstrapCommand, default_bootstrap_cmd
+    from ._runtime.programs._worker import run_worker_loop_forever
+    from ._runtime.services._endpoint import Endpoint
+    from ._runtime.services._port import Port, PortReceiver
+    from ._runtime.services._supervision import MeshFailure, unhandled_fault_hook
+    from ._runtime.values._context import Context, context, current_actor_name, current_rank, current_size
+    from ._runtime.values._future import Future
+    from ._runtime.values._shape import Extent, Point, Shape
+    from ._runtime.values._valuemesh import ValueMesh

@@ -40,6 +40,6 @@ def test_the_public_allocator_module_re_exports_the_plugins_classes() -> None:
 def test_the_entry_point_module_is_featherweight() -> None:
     code = ("import json, sys, tetrarch_alloc_local._plugin; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('tetrarch_alloc_local', "
-            "'tetrarch.plugins.allocator', 'tetrarch._runtime._spawn', 'torch')))))")
+            "'tetrarch.plugins.allocator', 'tetrarch._runtime.plumbing._spawn', 'torch')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert json.loads(out.stdout) == ["tetrarch_alloc_local", "tetrarch_alloc_local._plugin"]

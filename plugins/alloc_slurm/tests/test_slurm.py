@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tetrarch.plugins.allocator import HOST_AGENT_MODULE
 from tetrarch.testing import scaled
 
 SCENARIO = Path(__file__).parent / "scenarios" / "slurm_mesh.py"
@@ -157,7 +158,7 @@ def test_plan_shows_sbatch_and_srun_without_submitting_or_the_secret() -> None:
                       "--exclusive", "--chdir=/shared/run"):
         assert f"#SBATCH {directive}\n" in plan.script, directive
     assert plan.srun_argv[0] == "srun" and "--ntasks=2" in plan.srun_argv
-    assert "/opt/py/bin/python" in plan.srun_argv[-1] and "tetrarch._runtime._host_agent" in plan.srun_argv[-1]
+    assert "/opt/py/bin/python" in plan.srun_argv[-1] and HOST_AGENT_MODULE in plan.srun_argv[-1]
     assert plan.script.rstrip().endswith(plan.srun_argv[-1].replace("'", "'\"'\"'")) or "exec srun" in plan.script
     assert not job.running
 

@@ -57,10 +57,10 @@ def _bad_tag(secret: str, address: str) -> dict:
     from tetrarch._config import TRANSPORT
     from tetrarch._plugins import get_registry
     from tetrarch._plugins._specs import BackendKind
-    from tetrarch._runtime import _serial, _wire
-    from tetrarch._runtime._root import get_root
-    from tetrarch._runtime._router import Router
-    from tetrarch._runtime._workerauth import fresh_transport, read_secret_file, seal_secret
+    from tetrarch._runtime.meshes._workerauth import fresh_transport, read_secret_file, seal_secret
+    from tetrarch._runtime.process._root import get_root
+    from tetrarch._runtime.router._router import Router
+    from tetrarch._runtime.values import _serial, _wire
 
     worker_secret = read_secret_file(secret, "test")
     root = get_root()
@@ -79,7 +79,7 @@ def _bad_tag(secret: str, address: str) -> dict:
         forged = bytes([tag[0] ^ 1]) + tag[1:]
         port = helper.open_port(on_reply)
         helper.send(address, [_wire.sys_header(_wire.SVC_WORKER, "attach", helper.address, port),
-                              *_serial.dumps(_wire.WorkerAttach(root.runtime.address, "x/0", nonce, sealed, forged))])
+                              *_serial.dumps(_wire.WorkerAttach(root.router.address, "x/0", nonce, sealed, forged))])
         if not done.wait(30):
             return {"error": "timeout", "message": "no answer"}
     finally:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import tetrarch
 from kernel_actors import Info
 from tetrarch import MeshFailure, TetrarchError, this_host
-from tetrarch._runtime._root import get_root
+from tetrarch._runtime.process._root import get_root
 
 FAULTS: list[MeshFailure] = []
 CALL_TIMEOUT_S = 30.0

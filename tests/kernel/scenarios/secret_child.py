@@ -15,7 +15,7 @@ import os
 import sys
 
 from tetrarch._config import ENV_SECRET_FD, ENV_SECRET_FILE
-from tetrarch._runtime._secret import take_secret
+from tetrarch._runtime.plumbing._secret import take_secret
 
 
 def _fd_links() -> dict[int, str]:
@@ -48,9 +48,9 @@ def child(out: str) -> int:
 
 def missing(program: str) -> int:
     if program == "proc":
-        from tetrarch._runtime._proc_main import main
+        from tetrarch._runtime.programs._proc_main import main
     else:
-        from tetrarch._runtime._host_agent import main
+        from tetrarch._runtime.programs._host_agent import main
     return main()
 
 

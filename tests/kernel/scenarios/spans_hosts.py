@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import tetrarch
 from tetrarch._errors import AllocatorError
-from tetrarch._runtime._alloc import Allocation, Allocator, AllocRequest
-from tetrarch._runtime._procmesh import HostMesh, _start_hosts
-from tetrarch._runtime._root import get_root
-from tetrarch._runtime._shape import Extent, Shape
-from tetrarch._runtime._spawn import ExitInfo
+from tetrarch._runtime.meshes._procmesh import HostMesh, _start_hosts
+from tetrarch._runtime.plumbing._alloc import Allocation, Allocator, AllocRequest
+from tetrarch._runtime.plumbing._spawn import ExitInfo
+from tetrarch._runtime.process._root import get_root
+from tetrarch._runtime.values._shape import Extent, Shape
 
 
 class RecordingAllocator(Allocator):
@@ -33,14 +33,14 @@ class RecordingAllocator(Allocator):
 
 def main() -> int:
     root = get_root()
-    before = root.runtime.address
+    before = root.router.address
     alloc = RecordingAllocator()
     out: dict[str, object] = {"before": before}
     try:
         _start_hosts(root, alloc, 1, HostMesh(Shape(Extent([], [])), None, owned=False))
     except tetrarch.TetrarchError as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
-    out["after"] = root.runtime.address
+    out["after"] = root.router.address
     if alloc.request is not None:
         env = alloc.request.agent.env
         out["client_addr"] = env.get("TETRARCH_CLIENT_ADDR")

@@ -20,15 +20,15 @@ import sys
 
 import tetrarch
 from tetrarch import Actor, endpoint, this_host
-from tetrarch._runtime import _procmesh
-from tetrarch._runtime._root import get_root
+from tetrarch._runtime.meshes import _procmesh
+from tetrarch._runtime.process._root import get_root
 
 
 class Where(Actor):
     @endpoint
     def where(self) -> dict[str, str]:
         root = get_root()
-        return {"address": root.runtime.address, "transport": root.transport_name,
+        return {"address": root.router.address, "transport": root.transport_name,
                 "alloc_transport": os.environ.get("TETRARCH_ALLOC_TRANSPORT", ""),
                 "host_agent": os.environ.get("TETRARCH_HOST_AGENT_ADDR", "")}
 
@@ -45,7 +45,7 @@ def _spawn_error() -> str:
 def main() -> int:
     mode = sys.argv[1]
     root = get_root()
-    out: dict[str, object] = {"client": root.runtime.address, "client_transport": root.transport_name}
+    out: dict[str, object] = {"client": root.router.address, "client_transport": root.transport_name}
     if mode == "addresses":
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         out["procs"] = procs.spawn("where", Where).where.call().get().values()

@@ -13,7 +13,7 @@ import json
 from transport_actors import Where
 
 from tetrarch import this_host
-from tetrarch._runtime._root import get_root
+from tetrarch._runtime.process._root import get_root
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     echoes = list(where.echo.call("over the wire").get().values())
     procs.stop().get()
     root = get_root()
-    print(json.dumps({"client": {"transport": root.transport_name, "address": root.runtime.address},
+    print(json.dumps({"client": {"transport": root.transport_name, "address": root.router.address},
                       "procs": reports, "echoes": echoes}))
 
 

@@ -6,7 +6,7 @@ import os
 import threading
 
 from tetrarch import Actor, endpoint
-from tetrarch._runtime._root import get_root
+from tetrarch._runtime.process._root import get_root
 
 
 class Where(Actor):
@@ -16,7 +16,7 @@ class Where(Actor):
         root = get_root()
         return {
             "transport": root.transport_name,
-            "address": root.runtime.address,
+            "address": root.router.address,
             "threads": sorted({t.name.split(" ")[0] for t in threading.enumerate() if t.name.startswith("threaded-")}),
             "pid": os.getpid(),
             "ppid": os.getppid(),

@@ -47,8 +47,8 @@ def _probe_tcp() -> ProbeResult:
 
 
 def _probe_rdma_shm() -> ProbeResult:
-    """Cross-memory attach works here (Yama and seccomp allow it); see ``tetrarch._runtime._cma``."""
-    from .._runtime._cma import cma_probe
+    """Cross-memory attach works here (Yama and seccomp allow it); see ``tetrarch._runtime.plumbing._cma``."""
+    from .._runtime.plumbing._cma import cma_probe
 
     ok, reason = cma_probe()
     if not ok:

@@ -29,7 +29,7 @@ from ._rows import is_absent, not_implemented_reason, spec_row, with_alternative
 from ._specs import BackendKind, BackendSpec, BackendStatus, Status
 
 if TYPE_CHECKING:  # pragma: no cover - the runtime is never imported with the plugin layer
-    from .._runtime._alloc import Allocator
+    from .._runtime.plumbing._alloc import Allocator
     from .._transport._base import Transport
 
 __all__ = [
@@ -59,7 +59,7 @@ _CORE = "tetrarch"
 
 
 def _core_version() -> str:
-    from tetrarch import __version__
+    from .._version import __version__
 
     return __version__
 
@@ -505,7 +505,7 @@ class Registry:
             BackendNotFound, BackendUnavailable, TypeError, Exception: as
                 :meth:`get_transport`, for an allocator.
         """
-        from .._runtime._alloc import Allocator
+        from .._runtime.plumbing._alloc import Allocator
 
         return cast("Allocator", self._typed(BackendKind.ALLOCATOR, name, Allocator))
 

@@ -6,7 +6,7 @@ from concurrent.futures import Future as CFuture
 from typing import Any
 
 from .._errors import ArgumentError, NotSupportedError
-from .._runtime._future import Future
+from .._runtime.values._future import Future
 from ._buffer import DEFAULT_TIMEOUT, RDMABuffer, _check_timeout, as_future, choose_backend, fit, start_transfer
 from ._memory import Memory, as_memory
 

@@ -10,12 +10,12 @@ from typing import Any, NamedTuple
 
 from .._errors import ArgumentError, RDMAError
 from .._plugins import BackendKind, BackendUnavailable, Status, get_registry
-from .._runtime._context import context
-from .._runtime._future import Future
+from .._runtime.values._context import context
+from .._runtime.values._future import Future
 from ._backend import LocalRegion, MemoryKind, PeerIdentity, RemoteRegion, settle
 from ._fallback_warning import QUIET, tcp_carries_a_transfer
 from ._memory import Memory, as_memory
-from ._runtime import get_runtime
+from ._service import rdma_service
 from ._staging import finish, stage
 
 __all__ = ["DEFAULT_TIMEOUT", "Descriptor", "RDMABuffer", "as_future", "start_transfer"]
@@ -48,12 +48,12 @@ def choose_backend(desc: Descriptor) -> str:
     Raises:
         BackendNotFound, BackendUnavailable: no shared backend works (each one's reason is given).
     """
-    runtime = get_runtime()
+    service = rdma_service()
     remote_reasons = []
     shared = []
     for name in desc.contexts:
         try:
-            backend = runtime.backend(name)
+            backend = service.backend(name)
         except Exception as exc:  # noqa: BLE001 - that backend is not usable here: say why
             remote_reasons.append(f"{name}: {exc}")
             continue
@@ -86,11 +86,11 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
     """Start one whole-buffer read (``write=False``) into ``local`` or write from it; never raises
     for a failed transfer (the future holds the error)."""
     fut: CFuture[None]
-    runtime = get_runtime()
+    service = rdma_service()
     region = local.region
     try:
         name = backend_name or choose_backend(desc)
-        backend = runtime.backend(name)
+        backend = service.backend(name)
         if name == "tcp":
             tcp_carries_a_transfer(desc.contexts)
         staged = None
@@ -114,9 +114,9 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
         return fut
     owner = desc.owner.address
     # The owner's death fails the backend's own future: a dead owner touches no memory any more.
-    runtime.watch(owner, moved)
-    if name != "tcp" and not runtime.router.is_local(owner):
-        runtime.pool.submit(_ping, runtime, owner)  # a connection to the owner, so its death is seen
+    service.watch(owner, moved)
+    if name != "tcp" and not service.router.is_local(owner):
+        service.pool.submit(_ping, service, owner)  # a connection to the owner, so its death is seen
     # The local memory lives until the BACKEND is done with it, not until the caller's deadline:
     # a timed-out transfer may still be copying into ``local`` (the interface's contract).
     moved.add_done_callback(_keep(local))
@@ -124,7 +124,7 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
     fut.add_done_callback(functools.partial(_relay, caller))
     verb = "write_from" if write else "read_into"
     what = f"RDMABuffer.{verb} of {region.nbytes} bytes ({name}) with {desc.owner_name}"
-    runtime.deadlines.fail_after(caller, timeout, what)
+    service.deadlines.fail_after(caller, timeout, what)
     return caller
 
 
@@ -141,14 +141,14 @@ def _keep(local: Memory) -> Any:
     return done
 
 
-def _ping(runtime: Any, owner: str) -> None:
-    from .._runtime import _wire
-    from .._runtime._router import PeerUnreachable
+def _ping(service: Any, owner: str) -> None:
+    from .._runtime.router._router import PeerUnreachable
+    from .._runtime.values import _wire
 
     try:
-        runtime.router.send(owner, [_wire.sys_header("rdma", "ping")])
+        service.router.send(owner, [_wire.sys_header("rdma", "ping")])
     except PeerUnreachable as exc:
-        runtime.owner_died(owner, str(exc))  # a refusal (another allocation) is reported as one
+        service.owner_died(owner, str(exc))  # a refusal (another allocation) is reported as one
 
 
 def as_future(cfs: list[CFuture[None]]) -> Future[None]:
@@ -209,10 +209,10 @@ class RDMABuffer:
             registry.select(BackendKind.RDMA, request=QUIET)
             names = [r.name for r in registry.statuses(BackendKind.RDMA)
                      if r.status is Status.AVAILABLE and not r.on_request]
-        runtime = get_runtime()
-        buffer_id, contexts = runtime.register(memory, names)
+        service = rdma_service()
+        buffer_id, contexts = service.register(memory, names)
         owner = context().actor_instance.actor_id
-        self._desc = Descriptor(buffer_id, memory.region.nbytes, runtime.identity, owner, contexts)
+        self._desc = Descriptor(buffer_id, memory.region.nbytes, service.identity, owner, contexts)
         self._dropped = False
         self._local = True
 
@@ -294,11 +294,11 @@ class RDMABuffer:
         Idempotent. The future is done when the owner has released it.
         """
         self._dropped = True
-        runtime = get_runtime()
-        if runtime.router.is_local(self._desc.owner.address):
-            runtime.deregister(self._desc.buffer_id)
+        service = rdma_service()
+        if service.router.is_local(self._desc.owner.address):
+            service.deregister(self._desc.buffer_id)
             return as_future([])
-        return as_future([runtime.request(self._desc.owner.address, "drop", self._desc.buffer_id,
+        return as_future([service.request(self._desc.owner.address, "drop", self._desc.buffer_id,
                                           DEFAULT_TIMEOUT)])
 
 

@@ -3,7 +3,7 @@
 Mechanism: cross-memory attach
 ==============================
 
-The bytes move with ``process_vm_readv`` / ``process_vm_writev`` (``tetrarch._runtime._cma``)
+The bytes move with ``process_vm_readv`` / ``process_vm_writev`` (``tetrarch._runtime.plumbing._cma``)
 straight between the two address spaces, the way UCX's ``cma`` transport and MPI do inside
 a node. The alternative, a shared mapping, only works when the owner's bytes already live
 in shared memory; a user's tensor does not (``RDMABuffer(t)`` registers ``t`` in place, and
@@ -56,7 +56,7 @@ import time
 from concurrent.futures import Future
 
 from .._errors import RDMAError
-from .._runtime._cma import CmaError, cma_probe, vm_read, vm_write
+from .._runtime.plumbing._cma import CmaError, cma_probe, vm_read, vm_write
 from ._backend import LocalRegion, MemoryKind, RdmaBackend, RdmaHost, RemoteRegion
 
 __all__ = ["ShmRdmaBackend"]

@@ -23,10 +23,10 @@ from typing import Any
 
 from .._config import RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW
 from .._errors import RDMAError
-from .._runtime import _serial, _wire
-from .._runtime._router import PeerUnreachable
+from .._runtime.router._router import PeerUnreachable
+from .._runtime.values import _serial, _wire
 from ._backend import LocalRegion, RdmaBackend, RdmaHost, RemoteRegion, settle
-from ._runtime import SERVICE, RdmaRuntime
+from ._service import SERVICE, RdmaService
 
 __all__ = ["TcpRdmaBackend"]
 
@@ -37,13 +37,13 @@ _WRITE = struct.Struct("!QQQ")  # buffer id, offset in the buffer, offset in the
 class TcpRdmaBackend(RdmaBackend):
     """Moves registered memory as chunked messages over the kernel's connections."""
 
-    runtime: RdmaRuntime
+    service: RdmaService
 
     def start(self, host: RdmaHost) -> None:
         super().start(host)
-        self.runtime = host.runtime  # type: ignore[attr-defined]  # core's own host: the runtime behind it
-        self.runtime.add_op("tcp_read", self._serve_read)
-        self.runtime.add_op("tcp_write", self._serve_write)
+        self.service = host.service  # type: ignore[attr-defined]  # core's own host: the runtime behind it
+        self.service.add_op("tcp_read", self._serve_read)
+        self.service.add_op("tcp_write", self._serve_write)
 
     def register(self, region: LocalRegion, buffer_id: int) -> object:
         return None  # the owner's table is all a tcp transfer needs
@@ -54,13 +54,13 @@ class TcpRdmaBackend(RdmaBackend):
     # ------------------------------------------------------------ initiator side
     def _open(self, on_chunk: Any, sink: Any = None) -> tuple[Future[None], int]:
         fut: Future[None] = Future()
-        router = self.runtime.router
+        router = self.service.router
         port = router.open_port(on_chunk, sink)
         fut.add_done_callback(lambda _f: router.close_port(port))
         return fut, port
 
     def _send(self, fut: Future[None], owner: str, frames: list) -> bool:
-        error = self.runtime.send(owner, frames)
+        error = self.service.send(owner, frames)
         if error is not None:
             settle(fut, error)
         return error is None
@@ -99,7 +99,7 @@ class TcpRdmaBackend(RdmaBackend):
                 settle(fut)
 
         fut, port = self._open(on_chunk, sink)
-        router = self.runtime.router
+        router = self.service.router
         meta = _READ.pack(remote.buffer_id, offset, total, RDMA_TCP_CHUNK_SIZE())
         self._send(fut, remote.owner.address, [_wire.sys_header(SERVICE, "tcp_read", router.address, port), meta])
         return fut
@@ -127,7 +127,7 @@ class TcpRdmaBackend(RdmaBackend):
 
         fut, port = self._open(on_ack)
         fut.add_done_callback(lambda _f: window.release(max(1, RDMA_TCP_WINDOW())))  # unblock the pump
-        router = self.runtime.router
+        router = self.service.router
         owner = remote.owner.address
 
         def pump() -> None:
@@ -140,7 +140,7 @@ class TcpRdmaBackend(RdmaBackend):
                 if not self._send(fut, owner, [header, meta, view[rel:rel + chunk]]):
                     return
 
-        self.runtime.pool.submit(pump)
+        self.service.pool.submit(pump)
         return fut
 
     # ------------------------------------------------------------ owner side (the rdma service)
@@ -148,7 +148,7 @@ class TcpRdmaBackend(RdmaBackend):
         buffer_id, offset, nbytes, chunk = _READ.unpack(frames[0])
         region = self.host.lookup(buffer_id, offset, nbytes)  # raises RDMAError: the service replies it
         chunk = max(1, min(chunk, 64 << 20))
-        router, addr, port = self.runtime.router, hdr.reply_addr, hdr.reply_port
+        router, addr, port = self.service.router, hdr.reply_addr, hdr.reply_port
         if addr is None or port is None:
             return
 
@@ -161,18 +161,18 @@ class TcpRdmaBackend(RdmaBackend):
             except PeerUnreachable:
                 pass  # the reader is gone
 
-        self.runtime.pool.submit(stream)
+        self.service.pool.submit(stream)
 
     def _serve_write(self, hdr: _wire.SysHeader, frames: list) -> None:
         buffer_id, offset, rel = _WRITE.unpack(frames[0])
         data = frames[1]
         n = data.nbytes if isinstance(data, memoryview) else len(data)
-        if self.runtime.readonly(buffer_id):
+        if self.service.readonly(buffer_id):
             raise RDMAError(f"RDMA buffer {buffer_id} is read-only at its owner; write_from needs writable memory")
         region = self.host.lookup(buffer_id, offset, n)
         assert region.view is not None
         region.view[:] = data
-        self.runtime.router.reply_later(hdr.reply_addr, hdr.reply_port, rel, _wire.OK, None)
+        self.service.router.reply_later(hdr.reply_addr, hdr.reply_port, rel, _wire.OK, None)
 
 
 def _error(frames: list) -> BaseException:

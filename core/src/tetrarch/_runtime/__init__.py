@@ -1,19 +1,24 @@
 """The kernel, as a stack of layers. A module imports only from its own layer or below.
 
-That holds for every import: at module level, under ``TYPE_CHECKING`` and inside
-functions (``tests/kernel/test_layers.py`` checks it, and that no import cycle exists).
-A module that needs something from above takes it as an argument or a ``Protocol``.
+Each layer of the kernel is one package: ``tetrarch._runtime.<layer>``, so the folders
+read like this map. A few layers live beside ``_runtime`` (``_transport``, ``_plugins``,
+``_rdma``, ``_spmd``) and the public entry modules sit on top; every one has its place
+below. The rule holds for every import: at module level, under ``TYPE_CHECKING`` and
+inside functions (``tests/kernel/test_layers.py`` checks it, and that no import cycle
+exists). A module that needs something from above takes it as an argument or a ``Protocol``.
 
-``foundation`` (outside ``_runtime``; import nothing of tetrarch above them)
-    ``tetrarch._errors``   every error tetrarch raises (one tree under ``TetrarchError``)
-    ``tetrarch._config``   every setting, declared once
-    ``tetrarch._config_launch``, ``_config_monarch``  the variables the kernel sets; Monarch's setting names
-    ``tetrarch._config_plugins``  plugins' settings as the settings see them (read through a provider the
+``foundation`` (modules of ``tetrarch`` itself; they import nothing of tetrarch above them)
+    ``_errors``    every error tetrarch raises (one tree under ``TetrarchError``)
+    ``_config``    every setting, declared once; ``tetrarch.config`` is its public face
+    ``_config_launch``, ``_config_monarch``  the variables the kernel sets; Monarch's setting names
+    ``_config_plugins``  plugins' settings as the settings see them (read through a provider the
                     package installs: this layer does not import the plugin layer)
-    ``tetrarch._log``      the ``tetrarch.*`` logger tree
-    ``tetrarch._lazy``     lazy module attributes for the public packages
+    ``_config_doc``  the settings table of the docs
+    ``_log``       the ``tetrarch.*`` logger tree
+    ``_lazy``      lazy module attributes for the public packages
+    ``_version``   the distribution's version
 
-``values`` (plain data and pure functions, no runtime state)
+``values`` (``_runtime/values``: plain data and pure functions, no runtime state)
     ``_shape``      Extent, Point, Shape and the slicing shared by every mesh
     ``_valuemesh``  ValueMesh: one value per rank
     ``_future``     Future: a result usable from threads and asyncio
@@ -24,6 +29,8 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_context``    context(), current_rank(), Instance (what actor code sees)
     ``_tombstones`` why the actors of a process are gone, in bounded memory
     ``_early``      calls that reach a proc ahead of their actor's spawn, held until it arrives
+
+``plumbing`` (``_runtime/plumbing``: processes, secrets and memory, below any router)
     ``_secret``     the allocation's secret passed to a child outside its environment (pipe or 0600 file)
     ``_spawn``      child processes that die with their parent and report their exit
     ``_alloc``      the allocator plugin interface
@@ -35,37 +42,45 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_stopguard``  bounds on a proc's stop: actors whose stop cannot begin, a finalisation that hangs
     ``_bootcmd``    BootstrapCommand: how a host agent starts a proc
 
-``transport`` (outside ``_runtime``)
-    ``tetrarch._transport``  the transport interface, the builtin ipc/tcp transport, authentication
+``transport`` (``tetrarch._transport``)
+    the transport interface, the builtin ipc/tcp transport, authentication, the transport loop,
+    the waiting room that closes connections which do not authenticate in time
 
-``plugins`` (outside ``_runtime``)
-    ``tetrarch._plugins``    the plugin registry (pluggy): finds transports, allocators, RDMA backends
+``plugins`` (``tetrarch._plugins``)
+    the plugin registry (pluggy): finds transports, allocators, RDMA backends
 
-``router``
+``router`` (``_runtime/router``)
     ``_router``     one per process: connections, authentication, dispatch to ports, mailboxes, services
+    ``_outbox``     bursts to one peer coalesced into one vectored write by a flusher thread
 
-``services`` (each handed a router explicitly)
+``services`` (``_runtime/services``; each handed a router explicitly)
     ``_launch``       processes this one started: ready, exit, heartbeat
     ``_supervision``  MeshFailure, the per-process Supervisor, the client's fault hook
+    ``_client_exit``  the client's way out: a fatal failure ends it from its main thread; Ctrl-C
     ``_port``         Port and PortReceiver
     ``_collect``      gathering the replies of one operation
     ``_endpoint``     Endpoint[P, R] and its adverbs over a mesh
     ``_output``       procs' stdout and stderr at their owner, prefixed with mesh and rank; process titles
 
-``actors``
-    ``_actor``      Actor and the @endpoint decorators
-    ``_standby``    an idle actor thread reading for its proc's transport loop (one wake-up per call)
-    ``_stall``      calls that wait long behind a plain async handler: said once per actor
-    ``_runner``     ActorRunner: one actor's thread, loop, mailbox and fate
-    ``_procagent``  the ``proc`` service: spawns and stops the actors of a process
+``actors`` (``_runtime/actors``)
+    ``_actor``          Actor and the @endpoint decorators
+    ``_standby``        an idle actor thread reading for its proc's transport loop (one wake-up per call)
+    ``_stall``          calls that wait long behind a plain async handler: said once per actor
+    ``_runner``         ActorRunner: one actor's thread, loop, mailbox and fate
+    ``_proc_service``   the ``proc`` service: spawns and stops the actors of a process
 
-``process``
+``process`` (``_runtime/process``)
     ``_root``       wires a process together (router + services) and holds it
 
-``rdma`` (outside ``_runtime``; needs the process's router and the actor context)
-    ``tetrarch._rdma``       RDMABuffer, RDMAAction, the backend interface, core's tcp and shm backends
+``rdma`` (``tetrarch._rdma``, and its public face ``tetrarch.rdma``; needs the process's router and
+the actor context)
+    RDMABuffer, RDMAAction, the backend interface, core's tcp and shm backends
 
-``meshes`` (what users call)
+``plugin API`` (``tetrarch.plugins`` and its submodules)
+    the complete API of plugins: the registry's records and hooks, the interfaces of each kind and
+    the kernel's pieces they may use
+
+``meshes`` (``_runtime/meshes``, and its public face ``tetrarch.job``; what users call)
     ``_mesh``       ActorMesh
     ``_hostalloc``  which allocator starts a host mesh (the registry's selection rules)
     ``_procmesh``   HostMesh, ProcMesh, this_host(), this_proc()
@@ -79,39 +94,48 @@ A module that needs something from above takes it as an argument or a ``Protocol
     ``_worker_job`` WorkerJob: a job over running workers, reusable across runs
     ``_channel``    Channel, send(), Accumulator
 
-``spmd`` (outside ``_runtime``; torchrun-style programs on a proc mesh, behind ``tetrarch.spmd``)
-    ``tetrarch._spmd``       SPMDActor, setup_torch_elastic_env, the rendezvous store, torchrun's variables
+``spmd`` (``tetrarch._spmd``, public as ``tetrarch.spmd`` and ``tetrarch.job.spmd``)
+    SPMDActor, setup_torch_elastic_env, the rendezvous store, torchrun's variables, served jobs
 
-``programs`` (entry points of the processes tetrarch starts)
+``programs`` (``_runtime/programs``: entry points of the processes tetrarch starts)
     ``_host_agent``  one per host: starts procs
     ``_proc_main``   one per proc
     ``_worker``      run_worker_loop_forever(): a host agent that serves one client at a time, re-keyed for each
+
+``api`` (on top: ``import tetrarch``, the CLI and its tools)
+    ``tetrarch``      the public package (``tetrarch/__init__``): names load lazily from the layers
+    ``_cli``, ``__main__``, ``_doctor``  ``tetrarch`` the command
+
+``tetrarch.testing`` is not part of the stack: the test kit of plugin authors and of our suite uses
+the public API and the kernel alike.
 """
 
 from __future__ import annotations
 
-__all__ = ["LAYERS"]
+__all__ = ["EXACT", "LAYERS"]
 
-#: The stack, bottom first: ``(layer, modules)``. Module names are absolute; a package
-#: name stands for every module in it.
+#: Packages that hold layers of their own: their names in ``LAYERS`` mean their ``__init__`` only.
+EXACT = frozenset({"tetrarch", "tetrarch._runtime"})
+
+#: The stack, bottom first: ``(layer, modules)``. Module names are absolute; a package name
+#: stands for every module in it (the longest name that matches a module wins), except the
+#: packages of :data:`EXACT`, which stand for their ``__init__`` only.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_launch", "tetrarch._config_monarch",
-                    "tetrarch._config_plugins", "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy")),
-    ("values", tuple(f"tetrarch._runtime.{m}" for m in (
-        "_shape", "_valuemesh", "_future", "_wire", "_buffers", "_serial", "_outcome", "_context", "_tombstones",
-        "_early", "_secret", "_spawn", "_alloc", "_cma", "_segments", "_shmwire", "_stdio",
-        "_procstate", "_stopguard", "_bootcmd"))),
+                    "tetrarch._config_plugins", "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy",
+                    "tetrarch._version", "tetrarch._runtime", "tetrarch.config")),
+    ("values", ("tetrarch._runtime.values",)),
+    ("plumbing", ("tetrarch._runtime.plumbing",)),
     ("transport", ("tetrarch._transport",)),
     ("plugins", ("tetrarch._plugins",)),
-    ("router", ("tetrarch._runtime._router",)),
-    ("services", tuple(f"tetrarch._runtime.{m}" for m in (
-        "_launch", "_supervision", "_port", "_collect", "_endpoint", "_output"))),
-    ("actors", tuple(f"tetrarch._runtime.{m}" for m in ("_actor", "_standby", "_stall", "_runner", "_procagent"))),
-    ("process", ("tetrarch._runtime._root",)),
-    ("rdma", ("tetrarch._rdma",)),
-    ("meshes", tuple(f"tetrarch._runtime.{m}" for m in (
-        "_mesh", "_hostalloc", "_procmesh", "_controller", "_compat", "_shutdown", "_workerauth", "_attach",
-        "_job_cache", "_job", "_worker_job", "_channel"))),
-    ("spmd", ("tetrarch._spmd",)),
-    ("programs", ("tetrarch._runtime._host_agent", "tetrarch._runtime._proc_main", "tetrarch._runtime._worker")),
+    ("router", ("tetrarch._runtime.router",)),
+    ("services", ("tetrarch._runtime.services",)),
+    ("actors", ("tetrarch._runtime.actors",)),
+    ("process", ("tetrarch._runtime.process",)),
+    ("rdma", ("tetrarch._rdma", "tetrarch.rdma")),
+    ("plugin API", ("tetrarch.plugins",)),
+    ("meshes", ("tetrarch._runtime.meshes", "tetrarch.job")),
+    ("spmd", ("tetrarch._spmd", "tetrarch.spmd", "tetrarch.job.spmd")),
+    ("programs", ("tetrarch._runtime.programs",)),
+    ("api", ("tetrarch", "tetrarch._cli", "tetrarch.__main__", "tetrarch._doctor")),
 )

@@ -7,8 +7,8 @@ import os
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from .._runtime._actor import Actor, endpoint
-from .._runtime._context import current_rank
+from .._runtime.actors._actor import Actor, endpoint
+from .._runtime.values._context import current_rank
 from ._abort import Hub, Link
 from ._backend import BACKEND_ENV, sees_gpu
 from ._env import RankInfo, torchrun_env

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .._runtime._actor import endpoint
+from .._runtime.actors._actor import endpoint
 from ._actor import SPMDActor
 from ._target import RankExitError
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from .._config import STOP_TIMEOUT
 from .._errors import ActorError, SupervisionError
-from .._runtime._job import JobTrait, LocalJob, ProcessJob
-from .._runtime._procmesh import HostMesh, ProcMesh
-from .._runtime._root import get_root
-from .._runtime._shutdown import _kill_records
+from .._runtime.meshes._job import JobTrait, LocalJob, ProcessJob
+from .._runtime.meshes._procmesh import HostMesh, ProcMesh
+from .._runtime.meshes._shutdown import _kill_records
+from .._runtime.process._root import get_root
 from ._guard import GRACE_S
 from ._procside import ServedRank
 from ._target import RankExitError, RunAbortedError, Target

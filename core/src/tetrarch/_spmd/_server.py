@@ -81,9 +81,9 @@ class Server:
         Raises:
             Exception: whatever failed (the caller reports it on the ready fd and ends).
         """
-        import tetrarch
+        from .._runtime.services._supervision import set_unhandled_fault_hook
 
-        tetrarch.unhandled_fault_hook = self._on_fault
+        set_unhandled_fault_hook(self._on_fault)
         self.job = make_job(self.spec["scheduler"], self.spec["nnodes"], self.spec.get("scheduler_cfg") or {})
         hosts = self.job.state().workers
         self.reservation = Reservation(hosts, self.spec["nproc_per_node"])

@@ -16,7 +16,7 @@ import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._runtime._root import get_root
+from .._runtime.process._root import get_root
 from .._transport._route import host_of
 
 if TYPE_CHECKING:
@@ -73,9 +73,9 @@ def preload_torch() -> None:
 
 def master_host() -> str:
     """The address this proc's peers reach it at: loopback unless its allocation spans hosts."""
-    runtime = get_root().runtime
-    if runtime.spans_hosts:
-        host = host_of(runtime.address)
+    router = get_root().router
+    if router.spans_hosts:
+        host = host_of(router.address)
         if host and host not in ("0.0.0.0", "::"):
             return host
     return "127.0.0.1"

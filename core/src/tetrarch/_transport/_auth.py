@@ -11,7 +11,7 @@ never unpickles replies from an impostor listening on a reused address either.
     listener -> dialer : [HMAC(secret, "listener" | info_l | nonce_d | nonce_l), info_l]
 
 ``info`` is what a peer says of itself once it proved the secret (:class:`PeerInfo`): its pid
-and the key of the memory it can share (:func:`tetrarch._runtime._segments.host_key`; empty
+and the key of the memory it can share (:func:`tetrarch._runtime.plumbing._segments.host_key`; empty
 where it shares none). The MACs cover it, so nobody in between can make two processes
 believe they share a host.
 """
@@ -51,7 +51,7 @@ class PeerInfo(NamedTuple):
 
     #: Its process id (meaningful where ``host_key`` matches ours).
     pid: int
-    #: :func:`tetrarch._runtime._segments.host_key` of the peer ("" where it shares no memory).
+    #: :func:`tetrarch._runtime.plumbing._segments.host_key` of the peer ("" where it shares no memory).
     host_key: str
 
     def encode(self) -> bytes:

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Sequence
 
 from .._log import get_logger
-from .._runtime._buffers import frame_buffer
+from .._runtime.values._buffers import frame_buffer
 from ._base import SinkResolver
 
 __all__ = ["COUNT", "MAX_FRAMES", "OWN_MIN", "consume", "header", "nbytes", "receive_buffers", "resolve_sinks",

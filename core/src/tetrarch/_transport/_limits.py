@@ -4,7 +4,7 @@ connections a process keeps open at most.
 Whoever can reach a listener's address can open connections without knowing the
 allocation's secret. The kernel bounds what each one costs once the transport hands it
 over (``on_open``): a small message limit, a deadline, a cap on how many wait at once
-(``_runtime/_router.py``). A transport whose library runs a handshake of its own before
+(``_runtime/router/_router.py``). A transport whose library runs a handshake of its own before
 ``on_open`` (zmq's ZMTP, nng's SP header exchange) holds the stranger *before* the kernel sees
 it, so it gets the same bounds through :meth:`Transport.limit_unauthenticated
 <tetrarch.plugins.Transport.limit_unauthenticated>` and must honour them for that stage:

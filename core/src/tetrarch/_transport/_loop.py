@@ -35,8 +35,16 @@ from .._log import get_logger
 from ._callqueue import CallQueue, close_fds
 from ._timer import Timer, make_timer
 
-__all__ = ["LEASE_S", "PARK_MAX_S", "CallQueue", "IoLoop", "LeaderLoop", "Readable", "Standby",
-           "defer_while_dispatching"]
+__all__ = [
+    "LEASE_S",
+    "PARK_MAX_S",
+    "CallQueue",
+    "IoLoop",
+    "LeaderLoop",
+    "LoopStandby",
+    "Readable",
+    "defer_while_dispatching",
+]
 
 #: How long the loop may go without a reader before the parked I/O thread takes it back,
 #: and how long a standby's work may last before the I/O thread takes over from it.
@@ -76,9 +84,9 @@ class Readable(Protocol):
         """``on_readable`` raised ``exc`` (in the loop)."""
 
 
-class Standby(Protocol):
+class LoopStandby(Protocol):
     """A thread that reads for a :class:`LeaderLoop` whenever it is idle (a proc's actor thread:
-    ``_runtime/_standby.py``), registered with :meth:`LeaderLoop.attach_standby`."""
+    ``_runtime/actors/_standby.py``), registered with :meth:`LeaderLoop.attach_standby`."""
 
     #: Whether it watches :meth:`LeaderLoop.readiness_fd` now (it stops after a failed
     #: :meth:`LeaderLoop.try_lead`, and says so with :meth:`LeaderLoop.standby_lost`).
@@ -114,7 +122,7 @@ class LeaderLoop:
     :data:`PARK_MAX_S`. Whoever reads holds one lock (``_role``): handler callbacks never
     run concurrently, and :meth:`in_loop` is true on that thread only.
 
-    *A standby* (:class:`Standby`, one at most: a proc's actor thread) reads for the loop
+    *A standby* (:class:`LoopStandby`, one at most: a proc's actor thread) reads for the loop
     whenever it is idle, from its own event loop watching :meth:`readiness_fd`, so a call
     to that actor wakes one thread, not the I/O thread and then the actor. While it is
     attached, idle and watching, the parked I/O thread sleeps without a timeout (an unpark
@@ -169,7 +177,7 @@ class LeaderLoop:
         # _wlock first (a stale True skips a request the next call's standby_idle() makes again).
         self._parked = False
         # The standby (attach/detach on its own thread); read without a lock (one load) by _cover.
-        self._standby: Standby | None = None
+        self._standby: LoopStandby | None = None
         # When the standby started the work it is doing (None: idle): its thread writes it, _cover reads it.
         self._busy_since: float | None = None
         self._timer_due = 0.0  # when the standby's timer fires (time.monotonic; in the past: it did)
@@ -209,7 +217,7 @@ class LeaderLoop:
 
     def readiness_fd(self) -> int | None:
         """A descriptor that is readable while the loop has something to handle (an epoll
-        set), for a :class:`Standby` to watch; None: this loop takes no standby."""
+        set), for a :class:`LoopStandby` to watch; None: this loop takes no standby."""
         return None
 
     def _needs_thread(self) -> bool:
@@ -426,7 +434,7 @@ class LeaderLoop:
             standby.rewatch()
 
     # -- the standby -----------------------------------------------------------
-    def attach_standby(self, standby: Standby) -> bool:
+    def attach_standby(self, standby: LoopStandby) -> bool:
         """Make ``standby`` the loop's standby; False if the loop takes none or has one already."""
         with self._wlock:
             if self._stopped or self._standby is not None or self.readiness_fd() is None:
@@ -435,7 +443,7 @@ class LeaderLoop:
             self._busy_since = None
         return True
 
-    def detach_standby(self, standby: Standby) -> None:
+    def detach_standby(self, standby: LoopStandby) -> None:
         """``standby`` no longer reads for the loop (it stopped watching first): the I/O thread reads."""
         with self._wlock:
             if self._standby is not standby:

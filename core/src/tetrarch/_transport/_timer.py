@@ -1,6 +1,6 @@
 """A one-shot timer that is a file descriptor (Linux ``timerfd``), for the I/O loop's park.
 
-A parked I/O thread must wake once a proc's standby actor (``_runtime/_standby.py``) has
+A parked I/O thread must wake once a proc's standby actor (``_runtime/actors/_standby.py``) has
 been busy for :data:`~._loop.LEASE_S`, without anyone waking it and without waking
 periodically: the standby arms this timer when it starts work (one syscall, no thread
 wake-up; it is not disarmed, see ``LeaderLoop.standby_idle``), and the parked thread polls the

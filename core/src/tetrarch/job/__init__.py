@@ -35,18 +35,18 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_exports
 
 _EXPORTS = {
-    "AllocatorJob": "tetrarch._runtime._job",
-    "BatchJob": "tetrarch._runtime._job",
-    "DEFAULT_JOB_PATH": "tetrarch._runtime._job",
-    "WorkerJob": "tetrarch._runtime._worker_job",
-    "job_load": "tetrarch._runtime._job",
-    "job_loads": "tetrarch._runtime._job",
-    "new_secret_file": "tetrarch._runtime._workerauth",
-    "JobState": "tetrarch._runtime._job",
-    "JobTrait": "tetrarch._runtime._job",
-    "LocalJob": "tetrarch._runtime._job",
+    "AllocatorJob": "tetrarch._runtime.meshes._job",
+    "BatchJob": "tetrarch._runtime.meshes._job",
+    "DEFAULT_JOB_PATH": "tetrarch._runtime.meshes._job",
+    "WorkerJob": "tetrarch._runtime.meshes._worker_job",
+    "job_load": "tetrarch._runtime.meshes._job",
+    "job_loads": "tetrarch._runtime.meshes._job",
+    "new_secret_file": "tetrarch._runtime.meshes._workerauth",
+    "JobState": "tetrarch._runtime.meshes._job",
+    "JobTrait": "tetrarch._runtime.meshes._job",
+    "LocalJob": "tetrarch._runtime.meshes._job",
     "MeshNotFoundError": "tetrarch._errors",
-    "ProcessJob": "tetrarch._runtime._job",
+    "ProcessJob": "tetrarch._runtime.meshes._job",
 }
 
 __all__ = [
@@ -97,7 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tetrarch_alloc_slurm import SlurmJob
 
     from .._errors import MeshNotFoundError
-    from .._runtime._job import (
+    from .._runtime.meshes._job import (
         DEFAULT_JOB_PATH,
         AllocatorJob,
         BatchJob,
@@ -108,5 +108,5 @@ if TYPE_CHECKING:  # pragma: no cover
         job_load,
         job_loads,
     )
-    from .._runtime._worker_job import WorkerJob
-    from .._runtime._workerauth import new_secret_file
+    from .._runtime.meshes._worker_job import WorkerJob
+    from .._runtime.meshes._workerauth import new_secret_file

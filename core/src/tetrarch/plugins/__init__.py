@@ -115,12 +115,12 @@ _LAZY = {
     "parse_qualified": "tetrarch._transport._qualified",
     "fresh_ipc_name": "tetrarch._transport._qualified",
     "advertised_host": "tetrarch._transport._route",
-    "Allocator": "tetrarch._runtime._alloc",
-    "Allocation": "tetrarch._runtime._alloc",
-    "AllocRequest": "tetrarch._runtime._alloc",
-    "AgentCommand": "tetrarch._runtime._alloc",
-    "AllocatorError": "tetrarch._runtime._alloc",
-    "spawn_watched": "tetrarch._runtime._spawn",
+    "Allocator": "tetrarch._runtime.plumbing._alloc",
+    "Allocation": "tetrarch._runtime.plumbing._alloc",
+    "AllocRequest": "tetrarch._runtime.plumbing._alloc",
+    "AgentCommand": "tetrarch._runtime.plumbing._alloc",
+    "AllocatorError": "tetrarch._runtime.plumbing._alloc",
+    "spawn_watched": "tetrarch._runtime.plumbing._spawn",
     "RdmaBackend": "tetrarch._rdma._backend",
     "RdmaHost": "tetrarch._rdma._backend",
     "LocalRegion": "tetrarch._rdma._backend",
@@ -128,9 +128,9 @@ _LAZY = {
     "PeerIdentity": "tetrarch._rdma._backend",
     "MemoryKind": "tetrarch._rdma._backend",
     "settle": "tetrarch._rdma._backend",
-    "ExitInfo": "tetrarch._runtime._spawn",
-    "WatchedProcess": "tetrarch._runtime._spawn",
-    "process_gone": "tetrarch._runtime._procstate",
+    "ExitInfo": "tetrarch._runtime.plumbing._spawn",
+    "WatchedProcess": "tetrarch._runtime.plumbing._spawn",
+    "process_gone": "tetrarch._runtime.plumbing._procstate",
     "helper_thread_policy": "tetrarch._transport._sched",
     "batch_helper_threads": "tetrarch._transport._sched",
 }
@@ -204,9 +204,9 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion, settle
-    from .._runtime._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
-    from .._runtime._procstate import process_gone
-    from .._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
+    from .._runtime.plumbing._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
+    from .._runtime.plumbing._procstate import process_gone
+    from .._runtime.plumbing._spawn import ExitInfo, WatchedProcess, spawn_watched
     from .._transport._base import (
         Connection,
         ConnectionClosed,

@@ -38,9 +38,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .._config_launch import ENV_CLIENT_ADDR, ENV_HOST_INDEX, ENV_SECRET_FILE, LaunchVar
-from .._runtime._alloc import HOST_AGENT_MODULE, AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
-from .._runtime._procstate import process_gone
-from .._runtime._spawn import ExitInfo, WatchedProcess, spawn_watched
+from .._runtime.plumbing._alloc import (
+    HOST_AGENT_MODULE,
+    AgentCommand,
+    Allocation,
+    Allocator,
+    AllocatorError,
+    AllocRequest,
+)
+from .._runtime.plumbing._procstate import process_gone
+from .._runtime.plumbing._spawn import ExitInfo, WatchedProcess, spawn_watched
 from .._transport._route import source_ip_toward
 
 __all__ = [

@@ -35,7 +35,7 @@ holds it to :class:`PreAuthLimits` (``limit_unauthenticated``) and keeps at most
 
 from __future__ import annotations
 
-from .._runtime._buffers import as_bytes
+from .._runtime.values._buffers import as_bytes
 from .._transport._auth import PRE_AUTH_LIMIT
 from .._transport._base import (
     Buffer,

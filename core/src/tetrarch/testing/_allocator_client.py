@@ -148,6 +148,7 @@ def check_hold(cfg: dict[str, Any]) -> None:
 def check_exit_reports(cfg: dict[str, Any]) -> None:
     from tetrarch._config import ENV_ALLOC_ID, ENV_ALLOC_TRANSPORT, ENV_CLIENT_ADDR
     from tetrarch.plugins import AgentCommand, AllocRequest, get_allocator
+    from tetrarch.plugins.allocator import HOST_AGENT_MODULE
     from tetrarch.testing import Collector
 
     hosts, bound = cfg["hosts"], cfg["bound"]
@@ -156,7 +157,7 @@ def check_exit_reports(cfg: dict[str, Any]) -> None:
         nobody = f"tcp://127.0.0.1:{reserved.getsockname()[1]}"
         env = {**os.environ, RUN_ENV: cfg["run"], ENV_CLIENT_ADDR.name: nobody, ENV_ALLOC_TRANSPORT.name: "tcp",
                ENV_ALLOC_ID.name: f"allocator-kit-{cfg['run']}"}
-        command = AgentCommand((sys.executable, "-m", "tetrarch._runtime._host_agent"), env, secret=os.urandom(32))
+        command = AgentCommand((sys.executable, "-m", HOST_AGENT_MODULE), env, secret=os.urandom(32))
         reports: Collector[tuple[int, Any]] = Collector("on_exit reports")
         allocator = get_allocator(cfg["allocator"])
         start = time.monotonic()

@@ -24,7 +24,7 @@ def kernel_listening(transport: Transport, secret: bytes, *, address: str | None
     Raises:
         TransportError: the transport refused the key or cannot listen at ``address``.
     """
-    from tetrarch._runtime._router import Router
+    from tetrarch._runtime.router._router import Router
 
     router = Router(transport, secret, name="kernel-listening", listen_address=address, lead_waiters=False)
     try:

@@ -5,7 +5,7 @@
 listener runs in a child of its own: ``python -m tetrarch.testing._preauth_target
 FACTORY ADDRESS --timeout T --max-pending P [--nofile N]`` builds the transport from its
 factory (``"pkg.mod:Class"``, called without arguments), starts a kernel
-:class:`~tetrarch._runtime._router.Router` on it with the secret read from the first line
+:class:`~tetrarch._runtime.router._router.Router` on it with the secret read from the first line
 of stdin (hex; never the command line), after appending the test process's ``sys.path``
 entries it lacks (the second line, JSON: a plugin's tests may import it from a folder
 their conftest added), ``auth_timeout=T`` and ``max_unauthenticated=P``,
@@ -211,7 +211,7 @@ class Peer:
     """
 
     def __init__(self, factory: str, secret: bytes, *, name: str = "preauth-peer") -> None:
-        from tetrarch._runtime._router import Router
+        from tetrarch._runtime.router._router import Router
 
         self.transport = _build(factory)
         try:
@@ -227,7 +227,7 @@ class Peer:
             ConnectionError: the peer cannot reach ``address``, or its handshake failed
                 (the kernel's ``PeerUnreachable``).
         """
-        from tetrarch._runtime._wire import sys_header
+        from tetrarch._runtime.values._wire import sys_header
 
         self._router.send(address, [sys_header(SERVICE, text)])
 
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     secret = bytes.fromhex(sys.stdin.readline().strip())
     sys.path.extend(p for p in json.loads(sys.stdin.readline()) if p not in sys.path)  # the test's own, too
 
-    from tetrarch._runtime._router import Router
+    from tetrarch._runtime.router._router import Router
 
     transport = _build(args.factory)
     served = [0]

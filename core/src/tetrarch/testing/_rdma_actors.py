@@ -115,9 +115,9 @@ class Holder(Actor):
     @endpoint
     def registrations(self) -> list[int]:
         """The ids of the RDMA buffers registered in this process now."""
-        from tetrarch._rdma._runtime import get_runtime
+        from tetrarch._rdma._service import rdma_service
 
-        return get_runtime().registered()
+        return rdma_service().registered()
 
     @endpoint
     def pid(self) -> int:

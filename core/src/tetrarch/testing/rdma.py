@@ -74,9 +74,9 @@ def descriptor_of(buf: Any) -> Any:
 
 def backend_instance(name: str) -> Any:
     """This process's started RDMA backend ``name`` (started on first use)."""
-    from tetrarch._rdma._runtime import get_runtime
+    from tetrarch._rdma._service import rdma_service
 
-    return get_runtime().backend(name)
+    return rdma_service().backend(name)
 
 class RdmaSuite:
     """The RDMA backend contract (see the module docstring)."""
@@ -355,10 +355,10 @@ def close_backends(*names: str) -> None:
     """Close the RDMA backends ``names`` this process started (at the end of a test session: what
     they hold, e.g. the efa backend's ``shm`` endpoints and the janitor watching them, goes now,
     not at the interpreter's exit). Never raises."""
-    from tetrarch._rdma._runtime import get_runtime
+    from tetrarch._rdma._service import rdma_service
 
     for name in names:
-        backend = get_runtime()._backends.get(name)
+        backend = rdma_service()._backends.get(name)
         if backend is not None:
             backend.close()
 

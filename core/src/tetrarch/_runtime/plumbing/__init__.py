@@ -1,0 +1,1 @@
+"""Layer ``plumbing``: children, secrets, stdio and shared memory, below any router (see :mod:`tetrarch._runtime`)."""
