@@ -58,9 +58,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _payloads import MIB, make_payload, memcpy_s, touch
+from _payloads import best_s as _best
+from _report import markdown_table as _table
 from bench_large import raw_baseline
 
-MIB = 1 << 20
 KIB = 1 << 10
 SAME_HOST, IPC_SOCKET, TCP_SOCKET = "same host", "ipc (socket path)", "tcp (socket path)"
 # label -> (transport, TETRARCH_SHM_PAYLOADS (None: left at its default), worker cases)
@@ -76,49 +78,6 @@ PATH_ORDER = ["", SAME_HOST, IPC_SOCKET, TCP_SOCKET]
 def _calls(n: int) -> int:
     """Calls per timed run for a payload of ``n`` bytes: several for small sizes, one from 256 MiB."""
     return max(1, min(50, (256 * MIB) // n))
-
-
-def _best(run: Callable[[], Any], runs: int, calls: int) -> float:
-    """Best over ``runs`` runs of the mean seconds per ``run()`` across ``calls`` calls."""
-    best = float("inf")
-    for _ in range(runs):
-        t = time.perf_counter()
-        for _ in range(calls):
-            run()
-        best = min(best, (time.perf_counter() - t) / calls)
-    return best
-
-
-def memcpy_s(n: int, repeat: int) -> float:
-    """Best seconds of a warm copy of ``n`` bytes between two touched buffers."""
-    src, dst = np.ones(n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
-    np.copyto(dst, src)
-    return _best(lambda: np.copyto(dst, src), max(repeat, 3 if n >= 256 * MIB else 10), 1)
-
-
-def _payload(kind: str, n: int) -> Any:
-    if kind == "numpy":
-        return np.ones(n // 4, dtype=np.float32)
-    import torch
-
-    return torch.ones(n // 4, dtype=torch.float32)
-
-
-def touch(data: Any) -> int:
-    """Read one byte of every 4 KiB page of an array or tensor: what any consumer of it costs at least.
-
-    A receiver that maps memory it never reads would otherwise look infinitely fast; every
-    row pays this on the receiving side (argument: the actor; result: the client).
-    """
-    if isinstance(data, np.ndarray):
-        flat = np.frombuffer(memoryview(np.ascontiguousarray(data)).cast("B"), dtype=np.uint8)
-    elif hasattr(data, "untyped_storage"):
-        import torch
-
-        flat = data.contiguous().view(-1).view(torch.uint8).numpy()
-    else:
-        return 0
-    return int(flat[::4096].sum())
 
 
 def _call(target: Any, *args: Any, method: str = "call_one") -> Callable[[], Any]:
@@ -156,7 +115,7 @@ def worker(cases: set[str], sizes: list[int], repeat: int) -> None:
 
         @endpoint
         def prepare(self, kind: str, n: int) -> None:
-            self.ready = _payload(kind, n)
+            self.ready = make_payload(kind, n)
 
         @endpoint
         def give(self) -> Any:
@@ -173,7 +132,7 @@ def worker(cases: set[str], sizes: list[int], repeat: int) -> None:
         actor = procs.spawn("payloads", Payloads)
         for kind in kinds:  # connected, the libraries imported on both sides, paths warm
             for n in (4096, 4 * MIB):
-                actor.nbytes.call_one(_payload(kind, n)).get(timeout=600)
+                actor.nbytes.call_one(make_payload(kind, n)).get(timeout=600)
                 actor.prepare.call_one(kind, n).get(timeout=600)
                 actor.give.call_one().get(timeout=600)
         if "small" in cases:  # first, before the large payloads have churned memory
@@ -196,14 +155,14 @@ def worker(cases: set[str], sizes: list[int], repeat: int) -> None:
             _emit(case="pipelined", s=_best(pipelined, max(repeat, 2), 1) / 2000)
         if "threshold" in cases:
             for n in sizes:
-                data = _payload("numpy", n)
+                data = make_payload("numpy", n)
                 s = _best(_call(actor.nbytes, data), max(repeat, 3),
                           max(5, min(200, (32 * MIB) // n)))
                 _emit(case="threshold", n=n, s=s)
         for n in sizes if cases & {"payload", "shared", "rdma"} else []:
             mib, calls = n // MIB, _calls(n)
             for kind in kinds if "payload" in cases else ():
-                data = _payload(kind, n)
+                data = make_payload(kind, n)
                 s = _best(_call(actor.nbytes, data), repeat, calls)
                 _emit(case="argument", kind=kind, mib=mib, s=s)
                 del data
@@ -212,7 +171,7 @@ def worker(cases: set[str], sizes: list[int], repeat: int) -> None:
                 actor.prepare.call_one(kind, 0).get(timeout=600)  # the actor lets go of it
                 _emit(case="result", kind=kind, mib=mib, s=s)
             if "shared" in cases:
-                data = _payload("torch", n).share_memory_()
+                data = make_payload("torch", n).share_memory_()
                 s = _best(_call(actor.nbytes, data), repeat, calls)
                 _emit(case="already shared", kind="torch", mib=mib, s=s)
                 del data
@@ -246,19 +205,6 @@ def _shm_files() -> set[str]:
         return set(os.listdir("/dev/shm"))
     except OSError:
         return set()
-
-
-def _table(header: list[str], rows: list[list[str]], left: int = 3) -> str:
-    """A markdown table, its first ``left`` columns aligned left and the others right."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    right = [i >= left for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        padded = (c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True))
-        return "| " + " | ".join(padded) + " |"
-
-    rule = "|" + "|".join("-" * (w + 1) + ":" if r else "-" * (w + 2) for w, r in zip(widths, right, strict=True)) + "|"
-    return "\n".join([line(header), rule, *(line(r) for r in rows)])
 
 
 def payload_table(mibs: list[int], repeat: int, as_json: bool) -> None:

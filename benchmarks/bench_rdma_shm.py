@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import mmap
-import time
+from collections.abc import Callable
+
+from _timing import timed
 
 from tetrarch import Actor, endpoint, this_host
 from tetrarch.rdma import RDMABuffer
@@ -43,14 +45,9 @@ class Client(Actor):
         pb = ctypes.addressof(ctypes.c_char.from_buffer(b))
         dst = memoryview(b)
 
-        def best(fn) -> float:  # type: ignore[no-untyped-def]
+        def best(fn: Callable[[], object]) -> float:
             fn()
-            times = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return min(times)
+            return min(timed(fn, repeat))
 
         return [("memcpy (touched -> touched)", best(lambda: ctypes.memmove(pb, pa, n))),
                 ("read_into", best(lambda: buf.read_into(dst, timeout=120).get())),

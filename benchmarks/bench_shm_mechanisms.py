@@ -29,9 +29,10 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable
+
+from _timing import timed
 
 from tetrarch._runtime.plumbing._cma import buffer_address, vm_read, vm_write
 
@@ -79,12 +80,7 @@ def touched(n: int) -> mmap.mmap:
 
 def best(fn: Callable[[], object], repeat: int) -> float:
     fn()  # warm-up (also faults in anything lazily mapped)
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(timed(fn, repeat))
 
 
 def split2(fn: Callable[[int, memoryview], None], address: int, local: memoryview) -> None:

@@ -39,10 +39,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import _baselines
+from _timing import timed as _timed
 
 Result = dict[str, float]
 US, MS = 1e6, 1e3
@@ -56,15 +56,6 @@ TARGET_ROUND_S = 1e-3
 def _pcts(samples: list[float]) -> tuple[float, float]:
     samples = sorted(samples)
     return samples[len(samples) // 2], samples[max(0, int(len(samples) * 0.99) - 1)]
-
-
-def _timed(fn: Callable[[], Any], n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
 
 
 def _array(mib: int) -> Any:
