@@ -1,10 +1,21 @@
-"""Actors the benchmarks call (a module of their own, so procs import it by name)."""
+"""Actors the benchmarks call (a module of their own, so procs import it by name).
+
+The same classes serve tetrarch and Monarch (whose ``monarch.actor`` API is tetrarch's):
+``TETRARCH_BENCH_FRAMEWORK=monarch`` in the environment (which procs inherit) builds them
+on ``monarch.actor`` instead of ``tetrarch``.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from tetrarch import Actor, endpoint
+from _payloads import touch
+
+if os.environ.get("TETRARCH_BENCH_FRAMEWORK") == "monarch":
+    from monarch.actor import Actor, endpoint  # type: ignore[import-not-found]
+else:
+    from tetrarch import Actor, endpoint
 
 
 class Noop(Actor):
@@ -17,3 +28,9 @@ class Sink(Actor):
     @endpoint
     def nbytes(self, data: Any) -> int:
         return memoryview(data).nbytes
+
+    @endpoint
+    def touched(self, data: Any) -> int:
+        """Every page of ``data`` read (``_payloads.touch``), then its length."""
+        touch(data)
+        return int(data.nbytes)
