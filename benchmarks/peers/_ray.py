@@ -1,0 +1,76 @@
+"""The suite's workloads on Ray actors (runs in the peers' venv: ``ray==2.60.0``, no tetrarch).
+
+A local Ray instance per measurement (``ray.init`` is not part of any figure; its
+seconds are reported as ``init_s``), bound to 127.0.0.1, dashboard and usage stats off.
+Actors ask for no CPU (``num_cpus=0``) so that 64 of them fit a 2-core machine, as
+tetrarch's and Monarch's procs do.
+
+* call: ``ray.get(actor.noop.remote())``; pipelined: N ``.remote()`` refs, then one ``ray.get``;
+* fanout: P actors, ``ray.get([a.noop.remote() for a in actors])`` per round (Ray has no
+  mesh broadcast: this is how a Ray program fans out);
+* spawn: P ``Noop.remote()`` until each answered one call (worker processes start cold:
+  ``ray.init`` prestarts none for actors that need no CPU... the pool it has may be reused);
+* payload: a numpy argument (Ray puts it in its object store) to an actor that reads every page.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from _payloads import touch
+from _timing import p50, payload_gbps, per_round, rate
+from _workloads import split_size
+
+EXTRA: dict[str, Any] = {}
+
+
+def run(workload: str, size: str, p: dict[str, Any]) -> float:
+    """One figure of ``workload`` at ``size`` on Ray (times in seconds)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine
+    import ray  # type: ignore[import-not-found]
+
+    t = time.perf_counter()
+    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False, configure_logging=False)
+    EXTRA["init_s"] = time.perf_counter() - t
+    EXTRA["version"] = ray.__version__
+
+    @ray.remote(num_cpus=0)
+    class Noop:
+        def noop(self) -> None:
+            return None
+
+    @ray.remote(num_cpus=0)
+    class Sink:
+        def touched(self, data: Any) -> int:
+            touch(data)
+            return int(data.nbytes)
+
+    try:
+        if workload in ("spawn", "fanout"):
+            shape = split_size(size)
+            t = time.perf_counter()
+            actors = [Noop.remote() for _ in range(shape[0])]  # type: ignore[attr-defined]
+            ray.get([a.noop.remote() for a in actors])
+            if workload == "spawn":
+                return time.perf_counter() - t
+
+            def batch(k: int) -> None:
+                ray.get([a.noop.remote() for _ in range(k) for a in actors])
+
+            return per_round(lambda: batch(1), batch, shape, p)
+        if workload == "payload":
+            sink = Sink.remote()  # type: ignore[attr-defined]
+            return payload_gbps(lambda data: ray.get(sink.touched.remote(data)), int(size), p)
+        actor = Noop.remote()  # type: ignore[attr-defined]
+        if workload == "call":
+            return p50(lambda: ray.get(actor.noop.remote()), p["calls"], warmup=p["warmup"])
+        if workload == "pipelined":
+            for _ in range(p["warmup"]):
+                ray.get(actor.noop.remote())
+            return rate(lambda n: ray.get([actor.noop.remote() for _ in range(n)]), int(size))
+        raise KeyError(workload)
+    finally:
+        ray.shutdown()
