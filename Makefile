@@ -14,7 +14,11 @@
 #                 about 2 minutes); CI runs it after make test
 #   make test-packaging  build the seven wheels; install each README install into a fresh venv
 #                 from them (and a third-party wheel cache, .cache/wheels) and run the quickstart
-#   make bench    every available transport next to its raw library (benchmarks/bench_transports.py),
+#   make bench    the benchmark suite (python -m benchmarks): call, pipelined, fan-out, spawn and
+#                 payload, medians of 5 runs next to raw baselines from the same run;
+#                 BENCH_ARGS=--quick for a smoke run, BENCH_ARGS=--peers adds Ray and Monarch columns
+#                 (their venv is built once under ~/.cache/tetrarch-bench); docs/performance.md
+#   make bench-transports  every available transport next to its raw library (bench_transports.py),
 #                 RDMA, and tensors as arguments and results (bench_payload.py);
 #                 BENCH_ARGS=--quick for a one-minute run, BENCH_ARGS="--transports tcp" for one
 #   make bytecode compile the editable sources' __pycache__ (test, demo and bench do it first)
@@ -52,7 +56,7 @@ PYPROJECTS := $(wildcard core/pyproject.toml) $(PLUGIN_PYPROJECTS)
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: venv deps-apt demo lint test test-transports test-long test-stress test-packaging bench clean distclean
+.PHONY: venv deps-apt demo lint test test-transports test-long test-stress test-packaging bench bench-transports clean distclean
 
 # What the run targets need first: the venv, unless VPY names another interpreter.
 ifeq ($(origin VPY),command line)
@@ -126,7 +130,11 @@ test-stress: bytecode
 test-packaging: $(RUN_DEPS)
 	$(VPY) -m pytest -m packaging tests/packaging $(PYTEST_ARGS)
 
+# Not part of make test (tests/bench/test_runner_smoke.py checks the runner itself works).
 bench: bytecode
+	$(VPY) -m benchmarks $(BENCH_ARGS)
+
+bench-transports: bytecode
 	$(VPY) benchmarks/bench_transports.py $(BENCH_ARGS)
 	$(VPY) benchmarks/bench_rdma.py
 	$(VPY) benchmarks/bench_payload.py

@@ -1,4 +1,4 @@
-"""Every transport next to its raw library, measured in the same run (``make bench``).
+"""Every transport next to its raw library, measured in the same run (``make bench-transports``).
 
     python benchmarks/bench_transports.py [--transports ipc,tcp,zmq,nng] [--quick]
         [--calls 2000] [--pipelined 20000] [--window 1000] [--rounds 200] [--mib 64,512]

@@ -8,8 +8,8 @@ tetrarch's and Monarch's procs do.
 * call: ``ray.get(actor.noop.remote())``; pipelined: N ``.remote()`` refs, then one ``ray.get``;
 * fanout: P actors, ``ray.get([a.noop.remote() for a in actors])`` per round (Ray has no
   mesh broadcast: this is how a Ray program fans out);
-* spawn: P ``Noop.remote()`` until each answered one call (worker processes start cold:
-  ``ray.init`` prestarts none for actors that need no CPU... the pool it has may be reused);
+* spawn: P ``Noop.remote()`` until each answered one call (each actor starts a worker process
+  of its own; ``ray.init`` before the clock starts, in a fresh instance);
 * payload: a numpy argument (Ray puts it in its object store) to an actor that reads every page.
 """
 
