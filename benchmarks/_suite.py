@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in only if n not in WORKLOADS]
     if unknown:
         _parser().error(f"unknown workload(s) {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
-    repeat = args.repeat or (1 if args.quick else 5)
+    repeat = (1 if args.quick else 5) if args.repeat is None else args.repeat
+    if repeat < 1:
+        _parser().error(f"--repeat must be at least 1, not {repeat}")
     p = params(args.quick)
     frameworks = ["tetrarch"]
     pythons = {"tetrarch": sys.executable}

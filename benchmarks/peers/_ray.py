@@ -9,7 +9,7 @@ tetrarch's and Monarch's procs do.
 * fanout: P actors, ``ray.get([a.noop.remote() for a in actors])`` per round (Ray has no
   mesh broadcast: this is how a Ray program fans out);
 * spawn: P ``Noop.remote()`` until each answered one call (each actor starts a worker process
-  of its own; ``ray.init`` before the clock starts, in a fresh instance);
+  of its own, none prestarted; ``ray.init`` before the clock starts, in a fresh instance);
 * payload: a numpy argument (Ray puts it in its object store) to an actor that reads every page.
 """
 
@@ -29,6 +29,10 @@ EXTRA: dict[str, Any] = {}
 def run(workload: str, size: str, p: dict[str, Any]) -> float:
     """One figure of ``workload`` at ``size`` on Ray (times in seconds)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine
+    # No idle workers started ahead (by default ray.init starts one per CPU, which a spawn of
+    # 2 actors then reuses): every actor's process starts in the measure, as procs do.
+    os.environ.setdefault("RAY_enable_worker_prestart", "0")
+    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
     import ray  # type: ignore[import-not-found]
 
     t = time.perf_counter()
