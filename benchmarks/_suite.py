@@ -68,17 +68,24 @@ def _worker(python: str, framework: str, workload: str, size: str, p: dict[str, 
     env["TETRARCH_BENCH_FRAMEWORK"] = framework
     argv = [python, str(HERE / "_suite_worker.py"), framework, workload, size, json.dumps(p)]
     # A session of its own: on a timeout, its whole process group (procs, a Ray cluster) goes.
-    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE,
-                          start_new_session=True) as proc:
+    try:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE,
+                                start_new_session=True)
+    except OSError as exc:
+        return {"error": f"cannot start {python}: {exc}"}
+    with proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return {"error": f"took over {timeout:.0f} s"}
-    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-    out = json.loads(lines[-1]) if lines else {}
+            return {"error": f"took over {timeout:g} s (killed)"}
+    out: dict[str, Any] = {}
+    for line in reversed(stdout.splitlines()):
+        with contextlib.suppress(ValueError):
+            out = json.loads(line)
+            break
     if proc.returncode != 0 or "value" not in out:
         tail = stderr.strip().splitlines()[-1:] or ["no output"]
         return {"error": out.get("error") or f"exit {proc.returncode}: {tail[0][:300]}"}
@@ -157,7 +164,34 @@ def machine() -> dict[str, Any]:
             "loadavg_at_start": load, "versions": {d: _version(d) for d in ("tetrarch", "pyzmq", "numpy")}}
 
 
+def _measure(runs: list[tuple[Workload, str]], frameworks: list[str], pythons: dict[str, str],
+             reasons: dict[str, str], repeat: int, p: dict[str, Any],
+             args: argparse.Namespace) -> tuple[dict[tuple[str, str], dict[str, list[dict[str, Any]]]],
+                                                list[dict[str, Any]]]:
+    """Every measurement, ``repeat`` times (each after an idle wait): the samples per row and column,
+    and what each idle wait found."""
+    samples: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    idle: list[dict[str, Any]] = []
+    for rep in range(repeat):
+        idle.append(wait_idle(args.idle_wait))
+        print(f"repeat {rep + 1}/{repeat}: {idle[-1]['said']}", file=sys.stderr, flush=True)
+        for w, size in runs:
+            row = samples.setdefault((w.name, size), {c: [] for c in [*frameworks, *(f"raw:{b}" for b in
+                                                                                     w.baselines)]})
+            cols = list(row)
+            for col in cols[rep % len(cols):] + cols[:rep % len(cols)]:  # no column always goes first
+                if col in reasons:
+                    got: dict[str, Any] = {"error": reasons[col]}
+                else:
+                    got = _worker(pythons.get(col, sys.executable), col, w.name, size, p, args.timeout)
+                row[col].append(got)
+                print(f"  {w.name} {size} {col}: " + (f"{got['value'] * SCALE[w.unit]:.4g} {w.unit}" if "value" in got
+                      else f"n/a ({got['error']})"), file=sys.stderr, flush=True)
+    return samples, idle
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The runner (``python -m benchmarks``): 0, or argparse's exit for bad options."""
     args = _parser().parse_args(argv)
     only = [n.strip() for n in args.only.split(",")] if args.only else list(WORKLOADS)
     unknown = [n for n in only if n not in WORKLOADS]
@@ -186,25 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         info["versions"].update({f"peers:{fw}": v for fw, v in env.versions.items()})
     runs = [(WORKLOADS[n], size) for n in only for size in (WORKLOADS[n].quick_sizes if args.quick
                                                             else WORKLOADS[n].sizes)]
-    samples: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
-    idle: list[dict[str, Any]] = []
     started = time.monotonic()
-    for rep in range(repeat):
-        idle.append(wait_idle(args.idle_wait))
-        print(f"repeat {rep + 1}/{repeat}: {idle[-1]['said']}", file=sys.stderr, flush=True)
-        for w, size in runs:
-            cols = [*frameworks, *(f"raw:{b}" for b in w.baselines)]
-            cols = cols[rep % len(cols):] + cols[:rep % len(cols)]  # no column always goes first
-            row = samples.setdefault((w.name, size), {c: [] for c in [*frameworks, *(f"raw:{b}" for b in
-                                                                                     w.baselines)]})
-            for col in cols:
-                if col in reasons:
-                    got: dict[str, Any] = {"error": reasons[col]}
-                else:
-                    got = _worker(pythons.get(col, sys.executable), col, w.name, size, p, args.timeout)
-                row[col].append(got)
-                print(f"  {w.name} {size} {col}: " + (f"{got['value'] * SCALE[w.unit]:.4g} {w.unit}" if "value" in got
-                      else f"n/a ({got['error']})"), file=sys.stderr, flush=True)
+    samples, idle = _measure(runs, frameworks, pythons, reasons, repeat, p, args)
     rows = [_row(w, size, samples[w.name, size]) for w, size in runs]
     print(f"cpus: {info['cpus']}   python: {info['python']}   repeats: {repeat}   "
           f"{'quick   ' if args.quick else ''}took {time.monotonic() - started:.0f} s")
@@ -213,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
           "(>1: slower than raw)")
     for fw, why in reasons.items():
         print(f"{fw}: n/a: {why}")
+    for r in rows:
+        for col, cell in r["columns"].items():
+            if "error" in cell and col not in reasons:
+                print(f"{r['workload']} {r['size']} {col}: {len(cell['samples'])}/{repeat} measured; {cell['error']}")
     if args.json:
         doc = {"machine": info, "options": {"repeat": repeat, "quick": args.quick, "only": only, "params": p,
                                             "peers": args.peers}, "idle": idle, "unavailable": reasons, "rows": rows}
