@@ -52,7 +52,7 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
         "allocator",
         "rdma_backend", "disable_plugins", "plugins_strict", "rdma_fallback", "rdma_tcp_chunk_size",
         "rdma_tcp_window", "forward_output",
-        "standby", "spin_us", "batch_io_threads", "aggregate_window", "shm_payloads", "shm_min_bytes",
+        "fork_procs", "preload", "standby", "spin_us", "batch_io_threads", "aggregate_window", "shm_payloads", "shm_min_bytes",
         "shm_pool_bytes",
     ]
     assert list(TEST_SETTINGS) == ["test_slowdown", "fuzz_examples"]  # listed apart, set alike

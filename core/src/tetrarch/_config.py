@@ -29,9 +29,8 @@ import os
 import threading
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any
 
 from ._config_launch import (
     ENV_ALLOC_ID,
@@ -54,8 +53,10 @@ from ._config_launch import (
     LAUNCH_VARS,
     LaunchVar,
 )
-from ._config_monarch import DURATION_WORDS, MONARCH_ALIASES, MONARCH_REFUSED, closest, parse_duration, translate
+from ._config_monarch import MONARCH_ALIASES, MONARCH_REFUSED, closest, translate
 from ._config_plugins import absent_owner, plugin_settings
+from ._config_setting import CODE, Setting, Source
+from ._config_setting import UNSET as _UNSET
 from ._errors import ArgumentTypeError, ConfigError
 
 __all__ = [
@@ -63,185 +64,15 @@ __all__ = [
     "DISABLE_PLUGINS", "ENV_ALLOC_ID", "ENV_ALLOC_TRANSPORT",
     "ENV_AT_DEFAULT", "ENV_CLIENT_ADDR", "ENV_HOST_AGENT_ADDR", "ENV_HOST_INDEX", "ENV_OWNER_ADDR",
     "ENV_PROC_COORDS", "ENV_PROC_ID", "ENV_PROC_MESH", "ENV_RANK_DIM", "ENV_SECRET_FD", "ENV_SECRET_FILE",
-    "ENV_SIZE_DIM", "ENV_SPANS_HOSTS", "ENV_SPMD_BACKEND", "ENV_SYS_PATH", "FORWARD_OUTPUT", "FROZEN_TIMEOUT",
-    "HEARTBEAT_INTERVAL", "HOST_START_TIMEOUT", "HOST_TIMEOUT", "LAUNCH_VARS", "ORPHAN_TIMEOUT",
-    "PLUGINS_STRICT", "PROC_START_TIMEOUT", "RDMA_BACKEND", "RDMA_FALLBACK",
+    "ENV_SIZE_DIM", "ENV_SPANS_HOSTS", "ENV_SPMD_BACKEND", "ENV_SYS_PATH", "FORK_PROCS", "FORWARD_OUTPUT",
+    "FROZEN_TIMEOUT", "HEARTBEAT_INTERVAL", "HOST_START_TIMEOUT", "HOST_TIMEOUT", "LAUNCH_VARS", "ORPHAN_TIMEOUT",
+    "PLUGINS_STRICT", "PRELOAD", "PROC_START_TIMEOUT", "RDMA_BACKEND", "RDMA_FALLBACK",
     "RDMA_TCP_CHUNK_SIZE", "RDMA_TCP_WINDOW", "SETTINGS", "SHM_MIN_BYTES", "SHM_PAYLOADS", "SHM_POOL_BYTES",
     "SPIN_US", "STANDBY", "STOP_TIMEOUT", "TEST_SETTINGS", "TEST_SLOWDOWN",
     "TRANSPORT", "LaunchVar", "Setting", "Source", "at_default", "clear_runtime_config",
     "config_env", "configure", "configured", "display", "env_float", "get_global_config", "get_runtime_config",
     "known_settings", "plugin_settings", "source",
 ]
-
-T = TypeVar("T")
-
-#: Where a setting's current value came from.
-Source = Literal["code", "environment", "default"]
-
-_FALSE = frozenset({"0", "false", "no", "off"})
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_UNSET: Any = object()
-
-# ------------------------------------------------------------------ value types
-# A setting's ``type`` is one of these; ``tuple`` holds a list of names (``a,b``).
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise ConfigError(text)
-
-
-def _parse_names(text: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in text.split(",") if t.strip())
-
-
-_PARSERS: Mapping[type, Any] = {float: float, int: int, bool: _parse_bool, str: str, tuple: _parse_names}
-_ACCEPTED: Mapping[type, tuple[type, ...]] = {float: (int, float), int: (int,), bool: (bool,), str: (str,)}
-_TYPE_WORDS: Mapping[type, str] = {
-    float: "a number", int: "an integer", bool: "a boolean (1/0, true/false, yes/no, on/off)",
-    str: "a name", tuple: "comma-separated names",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Setting(Generic[T]):
-    """One user setting: its name in code and in the environment, type, default and meaning.
-
-    Call it for the current value: set from code > environment variable > default. An
-    environment variable that is empty or blank counts as unset.
-
-    Raises:
-        ValueError: (on construction) an inconsistent declaration: ``env`` is not
-            ``TETRARCH_<KEY>``, an unsupported ``type``, or a default of another type.
-    """
-
-    key: str  #: python identifier, the keyword of :func:`configure`
-    env: str  #: the environment variable, ``TETRARCH_<KEY>``
-    type: type  #: float, int, bool, str, or tuple (a list of names)
-    default: T  #: value when neither code nor the environment set one (``None``: chosen automatically)
-    doc: str  #: one line of meaning
-    propagate: bool = True  #: whether :func:`config_env` passes it to procs spawned afterwards
-    unit: str = ""  #: e.g. ``"seconds"``; part of the expected-type wording in errors
-    #: A backend's probe reads it: setting it from code makes the plugin registry probe
-    #: again (:func:`probe_generation`).
-    probed: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.key.isidentifier() or self.env != f"TETRARCH_{self.key.upper()}":
-            raise ConfigError(f"setting {self.key!r}: its variable must be TETRARCH_{self.key.upper()}, not {self.env}")
-        if self.type not in _PARSERS:
-            raise ConfigError(f"setting {self.key!r}: unsupported type {self.type!r}")
-        if self.default is not None and type(self.default) is not self.type:
-            raise ConfigError(f"setting {self.key!r}: default {self.default!r} is not a {self.type.__name__}")
-
-    @property
-    def expected(self) -> str:
-        """What a valid value is, in words (``"a number of seconds"``)."""
-        words = _TYPE_WORDS[self.type]
-        return f"{words} of {self.unit}" if self.unit else words
-
-    def __call__(self) -> T:
-        """The current value.
-
-        Raises:
-            ValueError: the environment variable holds no valid value (names the
-                variable, its value and the expected type).
-        """
-        return self.lookup()[0]
-
-    def source(self) -> Source:
-        """Where the current value comes from: ``"code"``, ``"environment"`` or ``"default"``."""
-        if self.key in _code_values:
-            return "code"
-        return "default" if self._env_text() is None else "environment"
-
-    def lookup(self) -> tuple[T, Source]:
-        """The current value and where it came from, read together.
-
-        Raises:
-            ValueError: as :meth:`__call__`.
-        """
-        value = _code_values.get(self.key, _UNSET)
-        if value is not _UNSET:
-            return value, "code"
-        raw = self._env_text()
-        if raw is None:
-            return self.default, "default"
-        return self.parse(raw), "environment"
-
-    def _env_text(self) -> str | None:
-        raw = os.environ.get(self.env)
-        return raw if raw is not None and raw.strip() else None
-
-    def value_in(self, env: Mapping[str, str]) -> T:
-        """The value for a process started with the environment ``env``: its variable there
-        when that holds a valid value, else this process's value (an invalid one is left for
-        that process to report)."""
-        raw = env.get(self.env, "")
-        if raw.strip():
-            try:
-                return self.parse(raw)
-            except ValueError:
-                pass
-        return self()
-
-    def parse(self, raw: str, *, origin: str | None = None) -> T:
-        """The value that the text ``raw`` (as in the environment) stands for.
-
-        A setting in seconds also reads a duration as Monarch writes it (``"30s"``, ``"1m 30s"``).
-
-        Raises:
-            ValueError: ``raw`` is not a valid value; the message names ``origin``
-                (default: ``environment variable <ENV>='<raw>'``) and the expected type.
-        """
-        try:
-            value: T = _PARSERS[self.type](raw.strip())
-        except ValueError:
-            if self.unit == "seconds":
-                try:
-                    return parse_duration(raw)  # type: ignore[return-value]
-                except ValueError:
-                    pass
-            where = origin or f"environment variable {self.env}={raw!r}"
-            also = f" (or {DURATION_WORDS})" if self.unit == "seconds" else ""
-            raise ConfigError(f"{where} must be {self.expected}{also}") from None
-        return value
-
-    def coerce(self, value: object) -> T:
-        """Validate a value given by code: one of the setting's type, or text read as :meth:`parse` does.
-
-        An int is accepted for a float setting; a list, tuple or set of strings, or one
-        comma-separated string, for a list of names.
-
-        Raises:
-            TypeError: a value of another type.
-            ValueError: text that is no valid value, or empty text.
-        """
-        what = f"configure({self.key}={value!r})"
-        if isinstance(value, str):
-            if not value.strip():
-                raise ConfigError(f"{what}: an empty value; pass None to drop the value set from code")
-            return self.parse(value, origin=what)
-        if self.type is tuple:
-            if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
-                return self.parse(",".join(sorted(value) if isinstance(value, (set, frozenset)) else value))
-        elif isinstance(value, _ACCEPTED[self.type]) and (self.type is bool or not isinstance(value, bool)):
-            return self.type(value)
-        raise ArgumentTypeError(f"{what}: expected {self.expected}, got {type(value).__name__}")
-
-    def render(self, value: T) -> str:
-        """``value`` as the text of the environment variable (what :meth:`parse` reads back)."""
-        if isinstance(value, bool):
-            return "1" if value else "0"
-        if isinstance(value, tuple):
-            return ",".join(value)
-        if isinstance(value, float):
-            return repr(value)
-        return "" if value is None else str(value)
 
 
 # ------------------------------------------------------------------ the settings
@@ -333,6 +164,17 @@ RDMA_TCP_WINDOW: Setting[int] = Setting(
     "rdma_tcp_window", "TETRARCH_RDMA_TCP_WINDOW", int, 8,
     "chunks of one RDMA TCP fallback write that may be unacknowledged at once",
 )
+FORK_PROCS: Setting[bool] = Setting(
+    "fork_procs", "TETRARCH_FORK_PROCS", bool, True,
+    "procs start as forks of a per-host template process (the zygote) that imported tetrarch and the "
+    "`preload` modules; 0: each proc is a fresh interpreter (docs/architecture.md, \"Procs that start "
+    "like forks\", says when forking is wrong)",
+)
+PRELOAD: Setting[tuple[str, ...]] = Setting(
+    "preload", "TETRARCH_PRELOAD", tuple, (),
+    "modules the zygote imports once, so every proc forked from it starts with them imported "
+    "(e.g. `torch,numpy`; `spawn_procs(preload=...)` adds to them)",
+)
 FORWARD_OUTPUT: Setting[bool] = Setting(
     "forward_output", "TETRARCH_FORWARD_OUTPUT", bool, True,
     "procs' stdout and stderr reach the client line by line, prefixed with mesh and rank (`0`: unprefixed, "
@@ -374,7 +216,8 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, HOST_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR,
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
-        STANDBY, SPIN_US, BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS, SHM_MIN_BYTES, SHM_POOL_BYTES,
+        FORK_PROCS, PRELOAD, STANDBY, SPIN_US, BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS, SHM_MIN_BYTES,
+        SHM_POOL_BYTES,
     )
 })
 
@@ -401,7 +244,6 @@ def core_or_known(keys: Collection[str]) -> Mapping[str, Setting[Any]]:
 
 # ------------------------------------------------------------------ values set from code
 
-_code_values: dict[str, Any] = {}  # key -> value; replaced under _lock, read without it
 _lock = threading.Lock()
 _probe_generation = 0  # bumped when a ``probed`` setting changes from code
 
@@ -439,9 +281,9 @@ def _with_hints(names: list[str], settings: Mapping[str, Setting[Any]]) -> str:
 
 def _apply(staged: Mapping[str, Any]) -> dict[str, Any]:
     """Install ``staged`` (under the lock); returns the values it replaced (``_UNSET``: none)."""
-    global _code_values, _probe_generation
+    global _probe_generation
     with _lock:
-        new = dict(_code_values)
+        new = dict(CODE.values)
         previous = {k: new.get(k, _UNSET) for k in staged}
         for key, value in staged.items():
             if value is _UNSET:
@@ -449,9 +291,9 @@ def _apply(staged: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 new[key] = value
         known = core_or_known(staged)
-        if any(known[k].probed and new.get(k, _UNSET) != _code_values.get(k, _UNSET) for k in staged):
+        if any(known[k].probed and new.get(k, _UNSET) != CODE.values.get(k, _UNSET) for k in staged):
             _probe_generation += 1
-        _code_values = new
+        CODE.values = new
     return previous
 
 
@@ -566,12 +408,12 @@ def get_global_config() -> dict[str, Any]:
 
 def get_runtime_config() -> dict[str, Any]:
     """The values set from code (:func:`configure`), by key: ``configure(**get_runtime_config())`` restores them."""
-    return dict(_code_values)
+    return dict(CODE.values)
 
 
 def clear_runtime_config() -> None:
     """Drop every value set from code; the environment variables and defaults apply again."""
-    _apply(dict.fromkeys(_code_values, _UNSET))
+    _apply(dict.fromkeys(CODE.values, _UNSET))
 
 
 def config_env(*, complete: bool = False) -> dict[str, str]:

@@ -14,6 +14,7 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_config_plugins``  plugins' settings as the settings see them (read through a provider the
                     package installs: this layer does not import the plugin layer)
     ``_config_doc``  the settings table of the docs
+    ``_config_setting``  the Setting record: how one setting's value is read
     ``_log``       the ``tetrarch.*`` logger tree
     ``_lazy``      lazy module attributes for the public packages
     ``_version``   the distribution's version
@@ -41,6 +42,7 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_procstate``  what the OS says of a process (stopped, ended) and a tick that notices its own stalls
     ``_stopguard``  bounds on a proc's stop: actors whose stop cannot begin, a finalisation that hangs
     ``_bootcmd``    BootstrapCommand: how a host agent starts a proc
+    ``_preload``    modules a proc imports before its first actor (the ``preload`` setting)
 
 ``transport`` (``tetrarch._transport``)
     the transport interface, the builtin ipc/tcp transport, authentication, the transport loop,
@@ -99,6 +101,7 @@ the actor context)
 
 ``programs`` (``_runtime/programs``: entry points of the processes tetrarch starts)
     ``_host_agent``  one per host: starts procs
+    ``_zygote``      the host's template process: forks procs with their modules already imported
     ``_proc_main``   one per proc
     ``_worker``      run_worker_loop_forever(): a host agent that serves one client at a time, re-keyed for each
 
@@ -122,7 +125,8 @@ EXACT = frozenset({"tetrarch", "tetrarch._runtime"})
 #: packages of :data:`EXACT`, which stand for their ``__init__`` only.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_launch", "tetrarch._config_monarch",
-                    "tetrarch._config_plugins", "tetrarch._config_doc", "tetrarch._log", "tetrarch._lazy",
+                    "tetrarch._config_plugins", "tetrarch._config_doc", "tetrarch._config_setting", "tetrarch._log",
+                    "tetrarch._lazy",
                     "tetrarch._version", "tetrarch._runtime", "tetrarch.config")),
     ("values", ("tetrarch._runtime.values",)),
     ("plumbing", ("tetrarch._runtime.plumbing",)),

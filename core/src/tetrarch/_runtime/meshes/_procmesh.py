@@ -10,12 +10,13 @@ import pickle
 import secrets
 import sys
 import threading
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..._config import (
     ENV_ALLOC_ID,
+    ENV_AT_DEFAULT,
     ENV_CLIENT_ADDR,
     ENV_PROC_COORDS,
     ENV_PROC_MESH,
@@ -23,6 +24,7 @@ from ..._config import (
     ENV_SIZE_DIM,
     ENV_SPANS_HOSTS,
     HOST_START_TIMEOUT,
+    PRELOAD,
     PROC_START_TIMEOUT,
     STOP_TIMEOUT,
     config_env,
@@ -76,6 +78,19 @@ class _Host:
     address: str
     hostname: str
     pid: int
+
+
+def _preload_modules(preload: Sequence[str]) -> tuple[str, ...]:
+    """The ``preload`` setting's modules, then ``preload``'s, once each.
+
+    Raises:
+        TypeError: ``preload`` is no list of module names.
+    """
+    if isinstance(preload, str) or not all(isinstance(m, str) and m and all(
+            part.isidentifier() for part in m.split(".")) for m in preload):
+        raise ArgumentTypeError(f"spawn_procs(preload=...) takes a list of module names, got {preload!r}; "
+                                "e.g. preload=[\"torch\", \"numpy\"]")
+    return tuple(dict.fromkeys([*PRELOAD(), *preload]))
 
 
 def _uid(name: str) -> str:
@@ -166,7 +181,8 @@ class HostMesh(MeshTrait):
         self._hosts = None
 
     def spawn_procs(self, per_host: dict[str, int] | None = None, *, name: str | None = None,
-                    bootstrap: Any = None, bootstrap_command: BootstrapSpec = None) -> ProcMesh:
+                    bootstrap: Any = None, bootstrap_command: BootstrapSpec = None,
+                    preload: Sequence[str] = ()) -> ProcMesh:
         """Start ``per_host`` procs on every host, e.g. ``per_host={"gpus": 4}``.
 
         Blocks until every proc is ready. A ``gpus`` dimension sets each proc's
@@ -174,11 +190,14 @@ class HostMesh(MeshTrait):
         ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``TETRARCH_RANK_<DIM>``).
         ``bootstrap_command`` (a :class:`~tetrarch.BootstrapCommand`, or a function of the
         proc's ``Point`` returning one) is how the host agents start the procs.
+        ``preload`` names modules (``["torch"]``) each proc has imported before its first
+        actor, added to the ``preload`` setting: procs forked from their host's template
+        process (the default, ``TETRARCH_FORK_PROCS``) get them from it, imported once per host.
 
         Raises:
             TypeError: ``per_host`` is not a dict of dimension names to sizes (e.g. a bare
                 ``per_host=4``: the message names ``per_host={"gpus": 4}``), or
-                ``bootstrap_command`` is no ``BootstrapCommand``.
+                ``bootstrap_command`` is no ``BootstrapCommand``, or ``preload`` is no list of module names.
             ValueError: bad ``per_host`` (non-positive sizes, labels that clash with hosts').
             ProcessStartError: a proc exited before it was ready (exit code, stderr tail).
         """
@@ -202,6 +221,10 @@ class HostMesh(MeshTrait):
         per = local.nelements
         world = len(host_ranks) * per
         config = config_env(complete=True)  # the host agent's own values must not leak into these procs
+        modules = _preload_modules(preload)
+        if modules:  # the setting's modules and these: no longer at its default
+            config[PRELOAD.env] = ",".join(modules)
+            config[ENV_AT_DEFAULT.name] = " ".join(v for v in config[ENV_AT_DEFAULT.name].split() if v != PRELOAD.env)
         records: list[ProcRecord] = []
         requests: list[tuple[_Host, list[_wire.ProcSpec]]] = []
         for h, host_rank in enumerate(host_ranks):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ..._config import ENV_SECRET_FD, ENV_SECRET_FILE
 from ._secret import secret_pipe
 
-__all__ = ["MAX_LINE", "ExitInfo", "LineSplitter", "OutputCallback", "WatchedProcess", "spawn_watched"]
+__all__ = ["MAX_LINE", "ExitInfo", "ForkedChild", "LineSplitter", "OutputCallback", "WatchedProcess", "spawn_watched"]
 
 _PR_SET_PDEATHSIG = 1
 _TAIL_LINES = 40
@@ -110,14 +110,60 @@ def _pdeathsig_preexec() -> None:  # runs in the child between fork and exec
     os.setpgrp()  # own process group: a Ctrl-C at the terminal reaches the client only
 
 
+class ForkedChild:
+    """A process another one forked for us and reaps (a proc from the host's zygote).
+
+    What :class:`WatchedProcess` needs of a ``Popen``: ``pid``, the read ends of its
+    ``stdout`` and ``stderr`` pipes, ``returncode`` (None until its reaper reported it,
+    through :meth:`ended`) and :meth:`wait`. Signals go through ``pidfd`` (a pidfd of the
+    child made before anyone could reap it), so a signal never reaches a process that
+    reused its pid.
+    """
+
+    def __init__(self, pid: int, pidfd: int, stdout: int, stderr: int) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.stdout = os.fdopen(stdout, "rb", buffering=0)
+        self.stderr = os.fdopen(stderr, "rb", buffering=0)
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+
+    def ended(self, returncode: int) -> None:
+        """Its reaper saw it end with ``returncode`` (negative: killed by that signal). Once."""
+        if self.returncode is None:
+            self.returncode = returncode
+            self._ended.set()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Its return code once reported; None if ``timeout`` passed first."""
+        self._ended.wait(timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` unless it ended; never raises."""
+        if self.returncode is None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, sig)
+            except OSError:  # ended (ESRCH), or the pidfd is closed
+                pass
+
+    def close(self) -> None:
+        """Release its pidfd (after it ended)."""
+        try:
+            os.close(self.pidfd)
+        except OSError:
+            pass
+
+
 class WatchedProcess:
-    """A child process whose end is reported once through ``on_exit`` (made by :func:`spawn_watched`).
+    """A child process whose end is reported once through ``on_exit`` (made by :func:`spawn_watched`,
+    or over a :class:`ForkedChild` by the host's zygote).
 
     ``pid``; ``exit_info`` (None while it runs); ``wait``, ``signal``, ``terminate`` and
     ``stderr_tail`` never raise.
     """
 
-    def __init__(self, popen: subprocess.Popen, on_exit: Callable[[ExitInfo], None] | None,
+    def __init__(self, popen: subprocess.Popen | ForkedChild, on_exit: Callable[[ExitInfo], None] | None,
                  output: OutputCallback | None = None) -> None:
         self.popen = popen
         self.pid = popen.pid
@@ -145,7 +191,7 @@ class WatchedProcess:
             sel.register(fd, selectors.EVENT_READ)
         pidfd: int | None = None
         try:
-            pidfd = os.pidfd_open(self.pid)
+            pidfd = os.dup(self.popen.pidfd) if isinstance(self.popen, ForkedChild) else os.pidfd_open(self.pid)
             sel.register(pidfd, selectors.EVENT_READ)
         except (AttributeError, OSError):  # not Linux >= 5.3: wait for the pipes to close
             pass
@@ -223,6 +269,9 @@ class WatchedProcess:
         assert self.popen.stderr is not None
         self.popen.stderr.close()
         rc = self.popen.wait()
+        assert rc is not None  # wait() without a timeout
+        if isinstance(self.popen, ForkedChild):
+            self.popen.close()
         self.exit_info = ExitInfo(self.pid, rc, "".join(self._tail))
         self._done.set()
         if self._on_exit is not None:
@@ -239,7 +288,9 @@ class WatchedProcess:
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` unless the process is already gone."""
-        if self.popen.returncode is None:
+        if isinstance(self.popen, ForkedChild):
+            self.popen.send_signal(sig)
+        elif self.popen.returncode is None:
             try:
                 os.kill(self.pid, sig)
             except ProcessLookupError:

@@ -33,9 +33,12 @@ from ..._config import (
     ENV_PROC_COORDS,
     ENV_PROC_ID,
     ENV_PROC_MESH,
+    FORK_PROCS,
     FORWARD_OUTPUT,
     FROZEN_TIMEOUT,
     HEARTBEAT_INTERVAL,
+    PRELOAD,
+    PROC_START_TIMEOUT,
 )
 from ..._log import get_logger
 from ..._plugins import BackendNotFound, BackendUnavailable
@@ -46,6 +49,7 @@ from ..router._router import PeerUnreachable
 from ..services._launch import StateMonitor, announce_ready, report_exit, report_frozen, start_heartbeat
 from ..services._output import OutputForwarder, set_process_title
 from ..values import _serial, _wire
+from ._zygote import Zygote, fork_zygote
 
 __all__ = ["HostAgent", "main", "proc_visible_devices"]
 
@@ -69,9 +73,10 @@ def proc_visible_devices(gpu: int, host_visible: str | None) -> str:
 class HostAgent:
     """The ``host`` service: starts procs for their owners, kills them, reports their ends."""
 
-    def __init__(self, root: Root, client: str) -> None:
+    def __init__(self, root: Root, client: str, zygote: Zygote | None = None) -> None:
         self.root = root
         self.client = client
+        self.zygote = zygote  # forks procs (None, or gone: fresh interpreters)
         self.procs: dict[str, WatchedProcess] = {}
         self.owners: dict[str, str] = {}  # proc ident -> its owner's address
         self.lock = threading.Lock()
@@ -131,13 +136,18 @@ class HostAgent:
 
             self.output.add(ident, owner, env.get(ENV_PROC_MESH.name, ident), env.get(ENV_PROC_COORDS.name, ""),
                             FORWARD_OUTPUT.value_in(env))
-            try:
-                proc = spawn_watched(argv, env, on_exit, secret=self.root.secret,
-                                     output=partial(self.output.line, ident))
-            except OSError as exc:
-                self.output.finish(ident)
-                report_exit(self.root.router, owner, ident, 127, f"cannot start {argv[0]}: {exc}\n")
-                continue
+            proc = None
+            if command is None and self.zygote is not None and FORK_PROCS.value_in(env):
+                proc = self.zygote.spawn(env, on_exit, secret=self.root.secret, output=partial(self.output.line, ident),
+                                         preload=PRELOAD.value_in(env), timeout=PROC_START_TIMEOUT.value_in(env))
+            if proc is None:
+                try:
+                    proc = spawn_watched(argv, env, on_exit, secret=self.root.secret,
+                                         output=partial(self.output.line, ident))
+                except OSError as exc:
+                    self.output.finish(ident)
+                    report_exit(self.root.router, owner, ident, 127, f"cannot start {argv[0]}: {exc}\n")
+                    continue
             frozen_s, interval_s = FROZEN_TIMEOUT.value_in(env), HEARTBEAT_INTERVAL.value_in(env)
             with self.lock:
                 if proc.exit_info is not None:  # it already ended: on_exit ran, nothing to watch
@@ -171,6 +181,7 @@ class HostAgent:
 
 
 def main() -> int:
+    zygote = fork_zygote()  # first, while this process runs one thread; in a forked proc it raises SystemExit
     secret = take_secret()  # from the inherited pipe or the 0600 file; never the environment
     client = os.environ[ENV_CLIENT_ADDR.name]
     alloc_id = os.environ[ENV_ALLOC_ID.name]
@@ -182,7 +193,7 @@ def main() -> int:
         print(f"tetrarch: {exc}", file=sys.stderr, flush=True)  # the client's ProcessStartError shows it
         return 2
     install_root(root)
-    agent = HostAgent(root, client)
+    agent = HostAgent(root, client, zygote)
     root.router.add_service(_wire.SVC_HOST, agent.service)
     root.router.on_peer_lost(lambda addr, _err: agent.done.set() if addr == client else None)
     try:

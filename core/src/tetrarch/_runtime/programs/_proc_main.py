@@ -20,6 +20,7 @@ from ..._log import get_logger
 from ..._plugins import BackendNotFound, BackendUnavailable
 from ..actors._proc_service import ACTORS_SHARE
 from ..plumbing import _stdio
+from ..plumbing._preload import preload
 from ..plumbing._secret import take_secret
 from ..plumbing._stopguard import guard_exit
 from ..process._root import adopt_client_sys_path, install_root, launched_root
@@ -49,6 +50,7 @@ def main() -> int:
     install_log_context()  # log records made inside an actor carry it (record.actor)
     faulthandler.enable()  # a crash (segfault, abort) writes the Python stacks to stderr, which is forwarded
     adopt_client_sys_path()
+    preload()  # what a forked proc got from its zygote, a fresh interpreter imports now
     done = threading.Event()
     orphaned = []
     try:

@@ -1,0 +1,416 @@
+"""Procs that start like forks: the host's template process (the zygote) forks them.
+
+A host agent forks its zygote first thing, before it starts a thread: the zygote then
+holds every module the host agent imported, imports the proc's own modules and the
+``preload`` setting's, and waits. For each proc the host agent sends it the proc's
+environment and the three descriptors a fresh interpreter would get (the write ends of
+its stdout and stderr pipes, the read end of the secret's pipe); the zygote forks, and
+the child applies them (environment, ``CUDA_VISIBLE_DEVICES`` with it, working
+directory, descriptors, process group, parent-death signal, fresh random seeds), then
+runs the proc's main as a fresh interpreter would. The zygote reaps its children and
+reports each exit status to the host agent, which watches the proc like any child
+(:class:`~tetrarch._runtime.plumbing._spawn.ForkedChild`).
+
+Forking is wrong once the template runs Python threads (a lock held by one is never
+released in the child) or holds an initialized CUDA context (a child cannot use it). The zygote checks
+both after every import it makes and, if either holds, tells the host agent so and
+exits; the host agent then starts fresh interpreters, as it does with
+``TETRARCH_FORK_PROCS=0``, for a ``bootstrap_command``, or where the platform lacks
+``os.fork``, pidfds or descriptor passing.
+
+The control channel is a ``SOCK_SEQPACKET`` socketpair between the two processes of one
+host, made before the fork: nothing else can reach it. Its messages are JSON (never
+pickle), at most :data:`MAX_MESSAGE` bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..._config import ENV_HOST_INDEX, ENV_SECRET_FD, ENV_SECRET_FILE, ENV_SYS_PATH, FORK_PROCS, PRELOAD
+from ..._log import get_logger
+from ..plumbing._preload import preload
+from ..plumbing._secret import secret_pipe
+from ..plumbing._spawn import ExitInfo, ForkedChild, OutputCallback, WatchedProcess
+
+__all__ = ["MAX_MESSAGE", "Zygote", "fork_zygote", "unsafe_to_fork"]
+
+_log = get_logger("host")
+
+#: Bytes of one control message (an environment is a few KiB).
+MAX_MESSAGE = 1 << 20
+_PR_SET_PDEATHSIG = 1
+#: What a proc needs imported; the zygote imports it once for all of them.
+_PROC_MODULES = ("tetrarch._runtime.programs._proc_main",)
+
+
+def unsafe_to_fork() -> str:
+    """Why this process must not fork a proc now ('' when it may): a Python thread runs, or CUDA is initialized.
+
+    A Python thread may hold the GIL's helpers or a lock at the fork, which the child then
+    never gets back. Native threads of libraries are not counted: the ones preloading
+    brings (OpenBLAS' pool, which numpy starts at import; torch's intra-op pools) stop or
+    rebuild themselves around a fork (``pthread_atfork``), as ``multiprocessing``'s fork
+    relies on. A CUDA context cannot be used by a child at all.
+    """
+    if threading.active_count() > 1:
+        names = ", ".join(sorted(t.name for t in threading.enumerate() if t is not threading.current_thread()))
+        return f"Python threads run in it ({names})"
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is not None and cuda.is_initialized():
+            return "it initialized CUDA (a forked child cannot use that context)"
+    except Exception:  # noqa: BLE001 - a partial torch: nothing initialized
+        pass
+    return ""
+
+
+def _platform_lacks() -> str:
+    for what, ok in (("os.fork", hasattr(os, "fork")), ("os.pidfd_open", hasattr(os, "pidfd_open")),
+                     ("socket.send_fds", hasattr(socket, "send_fds")),
+                     ("signal.pidfd_send_signal", hasattr(signal, "pidfd_send_signal"))):
+        if not ok:
+            return what
+    return ""
+
+
+def _send(sock: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+    data = json.dumps(message).encode()
+    if fds:
+        socket.send_fds(sock, [data], list(fds))
+    else:
+        sock.send(data)
+
+
+def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One message and the descriptors that came with it; ``(None, [])`` at the end of the channel."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 4)
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    try:
+        message = json.loads(data)
+    except ValueError:
+        message = None
+    if not isinstance(message, dict):
+        for fd in fds:
+            os.close(fd)
+        return {"op": "garbled"}, []
+    return message, fds
+
+
+# -- the host agent's side ---------------------------------------------------------------
+class Zygote:
+    """The host agent's handle on its zygote: fork procs through it, learn how they end."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self._sock = sock
+        self._lock = threading.Lock()  # one fork request at a time
+        self._replies: list[tuple[dict[str, Any], list[int]]] = []
+        self._cond = threading.Condition()
+        self._children: dict[int, ForkedChild] = {}
+        self._gone = ""  # why the zygote can no longer fork ('' while it can)
+        self._early_exits: dict[int, int] = {}  # pid -> status of a child that ended before its reply was taken
+        self._reader = threading.Thread(target=self._read, name="tetrarch-zygote", daemon=True)
+        self._reader.start()
+
+    @property
+    def usable(self) -> bool:
+        """Whether procs may still be forked here."""
+        return not self._gone
+
+    def spawn(self, env: dict[str, str], on_exit: Callable[[ExitInfo], None], *, secret: bytes,
+              output: OutputCallback, preload: Sequence[str] = (), timeout: float = 60.0) -> WatchedProcess | None:
+        """Fork a proc with exactly ``env``; None when the zygote cannot (the caller starts a fresh interpreter).
+
+        ``preload``: modules the zygote imports first (once). Never raises for the
+        zygote's sake: a zygote that is gone, refuses or does not answer within
+        ``timeout`` seconds is given up (and stopped) with one warning.
+        """
+        if self._gone:
+            return None
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        secret_r = secret_pipe(secret)
+        mine = [out_r, err_r]
+        try:
+            with self._lock:
+                if self._gone:
+                    return None
+                try:
+                    _send(self._sock, {"op": "fork", "env": env, "preload": list(preload)}, [out_w, err_w, secret_r])
+                except OSError as exc:
+                    self._give_up(f"the zygote's channel failed: {exc}")
+                    return None
+                reply = self._next_reply(timeout)
+            if reply is None:
+                self._give_up(self._gone or f"the zygote did not answer within {timeout:g} s")
+                return None
+            message, fds = reply
+            if message.get("op") != "forked" or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                self._give_up(str(message.get("why") or f"the zygote answered {message.get('op')!r}"))
+                return None
+            child = ForkedChild(int(message["pid"]), fds[0], out_r, err_r)
+            mine = []  # the child owns them now
+            with self._cond:
+                self._children[child.pid] = child
+                early = self._early_exits.pop(child.pid, None)
+            if early is not None:
+                child.ended(early)
+            return WatchedProcess(child, on_exit, output)
+        finally:
+            for fd in (out_w, err_w, secret_r, *mine):
+                os.close(fd)
+
+    def _next_reply(self, timeout: float) -> tuple[dict[str, Any], list[int]] | None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._replies or self._gone, timeout):
+                return None
+            return self._replies.pop(0) if self._replies else None
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message, fds = _receive(self._sock)
+            except OSError as exc:
+                message, fds = None, []
+                why = f"its channel failed: {exc}"
+            else:
+                why = "it exited"
+            if message is None:
+                self._ended(why)
+                return
+            op = message.get("op")
+            if op == "exit":
+                pid, rc = int(message["pid"]), int(message["rc"])
+                with self._cond:
+                    child = self._children.pop(pid, None)
+                    if child is None:  # reaped before its fork reply was taken
+                        self._early_exits[pid] = rc
+                if child is not None:
+                    child.ended(rc)
+            elif op == "ready":
+                _log.debug("zygote %d ready", self.pid)
+            elif op == "unsafe":
+                self._give_up(f"forking procs became unsafe in the zygote: {message.get('why')}")
+            else:
+                with self._cond:
+                    late = bool(self._gone)
+                    if not late:
+                        self._replies.append((message, fds))
+                        self._cond.notify_all()
+                if late:  # its spawner gave up waiting and started a fresh interpreter instead
+                    for fd in fds:
+                        try:
+                            signal.pidfd_send_signal(fd, signal.SIGKILL)
+                        except OSError:
+                            pass
+                        os.close(fd)
+
+    def _ended(self, why: str) -> None:
+        """The zygote is gone: its children died with it (parent-death signal, SIGKILL)."""
+        with self._cond:
+            if not self._gone:
+                self._gone = f"the zygote is gone ({why})"
+            children, self._children = list(self._children.values()), {}
+            self._cond.notify_all()
+        for child in children:  # each one's watcher sees it end through its pidfd
+            child.ended(-signal.SIGKILL)
+
+    def _give_up(self, why: str) -> None:
+        """Fork no more procs here (the zygote stays, reaping the procs it forked, until the host agent ends)."""
+        with self._cond:
+            first = not self._gone
+            self._gone = self._gone or why
+            self._cond.notify_all()
+        if first:
+            _log.warning("procs on this host start as fresh interpreters from now on: %s", why)
+
+
+def fork_zygote() -> Zygote | None:
+    """Fork this host's zygote; in the host agent's main thread, before it starts any thread.
+
+    Returns its handle in the host agent; None where procs start as fresh interpreters
+    (``TETRARCH_FORK_PROCS=0``, a platform without fork/pidfds, threads already
+    running). In the zygote it never returns; in each proc forked from it, it raises
+    ``SystemExit`` with the proc's exit status once the proc's main returned.
+    """
+    if not FORK_PROCS():
+        return None
+    lacking, unsafe = _platform_lacks(), unsafe_to_fork()
+    if lacking or unsafe:
+        _log.debug("procs start as fresh interpreters: %s", f"no {lacking} here" if lacking else unsafe)
+        return None
+    agent_sock, zygote_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    pid = os.fork()
+    if pid:
+        zygote_sock.close()
+        return Zygote(pid, agent_sock)
+    agent_sock.close()
+    try:
+        proc_main = _Template(zygote_sock).serve()  # returns only in a forked proc
+    except BaseException:  # noqa: BLE001 - the zygote never unwinds into the host agent's code
+        os._exit(70)
+    raise SystemExit(proc_main())
+
+
+# -- the zygote's side -------------------------------------------------------------------
+def _pdeathsig() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort, as for every child (heartbeats cover the rest)
+        pass
+
+
+class _Template:
+    """The zygote: imports what procs need, forks them on request, reports how they end."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.parent = os.getppid()
+        self.children: dict[int, int] = {}  # pidfd -> pid
+        self.imported: set[str] = set()
+        self.unsafe = ""  # why it forks no more (it still reaps the procs it forked)
+
+    def serve(self) -> Callable[[], int]:
+        """The zygote's life; returns (in a forked proc only) the proc's main, ready to run."""
+        _pdeathsig()
+        if os.getppid() != self.parent:
+            os._exit(0)  # the host agent ended before we could tie our life to it
+        self._close_inherited()
+        from ..services._output import set_process_title
+
+        set_process_title(f"tetrarch zygote {os.environ.get(ENV_HOST_INDEX.name) or 0}")
+        why = self._import((*_PROC_MODULES, *PRELOAD()))
+        if why:
+            _send(self.sock, {"op": "unsafe", "why": why})
+            os._exit(0)
+        _send(self.sock, {"op": "ready"})
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ)
+        while True:
+            for key, _ in sel.select():
+                if key.fd != self.sock.fileno():
+                    self._reap(key.fd, sel)
+                    continue
+                message, fds = _receive(self.sock)
+                if message is None:  # the host agent closed the channel: it is ending
+                    os._exit(0)
+                refused = self.unsafe or ("" if message.get("op") == "fork" and len(fds) == 3
+                                          else f"unexpected request {message.get('op')!r}")
+                if not refused:
+                    proc_main = self._fork(message, fds, sel)
+                    if proc_main is not None:
+                        return proc_main
+                    continue
+                for fd in fds:
+                    os.close(fd)
+                _send(self.sock, {"op": "refused", "why": refused})
+
+    def _close_inherited(self) -> None:
+        """Drop what the host agent held at the fork and procs must not inherit (its secret's pipe)."""
+        fd_text = os.environ.pop(ENV_SECRET_FD.name, "")
+        os.environ.pop(ENV_SECRET_FILE.name, None)  # the host agent reads (and deletes) that file
+        if fd_text.strip().isdigit():
+            try:
+                os.close(int(fd_text))
+            except OSError:
+                pass
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+
+    def _import(self, modules: Sequence[str]) -> str:
+        """Import ``modules`` not imported yet; why forking became unsafe ('' if it did not)."""
+        fresh = [m for m in modules if m not in self.imported]
+        self.imported.update(fresh)
+        preload(fresh)
+        why = unsafe_to_fork()
+        return f"after importing {', '.join(fresh)}, {why}" if why else ""
+
+    def _fork(self, message: dict[str, Any], fds: list[int], sel: selectors.BaseSelector) -> Callable[[], int] | None:
+        for entry in str(message["env"].get(ENV_SYS_PATH.name, "")).split(os.pathsep):
+            if entry and entry not in sys.path and os.path.isdir(entry):  # as the proc will (adopt_client_sys_path)
+                sys.path.append(entry)
+        why = self._import([str(m) for m in message.get("preload") or ()])
+        if why:  # refuse from now on, but live on: the procs forked so far die with this process
+            for fd in fds:
+                os.close(fd)
+            self.unsafe = why
+            _send(self.sock, {"op": "unsafe", "why": why})
+            return None
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            sel.close()
+            return self._become_proc(message["env"], fds)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.children[pidfd] = pid
+        sel.register(pidfd, selectors.EVENT_READ)  # readable: the child ended
+        _send(self.sock, {"op": "forked", "pid": pid}, [pidfd])
+        return None
+
+    def _reap(self, pidfd: int, sel: selectors.BaseSelector) -> None:
+        sel.unregister(pidfd)
+        pid = self.children.pop(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        _send(self.sock, {"op": "exit", "pid": pid, "rc": os.waitstatus_to_exitcode(status)})
+
+    def _become_proc(self, env: dict[str, str], fds: list[int]) -> Callable[[], int]:
+        """In the forked child: become the proc a fresh interpreter would be; its main, to run."""
+        self.sock.close()
+        for pidfd in self.children:
+            os.close(pidfd)
+        os.setpgrp()  # its own process group, as a fresh proc's: a Ctrl-C at the terminal reaches the client only
+        _pdeathsig()  # dies with the zygote (which dies with the host agent)
+        out_w, err_w, secret_r = fds
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.close(out_w)
+        os.close(err_w)
+        os.set_inheritable(secret_r, False)
+        os.environ.clear()
+        os.environ.update(env)
+        os.environ.pop(ENV_SECRET_FILE.name, None)
+        os.environ[ENV_SECRET_FD.name] = str(secret_r)
+        for entry in reversed([p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
+        _reseed()
+        from . import _proc_main
+
+        sys.argv = [_proc_main.__file__ or "-m"]
+        return _proc_main.main
+
+
+def _reseed() -> None:
+    """Fresh seeds where a module's global generator came from the template (``random`` reseeds itself)."""
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        try:
+            np_random.seed()
+        except Exception:  # noqa: BLE001
+            pass
