@@ -2,8 +2,8 @@
 
 ``run(this_host, workload, size, p)`` measures one workload (``_workloads.WORKLOADS``)
 with the actors of ``bench_actors`` (built on the framework that
-``TETRARCH_BENCH_FRAMEWORK`` names, which procs inherit). Figures: µs, calls/s,
-s per round, s, GB/s as the registry says (times in seconds here; the runner scales).
+``TETRARCH_BENCH_FRAMEWORK`` names, which procs inherit). Times are in seconds (the
+runner scales them to the registry's unit); rates in calls/s, payloads in GB/s.
 """
 
 from __future__ import annotations
@@ -16,47 +16,44 @@ from _timing import p50, payload_gbps, per_round, rate
 from _workloads import split_size
 from bench_actors import Noop, Sink
 
-
-def _one(this_host: Callable[[], Any], cls: type, name: str) -> tuple[Any, Any]:
-    procs = this_host().spawn_procs(per_host={"procs": 1})
-    return procs, procs.spawn(name, cls)
+MESH_WORKLOADS = ("call", "pipelined", "fanout", "spawn", "payload")
 
 
-def run(this_host: Callable[[], Any], workload: str, size: str, p: dict[str, Any]) -> float:
-    """One figure of ``workload`` at ``size`` (see the module docstring)."""
-    if workload == "spawn":
-        t = time.perf_counter()
-        procs = this_host().spawn_procs(per_host={"procs": int(size)})
-        procs.spawn("noop", Noop).noop.call().get()
-        figure = time.perf_counter() - t
-    elif workload == "fanout":
-        shape = split_size(size)
-        procs = this_host().spawn_procs(per_host={"procs": shape[0]})
-        noop = procs.spawn("noop", Noop).noop
-
+def _measure(procs: Any, workload: str, size: str, p: dict[str, Any]) -> float:
+    """``workload`` on ``procs`` (already spawned: one proc, or the fan-out's P)."""
+    if workload == "payload":
+        sink = procs.spawn("sink", Sink)
+        return payload_gbps(lambda data: sink.touched.call_one(data).get(), int(size), p)
+    noop = procs.spawn("noop", Noop).noop
+    if workload == "fanout":
         def batch(k: int) -> None:
             for f in [noop.call() for _ in range(k)]:
                 f.get()
 
-        figure = per_round(lambda: noop.call().get(), batch, shape, p)
-    elif workload == "payload":
-        procs, sink = _one(this_host, Sink, "sink")
-        figure = payload_gbps(lambda data: sink.touched.call_one(data).get(), int(size), p)
-    else:
-        procs, actor = _one(this_host, Noop, "noop")
-        noop = actor.noop
-        if workload == "call":
-            figure = p50(lambda: noop.call_one().get(), p["calls"], warmup=p["warmup"])
-        elif workload == "pipelined":
-            for _ in range(p["warmup"]):
-                noop.call_one().get()
+        return per_round(lambda: noop.call().get(), batch, split_size(size), p)
+    if workload == "call":
+        return p50(lambda: noop.call_one().get(), p["calls"], warmup=p["warmup"])
+    for _ in range(p["warmup"]):
+        noop.call_one().get()
 
-            def pipelined(n: int) -> None:
-                for f in [noop.call_one() for _ in range(n)]:
-                    f.get()
+    def pipelined(n: int) -> None:
+        for f in [noop.call_one() for _ in range(n)]:
+            f.get()
 
-            figure = rate(pipelined, int(size))
-        else:
-            raise KeyError(workload)
-    procs.stop().get()
-    return figure
+    return rate(pipelined, int(size))
+
+
+def run(this_host: Callable[[], Any], workload: str, size: str, p: dict[str, Any]) -> float:
+    """One figure of ``workload`` at ``size`` (see the module docstring); the procs stopped after."""
+    if workload not in MESH_WORKLOADS:
+        raise KeyError(f"no workload {workload!r}")
+    t = time.perf_counter()
+    procs = this_host().spawn_procs(per_host={"procs": split_size(size)[0] if workload in ("spawn", "fanout")
+                                              else 1})
+    try:
+        if workload == "spawn":  # cold: the first this_host() and spawn_procs of this client count
+            procs.spawn("noop", Noop).noop.call().get()
+            return time.perf_counter() - t
+        return _measure(procs, workload, size, p)
+    finally:
+        procs.stop().get()
