@@ -32,5 +32,5 @@ class Probe(Actor):
             "random": random.random(),
             "np_random": float(np.random.random()) if np is not None else None,
             "pgid": os.getpgid(0),
-            "stdin": os.path.realpath(f"/proc/self/fd/0"),
+            "stdin": os.path.realpath("/proc/self/fd/0"),
         }

@@ -19,7 +19,7 @@ from tetrarch import SupervisionError, this_host
 from tetrarch.testing import Collector, scaled
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from zygote_actors import Probe  # noqa: E402 - beside the tests, on the path set above
+from zygote_actors import Probe
 
 faults: Collector = Collector("failures at the fault hook")
 tetrarch.unhandled_fault_hook = faults.add
