@@ -97,7 +97,10 @@ def ensure_peers_env(rebuild: bool = False) -> PeersEnv:
         if have == want:
             return PeersEnv(str(python), {fw: have[d] for fw, (d, _) in PINS.items()}, {})
     errors: dict[str, str] = {}
-    venv.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        venv.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return PeersEnv(None, {}, {"venv": f"cannot create {venv.parent}: {exc}"})
     log = venv.parent / "peers-install.log"
     started = time.monotonic()
     print(f"peers: building {venv} (once; log: {log}) ...", file=sys.stderr, flush=True)
