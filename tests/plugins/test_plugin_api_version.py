@@ -21,6 +21,7 @@ from tetrarch.plugins import (
     PLUGIN_API_VERSION,
     BackendKind,
     BackendNotFound,
+    BackendSpec,
     BackendUnavailable,
     PluginLoadError,
     PluginSource,
@@ -93,6 +94,19 @@ def test_a_first_party_plugin_for_another_api_makes_its_backends_incompatible(ma
     with pytest.raises(BackendUnavailable, match=r"'zmq' .*is incompatible: written for plugin API .*upgrade"):
         registry.select(T, "zmq")
     assert registry.select(T).name == "ipc"  # nobody asked for zmq: the others serve
+
+
+@pytest.mark.parametrize("api", [f"{MAJOR}.{m}" for m in range(MINOR)])
+def test_a_plugin_for_an_older_minor_loads_and_its_backends_work(make_registry, api: str) -> None:
+    """1.0 and 1.1 plugins build ``BackendSpec(kind, ...)`` with the capability ``"local"``: they load under 1.2."""
+    spec = BackendSpec(T, "older", "types:SimpleNamespace", schemes=("tcp",), capabilities=frozenset({"local"}))
+    plugin = types.SimpleNamespace(tetrarch_plugin_api=api, tetrarch_transports=hookimpl(lambda: [spec]))
+    registry = make_registry(PluginSource(plugin, "older", "older-dist", "0.9"), builtins=True)
+    (record,) = [p for p in registry.plugins() if p.distribution == "older-dist"]
+    assert (record.state, record.api, record.reason) == (PluginState.LOADED, api, "")
+    assert registry.status(T, "older").status is Status.AVAILABLE
+    assert registry.select(T, address="older+tcp://h:1") is spec
+    assert registry.select(T, "older", request={"require": {"local"}}) is spec  # 1.1's request mapping
 
 
 def test_strict_mode_refuses_an_incompatible_plugin(make_registry) -> None:

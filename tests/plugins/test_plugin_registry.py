@@ -44,7 +44,7 @@ def test_builtins_are_registered_under_core() -> None:
         assert row.spec is not None and row.spec.factory.startswith("tetrarch.")
     assert rows[(T, "ipc")][0].spec.schemes == ("ipc",)
     assert rows[(T, "ipc")][0].spec.priority == 20
-    assert rows[(T, "tcp")][0].spec.capabilities == {"local", "multi-host"}
+    assert rows[(T, "tcp")][0].spec.capabilities == {"same-host", "multi-host"}  # "local" of API 1.1 is same-host
     assert rows[(R, "shm")][0].spec.priority == 5
     # core has no allocator of its own: `local` comes with tetrarch-alloc-local (a dependency), by entry point
     assert not [r for r in registry.statuses(A) if r.distribution == "tetrarch"]
@@ -143,7 +143,7 @@ def test_plugin_whose_hook_raises_is_broken_and_others_load(fakes, make_registry
 @pytest.mark.parametrize(
     ("returned", "message"),
     [
-        (["not a spec"], "not a tetrarch BackendSpec"),
+        (["not a spec"], "not a tetrarch.plugins.TransportSpec"),
         ([BackendSpec(R, "r", "a:b")], "expected kind transport"),
         ([BackendSpec(T, "zmq+tcp", "a:b")], "invalid backend name"),
         ([BackendSpec(T, "x", "no_colon")], "not a 'package.module:Name' string"),

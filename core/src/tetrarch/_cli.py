@@ -27,6 +27,7 @@ from ._plugins._errors import PluginLoadError
 from ._plugins._known import known_for_distribution
 from ._plugins._loader import STATUS_OF_STATE, PluginState
 from ._plugins._registry import Registry, get_registry
+from ._plugins._request import SelectionRequest
 from ._plugins._specs import BackendKind, Status
 
 __all__ = ["COLUMNS", "CONFIG_KEYS", "config_rows", "main", "plugin_rows"]
@@ -44,7 +45,8 @@ def plugin_rows(registry: Registry) -> list[dict[str, str]]:
     """The rows of ``tetrarch plugins``: one per backend, plus one per third-party
     plugin that did not load (its backends are unknown; its kind reads ``plugin``).
 
-    The hint of a backend whose plugin declares no plugin API version ends with a note
+    A row's ``hint`` is the backend's remedy (``BackendStatus.remedy``; the JSON key keeps its
+    name); for a backend whose plugin declares no plugin API version it ends with a note
     saying so (its author should declare one; see ``tetrarch.plugins.PLUGIN_API_VERSION``).
     """
     tracebacks = {p.distribution: p.traceback for p in registry.plugins() if p.state is PluginState.BROKEN}
@@ -58,7 +60,7 @@ def plugin_rows(registry: Registry) -> list[dict[str, str]]:
             "backend": s.name,
             "status": s.shown,
             "reason": s.reason,
-            "hint": "; ".join(x for x in (s.hint, notes.get(s.distribution, "")) if x),
+            "hint": "; ".join(x for x in (s.remedy, notes.get(s.distribution, "")) if x),
             "traceback": tracebacks.get(s.distribution, "") if s.status is Status.BROKEN else "",
         }
         for s in registry.statuses()
@@ -131,7 +133,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 def _explain(registry: Registry, args: argparse.Namespace) -> int:
     """``plugins --explain KIND [ADDRESS]``: the decision walk; status 1 when nothing can be selected."""
-    request = {"require": set(args.require)} if args.require else None
+    request = SelectionRequest(BackendKind(args.explain), require=frozenset(args.require))
     try:
         explanation = registry.explain(BackendKind(args.explain), address=args.address, request=request)
     except ValueError as exc:

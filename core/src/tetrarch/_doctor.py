@@ -47,8 +47,8 @@ def rdma_report(registry: Registry) -> str:
     out = ["RDMA backends (probe findings):"]
     for row in registry.statuses(BackendKind.RDMA):
         out.append(f"  {row.name:<6} {row.shown}: {row.reason or '-'}")
-        if row.hint:
-            out.append(f"         fix: {row.hint}")
+        if row.remedy:
+            out.append(f"         fix: {row.remedy}")
     out += ["", "RDMA devices (sysfs):", f"  {_sysfs_devices()}", "",
             "A transfer between two procs of this host would use:"]
     with warnings.catch_warnings():  # the fallback warning says what the lines above already show

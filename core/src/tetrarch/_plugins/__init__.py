@@ -24,7 +24,18 @@ from ._registry import (
     reset_registry,
     split_address,
 )
-from ._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
+from ._request import SelectionRequest
+from ._specs import (
+    AllocatorSpec,
+    BackendKind,
+    BackendSpec,
+    BackendStatus,
+    Capability,
+    ProbeResult,
+    RdmaBackendSpec,
+    Status,
+    TransportSpec,
+)
 
 __all__ = [
     "API_ATTRIBUTE",
@@ -37,19 +48,24 @@ __all__ = [
     "PROJECT",
     "SETTING_BY_KIND",
     "STRICT_ENV",
+    "AllocatorSpec",
     "BackendKind",
     "BackendNotFound",
     "BackendSpec",
     "BackendStatus",
     "BackendUnavailable",
+    "Capability",
     "KnownBackend",
     "PluginLoadError",
     "PluginRecord",
     "PluginSource",
     "PluginState",
     "ProbeResult",
+    "RdmaBackendSpec",
     "Registry",
+    "SelectionRequest",
     "Status",
+    "TransportSpec",
     "check_api",
     "get_allocator",
     "get_registry",

@@ -42,7 +42,7 @@ from typing import Final
 __all__ = ["API_ATTRIBUTE", "PLUGIN_API_VERSION", "UNDECLARED", "ApiCheck", "check_api", "undeclared_note"]
 
 #: The version of the plugin API this tetrarch provides (see the module docstring for the rules).
-PLUGIN_API_VERSION: Final = "1.1"
+PLUGIN_API_VERSION: Final = "1.2"
 #: The attribute of a plugin's entry point module that names the API version it was written for.
 API_ATTRIBUTE: Final = "tetrarch_plugin_api"
 #: The version a plugin that declares none is taken to be written for.

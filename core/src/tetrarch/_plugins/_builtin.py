@@ -9,16 +9,16 @@ comes with ``tetrarch-alloc-local`` (a dependency of ``tetrarch``), through its 
 from __future__ import annotations
 
 import socket
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 
-from .._errors import ArgumentTypeError
 from ._helpers import module_present
 from ._hookspecs import hookimpl
-from ._specs import BackendKind, BackendSpec, ProbeResult
+from ._request import SelectionRequest
+from ._specs import BackendKind, BackendSpec, Capability, ProbeResult, RdmaBackendSpec, TransportSpec
 
-__all__ = ["BuiltinBackends", "DefaultPolicy", "default_policy", "required_capabilities"]
+__all__ = ["BuiltinBackends", "DefaultPolicy", "default_policy"]
 
-_T, _R = BackendKind.TRANSPORT, BackendKind.RDMA
+_SAME, _MULTI = Capability.SAME_HOST, Capability.MULTI_HOST
 
 
 def _module_of(factory: str) -> str:
@@ -61,60 +61,37 @@ class BuiltinBackends:
     """The transports and RDMA backends that ship inside core."""
 
     @hookimpl
-    def tetrarch_transports(self) -> Sequence[BackendSpec]:
+    def tetrarch_transports(self) -> Sequence[TransportSpec]:
         return [
-            BackendSpec(
-                _T, "ipc", _IPC, probe=_probe_ipc, priority=20, schemes=("ipc",),
-                summary="unix domain sockets (same host)", capabilities=frozenset({"local"}),
+            TransportSpec(
+                "ipc", _IPC, probe=_probe_ipc, priority=20, schemes=("ipc",),
+                summary="unix domain sockets (same host)", capabilities=frozenset({_SAME}),
             ),
-            BackendSpec(
-                _T, "tcp", _TCP, probe=_probe_tcp, priority=10, schemes=("tcp",),
-                summary="TCP sockets", capabilities=frozenset({"local", "multi-host"}),
+            TransportSpec(
+                "tcp", _TCP, probe=_probe_tcp, priority=10, schemes=("tcp",),
+                summary="TCP sockets", capabilities=frozenset({_SAME, _MULTI}),
             ),
         ]
 
     @hookimpl
-    def tetrarch_rdma_backends(self) -> Sequence[BackendSpec]:
+    def tetrarch_rdma_backends(self) -> Sequence[RdmaBackendSpec]:
         return [
-            BackendSpec(
-                _R, "tcp", _RDMA_TCP, implemented=_written(_RDMA_TCP), priority=0,
-                summary="RDMA TCP fallback", capabilities=frozenset({"same-host", "multi-host"}),
+            RdmaBackendSpec(
+                "tcp", _RDMA_TCP, implemented=_written(_RDMA_TCP), priority=0,
+                summary="RDMA TCP fallback", capabilities=frozenset({_SAME, _MULTI}),
             ),
-            BackendSpec(
-                _R, "shm", _RDMA_SHM, implemented=_written(_RDMA_SHM), probe=_probe_rdma_shm, priority=5,
+            RdmaBackendSpec(
+                "shm", _RDMA_SHM, implemented=_written(_RDMA_SHM), probe=_probe_rdma_shm, priority=5,
                 summary="same host: one copy by cross-memory attach (process_vm_readv/writev)",
-                capabilities=frozenset({"same-host"}),
+                capabilities=frozenset({_SAME}),
             ),
         ]
 
 
-def required_capabilities(request: Mapping[str, object]) -> frozenset[str]:
-    """The capability names in ``request["require"]`` (a string or a collection).
-
-    Raises:
-        TypeError: it is neither.
-    """
-    require = request.get("require")
-    if not require:
-        return frozenset()
-    if isinstance(require, str):
-        return frozenset({require})
-    if isinstance(require, Collection):
-        return frozenset(str(item) for item in require)
-    raise ArgumentTypeError(f"request['require'] must be a set of capability names, got {require!r}")
-
-
-def default_policy(
-    candidates: Sequence[BackendSpec], request: Mapping[str, object]
-) -> BackendSpec | None:
-    """Highest priority among the candidates that have every ``request["require"]``
-    capability; ties go to the alphabetically first name. None when none qualifies.
-
-    Raises:
-        TypeError: ``request["require"]`` is not a string or collection of strings.
-    """
-    require = required_capabilities(request)
-    fit = [c for c in candidates if require <= c.capabilities]
+def default_policy(candidates: Sequence[BackendSpec], request: SelectionRequest) -> BackendSpec | None:
+    """Highest priority among the candidates that have every capability of ``request.require``;
+    ties go to the alphabetically first name. None when none qualifies. Never raises."""
+    fit = [c for c in candidates if request.require <= c.capabilities]
     if not fit:
         return None
     return min(fit, key=lambda c: (-c.priority, c.name))
@@ -125,6 +102,6 @@ class DefaultPolicy:
 
     @hookimpl(trylast=True)
     def tetrarch_select_backend(
-        self, kind: BackendKind, candidates: Sequence[BackendSpec], request: Mapping[str, object]
+        self, kind: BackendKind, candidates: Sequence[BackendSpec], request: SelectionRequest
     ) -> BackendSpec | None:
         return default_policy(candidates, request)

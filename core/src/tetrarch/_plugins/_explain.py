@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._request import SelectionRequest, capability_names
 from ._rows import is_absent
 from ._specs import BackendKind, BackendSpec, BackendStatus, Status
 
@@ -46,13 +47,13 @@ class Trace:
 
 
 def trace_hooks(trace: Trace, hook: Any, kind: BackendKind, candidates: Sequence[BackendSpec],
-                request: Mapping[str, object], chosen: BackendSpec | None) -> None:
+                request: SelectionRequest, chosen: BackendSpec | None) -> None:
     """Note which ``tetrarch_select_backend`` implementation returned ``chosen``.
 
     ``hook`` is the pluggy hook caller; its implementations are asked one by one in the
     order pluggy calls them (policy hooks are pure), core's default policy last.
     """
-    from ._builtin import DefaultPolicy, required_capabilities
+    from ._builtin import DefaultPolicy
 
     names = ", ".join(f"{c.name} (priority {c.priority})" for c in candidates)
     args = {"kind": kind, "candidates": candidates, "request": request}
@@ -66,8 +67,8 @@ def trace_hooks(trace: Trace, hook: Any, kind: BackendKind, candidates: Sequence
                        True)
             return
         trace.note("hook", "no plugin hook chose" + (f" ({', '.join(deferred)} deferred)" if deferred else ""))
-        require = required_capabilities(request)
-        trace.note("priority", f"highest priority among {names}" + (f" having {sorted(require)}" if require else "")
+        require = capability_names(request.require)
+        trace.note("priority", f"highest priority among {names}" + (f" having {require}" if require else "")
                    + (f": {chosen.name!r}" if chosen else ": none qualifies"), chosen is not None)
         return
 
@@ -88,7 +89,7 @@ class Explanation:
 
     kind: BackendKind
     address: str | None
-    request: Mapping[str, object]
+    request: SelectionRequest
     rows: tuple[BackendStatus, ...]  #: every backend of the kind, installed or not
     steps: tuple[Step, ...]
     winner: BackendSpec | None
@@ -100,7 +101,7 @@ class Explanation:
         return {
             "kind": self.kind.value,
             "address": self.address,
-            "request": {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in self.request.items()},
+            "request": self.request.asked(),
             "backends": [{"backend": r.name, "status": r.status.value, "distribution": r.distribution,
                           "priority": r.spec.priority if r.spec else None,
                           "schemes": list(r.spec.schemes) if r.spec else [], "reason": r.reason} for r in self.rows],
@@ -113,14 +114,15 @@ class Explanation:
     def render(self) -> str:
         """The text ``tetrarch plugins --explain`` prints."""
         what = f"{self.kind.value} backend" + (f" for {self.address}" if self.address else "")
-        lines = [f"selecting the {what}" + (f", request {dict(self.request)}" if self.request else "") + ":", "",
+        asked = self.request.asked()
+        lines = [f"selecting the {what}" + (f", request {asked}" if asked else "") + ":", "",
                  "backends:"]
         for r in self.rows:
             prio = f"priority {r.spec.priority}" if r.spec is not None else ""
             schemes = " ".join(f"{s}://" for s in r.spec.schemes) if r.spec is not None else ""
             note = "" if r.status is Status.AVAILABLE or is_absent(r) else r.reason
             if is_absent(r):
-                note = r.hint or r.reason
+                note = r.remedy or r.reason
             cells = [r.name, r.shown, prio, schemes, note]
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, (10, 16, 12, 18, 0), strict=True)).rstrip())
         lines += ["", "decision (the first rule that decides wins):"]

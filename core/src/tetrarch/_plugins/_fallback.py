@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Mapping
 
 from .._config import RDMA_FALLBACK
 from .._errors import RDMATcpFallbackWarning
 from ._errors import BackendUnavailable
+from ._request import SelectionRequest
 from ._rows import describe
-from ._specs import BackendSpec, BackendStatus, Status
+from ._specs import BackendKind, BackendSpec, BackendStatus, Status
 
 __all__ = ["FALLBACK_ENV", "check_rdma_fallback"]
 
@@ -30,12 +30,12 @@ _fallback_lock = threading.Lock()
 _fallback_warned = False
 
 
-def check_rdma_fallback(chosen: BackendSpec, rows: list[BackendStatus], request: Mapping[str, object]) -> None:
+def check_rdma_fallback(chosen: BackendSpec, rows: list[BackendStatus], request: SelectionRequest) -> None:
     """Warn once (or raise) if ``chosen`` is a core backend while a fixable hardware backend was skipped.
 
     Raises:
         BackendUnavailable: the fallback is disabled (``TETRARCH_RDMA_FALLBACK=0`` or
-            ``request["allow_fallback"]`` is False).
+            ``request.allow_fallback`` is False); its ``remedy`` gathers the skipped backends' remedies.
     """
     row = next(r for r in rows if r.spec is chosen)
     if row.distribution != _CORE:
@@ -45,12 +45,16 @@ def check_rdma_fallback(chosen: BackendSpec, rows: list[BackendStatus], request:
     if not skipped:
         return
     detail = "; ".join(describe(r) for r in skipped)
-    if request.get("allow_fallback") is False or not RDMA_FALLBACK():
+    if not request.allow_fallback or not RDMA_FALLBACK():
+        fixes = "; ".join(f"{r.name}: {r.remedy}" for r in skipped if r.remedy)
         raise BackendUnavailable(
             f"no RDMA hardware backend is usable ({detail}) and the fallback to {chosen.name!r} is "
-            f"disabled ({FALLBACK_ENV}=0 or allow_fallback=False)"
+            f"disabled ({FALLBACK_ENV}=0 or allow_fallback=False)", kind=BackendKind.RDMA, name=chosen.name,
+            reason=f"no RDMA hardware backend is usable and the fallback to {chosen.name!r} is disabled",
+            remedy=(fixes + "; or " if fixes else "") + f"allow the fallback (unset {FALLBACK_ENV}; "
+                                                        "allow_fallback=True)",
         )
-    if request.get("fallback_warning") is False:
+    if not request.fallback_warning:
         return  # the caller warns where the fallback carries traffic (tetrarch._rdma: a transfer over tcp)
     _warn_once(f"tetrarch RDMA falls back to {chosen.name!r}; skipped: {detail}")
 

@@ -1,26 +1,20 @@
 """The hooks a tetrarch plugin implements (pluggy project name ``tetrarch``).
 
 A plugin distribution declares one entry point in the group ``tetrarch`` naming a
-featherweight module (no heavy imports at module level) that implements some of:
-
-.. code-block:: python
-
-    from tetrarch.plugins import hookimpl, BackendSpec, BackendKind
-
-    @hookimpl
-    def tetrarch_transports():
-        return [BackendSpec(BackendKind.TRANSPORT, "zmq", "my_pkg._zmq:ZmqTransport", ...)]
+featherweight module (no heavy imports at module level) that implements some of the
+hooks below. Each hook's docstring holds a complete minimal plugin module using it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pluggy
 
 from .._config import Setting
-from ._specs import BackendKind, BackendSpec
+from ._request import SelectionRequest
+from ._specs import AllocatorSpec, BackendKind, BackendSpec, RdmaBackendSpec, TransportSpec
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
@@ -30,28 +24,112 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def tetrarch_transports() -> Sequence[BackendSpec]:
-    """Return the transports this plugin provides."""
+def tetrarch_transports() -> Sequence[TransportSpec]:
+    """Return the transports this plugin provides, each a :class:`tetrarch.plugins.TransportSpec`.
+
+    ``schemes`` are the bare schemes of the addresses it serves (``tcp`` for
+    ``tcp://host:port``); users may also qualify them with its name (``foo+tcp://...``).
+    The factory's module implements :class:`tetrarch.plugins.transport.Transport`. A
+    complete minimal plugin module:
+
+    .. code-block:: python
+
+        from tetrarch.plugins import Capability, TransportSpec, hookimpl, library_probe
+
+        tetrarch_plugin_api = "1.2"
+
+        probe = library_probe("foo", "foo-bindings")   # yes("foo-bindings 1.0") or no(reason, remedy)
+
+        @hookimpl
+        def tetrarch_transports():
+            return [TransportSpec("foo", "tetrarch_transport_foo._foo:FooTransport", probe=probe, priority=5,
+                                  schemes=("tcp", "ipc"),
+                                  capabilities=frozenset({Capability.SAME_HOST, Capability.MULTI_HOST}))]
+    """
 
 
 @hookspec
-def tetrarch_rdma_backends() -> Sequence[BackendSpec]:
-    """Return the RDMA backends this plugin provides."""
+def tetrarch_rdma_backends() -> Sequence[RdmaBackendSpec]:
+    """Return the RDMA backends this plugin provides, each a :class:`tetrarch.plugins.RdmaBackendSpec`.
+
+    The factory's module implements :class:`tetrarch.plugins.rdma.RdmaBackend`. A
+    complete minimal plugin module:
+
+    .. code-block:: python
+
+        import os
+
+        from tetrarch.plugins import Capability, ProbeResult, RdmaBackendSpec, hookimpl
+
+        tetrarch_plugin_api = "1.2"
+
+        def probe() -> ProbeResult:                    # fast, side-effect free, never raises
+            if not os.path.exists("/dev/foo0"):
+                return ProbeResult.no("no foo device (/dev/foo0)", "load the foo kernel module")
+            return ProbeResult.yes("foo device /dev/foo0")
+
+        @hookimpl
+        def tetrarch_rdma_backends():
+            return [RdmaBackendSpec("foo", "tetrarch_rdma_foo._foo:FooRdmaBackend", probe=probe, priority=80,
+                                    capabilities=frozenset({Capability.SAME_HOST, Capability.MULTI_HOST}))]
+    """
 
 
 @hookspec
-def tetrarch_allocators() -> Sequence[BackendSpec]:
-    """Return the allocators this plugin provides."""
+def tetrarch_allocators() -> Sequence[AllocatorSpec]:
+    """Return the allocators this plugin provides, each a :class:`tetrarch.plugins.AllocatorSpec`.
+
+    Its capabilities say where its host agents run: ``SAME_HOST`` (this machine;
+    ``this_host()`` may use it), ``MULTI_HOST`` (other hosts; ``Allocator.spans_hosts``).
+    The factory's module implements :class:`tetrarch.plugins.allocator.Allocator`. A
+    complete minimal plugin module:
+
+    .. code-block:: python
+
+        import shutil
+
+        from tetrarch.plugins import AllocatorSpec, Capability, ProbeResult, hookimpl
+
+        tetrarch_plugin_api = "1.2"
+
+        def probe() -> ProbeResult:
+            if shutil.which("foo-submit") is None:
+                return ProbeResult.no("foo-submit not on PATH", "install the foo scheduler's client tools")
+            return ProbeResult.yes("foo-submit found")
+
+        @hookimpl
+        def tetrarch_allocators():
+            return [AllocatorSpec("foo", "tetrarch_alloc_foo._foo:FooAllocator", probe=probe,
+                                  capabilities=frozenset({Capability.MULTI_HOST}))]
+    """
 
 
 @hookspec(firstresult=True)
 def tetrarch_select_backend(
-    kind: BackendKind, candidates: Sequence[BackendSpec], request: Mapping[str, object]
+    kind: BackendKind, candidates: Sequence[BackendSpec], request: SelectionRequest
 ) -> BackendSpec | None:
     """Pick one of ``candidates`` (all available) for ``request``; None defers.
 
-    Only consulted when the user named no backend (argument, environment variable or
-    qualified address scheme). Core's default policy runs last: highest priority.
+    Only consulted when the user named no backend (argument, setting or qualified
+    address scheme). ``request`` is a frozen :class:`tetrarch.plugins.SelectionRequest`
+    (``request.kind`` is ``kind``; ``request.require``, the capabilities the caller needs:
+    return a candidate having them, or None). The first hook returning a candidate wins;
+    core's default policy runs last: the highest priority having ``request.require``.
+    A complete minimal plugin module:
+
+    .. code-block:: python
+
+        from tetrarch.plugins import BackendKind, hookimpl
+
+        tetrarch_plugin_api = "1.2"
+
+        @hookimpl
+        def tetrarch_select_backend(kind, candidates, request):
+            \"\"\"Site policy: host agents go through the 'sandbox' allocator when it is usable.\"\"\"
+            if kind is not BackendKind.ALLOCATOR:
+                return None                            # defer: other kinds are not this policy's business
+            return next((c for c in candidates
+                         if c.name == "sandbox" and request.require <= c.capabilities), None)
     """
 
 
@@ -70,7 +148,7 @@ def tetrarch_settings() -> Sequence[Setting[Any]]:
 
         from tetrarch.plugins import Setting, hookimpl
 
-        tetrarch_plugin_api = "1.1"
+        tetrarch_plugin_api = "1.2"
 
         FOO_DEPTH = Setting("foo_depth", "TETRARCH_FOO_DEPTH", int, 4,
                             "requests the foo backend keeps in flight")

@@ -108,9 +108,14 @@ def _one_line(exc: BaseException) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
+#: The spec type each kind's hook returns (plugins of plugin API 1.0/1.1 return their base, ``BackendSpec``).
+_SPEC_TYPE = {BackendKind.TRANSPORT: "TransportSpec", BackendKind.RDMA: "RdmaBackendSpec",
+              BackendKind.ALLOCATOR: "AllocatorSpec"}
+
+
 def _validate(obj: object, kind: BackendKind, hook: str) -> BackendSpec:
     if not isinstance(obj, BackendSpec):
-        raise ArgumentTypeError(f"{hook}() returned {obj!r}, not a tetrarch BackendSpec")
+        raise ArgumentTypeError(f"{hook}() returned {obj!r}, not a tetrarch.plugins.{_SPEC_TYPE[kind]}")
     if obj.kind is not kind:
         raise ArgumentError(f"{hook}() returned a {obj.kind.value} backend {obj.name!r}; expected kind {kind.value}")
     if not isinstance(obj.name, str) or not _NAME_RE.fullmatch(obj.name):

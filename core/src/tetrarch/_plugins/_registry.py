@@ -7,6 +7,7 @@ backend by kind with :meth:`Registry.select` / :meth:`Registry.create`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 from collections.abc import Iterable, Mapping
@@ -17,13 +18,15 @@ import pluggy
 from .._config import ALLOCATOR, DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_BACKEND, TRANSPORT, Setting, probe_generation
 from .._errors import ArgumentError, ArgumentTypeError
 from . import _hookspecs
-from ._builtin import BuiltinBackends, DefaultPolicy, required_capabilities
+from ._builtin import BuiltinBackends, DefaultPolicy
 from ._errors import BackendNotFound, BackendUnavailable
-from ._explain import Explanation, Trace, scheme_listing, trace_hooks
+from ._explain import Explanation, Trace, trace_hooks
 from ._fallback import FALLBACK_ENV, check_rdma_fallback
 from ._hookspecs import PROJECT
-from ._known import KNOWN_BACKENDS, known_backend, known_for_distribution, normalize_dist
+from ._known import KNOWN_BACKENDS, known_for_distribution, normalize_dist
 from ._loader import STATUS_OF_STATE, PluginRecord, PluginSource, PluginState, load_entry_points, load_sources
+from ._refusals import no_such_backend, no_transport_for, not_usable
+from ._request import SelectionRequest, capability_names
 from ._rows import describe as _describe
 from ._rows import is_absent, not_implemented_reason, spec_row, with_alternatives
 from ._specs import BackendKind, BackendSpec, BackendStatus, Status
@@ -181,9 +184,10 @@ class Registry:
         Raises:
             BackendNotFound: no plugin provides it and it is no known first-party one.
         """
-        rows = self._rows_named(BackendKind(kind), name)
+        kind = BackendKind(kind)
+        rows = self._rows_named(kind, name)
         if not rows:
-            raise BackendNotFound(self._not_found(BackendKind(kind), name, "status()"))
+            raise no_such_backend(kind, name, "status()", self.statuses(kind), self._records)
         return rows[0]
 
     def _rows_named(self, kind: BackendKind, name: str) -> list[BackendStatus]:
@@ -259,7 +263,7 @@ class Registry:
         name: str | None = None,
         *,
         address: str | None = None,
-        request: Mapping[str, object] | None = None,
+        request: SelectionRequest | Mapping[str, object] | None = None,
         among: Iterable[str] | None = None,
     ) -> BackendSpec:
         """Choose the backend of ``kind`` to use.
@@ -270,10 +274,13 @@ class Registry:
         > the backend named by a qualified ``address`` (``zmq+tcp://...``) > the ``tetrarch_select_backend``
         hook over the available backends (for a plain ``tcp://`` / ``ipc://`` address,
         only those serving its scheme). Core's policy picks the highest priority with
-        every capability in ``request["require"]``. An explicit choice is never
+        every capability in ``request.require``. An explicit choice is never
         replaced by another backend. An RDMA choice that falls back to a core backend
         while a hardware backend is installed warns once per process (or raises when
-        ``request["allow_fallback"]`` is False or ``TETRARCH_RDMA_FALLBACK=0``).
+        ``request.allow_fallback`` is False or ``TETRARCH_RDMA_FALLBACK=0``).
+        ``request`` is a :class:`SelectionRequest` for ``kind`` (None: the default one; a
+        mapping of plugin API 1.1 with keys named as its fields is turned into one); the
+        registry fills its ``scheme`` from a plain ``address``.
         ``among`` limits an automatic choice to those names (an RDMA transfer: the
         backends both sides have); an explicit choice is not limited by it. A backend
         available *on request* only is passed over unless ``among`` names it (a buffer's
@@ -286,10 +293,16 @@ class Registry:
             BackendUnavailable: the chosen backend is not implemented, unavailable,
                 broken, disabled or in conflict, or no backend of the kind is available.
             ValueError: a malformed address, an address for a non-transport kind, an
-                address contradicting the explicit choice, or a setting's environment
+                address contradicting the explicit choice or the request's scheme, a request
+                for another kind or with a key that is no field, or a setting's environment
                 variable holding no valid value.
+            TypeError: a request's field of the wrong type.
+
+        Errors of the backend (not of the arguments) carry ``kind``, ``name`` (None for an
+        automatic choice), ``reason`` and ``remedy`` as fields.
         """
-        return self._select(BackendKind(kind), name, address, request or {}, None, among)
+        kind = BackendKind(kind)
+        return self._select(kind, name, address, SelectionRequest.of(kind, request), None, among)
 
     def explain(
         self,
@@ -297,7 +310,7 @@ class Registry:
         name: str | None = None,
         *,
         address: str | None = None,
-        request: Mapping[str, object] | None = None,
+        request: SelectionRequest | Mapping[str, object] | None = None,
     ) -> Explanation:
         """How :meth:`select` decides for these arguments, rule by rule, and what it selects.
 
@@ -305,22 +318,24 @@ class Registry:
         selection error becomes the explanation's ``error`` instead of being raised.
 
         Raises:
-            ValueError: ``kind`` is no backend kind.
+            ValueError: ``kind`` is no backend kind, or ``request`` is no request for it (as :meth:`select`).
+            TypeError: as :meth:`select`.
         """
         kind = BackendKind(kind)
+        req = SelectionRequest.of(kind, request)
         trace = Trace()
         winner: BackendSpec | None = None
         error = ""
         try:
-            winner = self._select(kind, name, address, request or {}, trace)
+            winner = self._select(kind, name, address, req, trace)
         except (BackendNotFound, BackendUnavailable, ValueError, TypeError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         row = next((r for r in self.statuses(kind) if winner is not None and r.spec is winner), None)
         origin = f"{row.distribution} {row.version}".strip() if row else ""
-        return Explanation(kind, address, dict(request or {}), tuple(self.statuses(kind)), tuple(trace.steps),
-                           winner, origin, error)
+        return Explanation(kind, address, req, tuple(self.statuses(kind)), tuple(trace.steps), winner, origin,
+                           error)
 
-    def _select(self, kind: BackendKind, name: str | None, address: str | None, req: Mapping[str, object],
+    def _select(self, kind: BackendKind, name: str | None, address: str | None, req: SelectionRequest,
                 trace: Trace | None, among: Iterable[str] | None = None) -> BackendSpec:
         note = trace.note if trace is not None else (lambda *_a, **_k: None)
         addr_backend: str | None = None
@@ -329,6 +344,10 @@ class Registry:
             if kind is not BackendKind.TRANSPORT:
                 raise ArgumentError(f"an address only selects a transport, not a {kind.value} backend")
             addr_backend, scheme, _ = split_address(address)
+            if req.scheme is not None and req.scheme != scheme:
+                raise ArgumentError(f"address {address!r} is of scheme {scheme!r} but the request's is {req.scheme!r}")
+            req = dataclasses.replace(req, scheme=scheme)
+        scheme = req.scheme
         chosen: str | None
         if name:
             chosen, source = name, f"name={name!r}"
@@ -358,43 +377,20 @@ class Registry:
         spec = self._named(kind, chosen, source)
         if scheme is not None and scheme not in spec.schemes:
             served = ", ".join(f"{s}://" for s in spec.schemes) or "nothing"
-            raise ArgumentError(f"transport {chosen!r} ({source}) cannot serve {address!r}; it serves {served}")
+            raise ArgumentError(f"transport {chosen!r} ({source}) cannot serve {address or scheme + '://'!r}; it "
+                                f"serves {served}")
         return spec
 
     def _named(self, kind: BackendKind, name: str, source: str) -> BackendSpec:
         rows = self._rows_named(kind, name)
         if not rows or is_absent(rows[0]):
-            raise BackendNotFound(self._not_found(kind, name, source))
+            raise no_such_backend(kind, name, source, self.statuses(kind), self._records)
         row = rows[0]
         if row.status is Status.AVAILABLE and row.spec is not None:
             return row.spec
-        where = f"{row.distribution} {row.version}".strip()
-        message = f"{kind.value} backend {name!r} ({where}), chosen by {source}, "
-        if row.status is Status.NOT_IMPLEMENTED:  # its hint would repeat the list of available ones below
-            message += f"cannot be used: {row.reason}"
-        else:
-            message += f"is {row.status.value}" + (f": {row.reason}" if row.reason else "")
-            message += f"; {row.hint}" if row.hint else ""
-        others = [r.name for r in self.statuses(kind) if r.status is Status.AVAILABLE]
-        message += ". An explicit choice is never replaced; available instead: " + (", ".join(others) or "none")
-        raise BackendUnavailable(message)
+        raise not_usable(row, source, self.statuses(kind))
 
-    def _not_found(self, kind: BackendKind, name: str, source: str) -> str:
-        message = f"no {kind.value} backend named {name!r} (chosen by {source}); {self._installed(kind)}"
-        known = known_backend(kind, name)
-        if known is not None and not known.implemented:
-            message += f". {name!r} is not implemented yet (it is to come with {known.distribution})"
-        elif known is not None:
-            message += f". {name!r} comes with {known.distribution}: {known.hint}"
-        unloaded = [p for p in self._records if p.state in (PluginState.BROKEN, PluginState.INCOMPATIBLE)
-                    and not known_for_distribution(p.distribution)]
-        if unloaded:
-            message += ". Plugins that could not be loaded (one may provide it): " + "; ".join(
-                f"{p.name} ({p.distribution} {p.version}): {p.state.value}, {p.reason}" for p in unloaded
-            )
-        return message
-
-    def _auto(self, kind: BackendKind, scheme: str | None, request: Mapping[str, object],
+    def _auto(self, kind: BackendKind, scheme: str | None, request: SelectionRequest,
               among: frozenset[str] | None = None, trace: Trace | None = None) -> BackendSpec:
         rows = [r for r in self.statuses(kind) if not is_absent(r)]
         if among is not None:
@@ -404,7 +400,7 @@ class Registry:
             rows = [r for r in rows if r.spec is not None and scheme in r.spec.schemes]
             what = f"transport for {scheme}:// addresses"
             if not rows:
-                raise BackendNotFound(f"no installed transport serves {scheme}:// addresses; " + self._installed(kind))
+                raise no_transport_for(scheme, self.statuses(kind))
         candidates = [r.spec for r in rows if r.status is Status.AVAILABLE and r.spec is not None
                       and (among is None or r.name in among) and (not r.on_request or among is not None)]
         if trace is not None and among is None and any(r.on_request for r in rows):
@@ -418,30 +414,25 @@ class Registry:
         elif trace is not None:
             trace.note("hook", "no available candidate to choose from")
         if chosen is None:
-            message = f"no {what} is available"
-            require = required_capabilities(request)
-            if candidates and require:
-                message += f" with capabilities {sorted(require)}"
-            message += ": " + ("; ".join(_describe(r) for r in rows) or "none is installed")
-            hints = [r.hint for r in self.statuses(kind) if r.status is Status.NOT_INSTALLED]
-            if hints:
-                message += ". Install one: " + " or ".join(hints)
-            raise BackendUnavailable(message)
+            reason = f"no {what} is available"
+            if candidates and request.require:
+                reason += f" with capabilities {capability_names(request.require)}"
+            message = reason + ": " + ("; ".join(_describe(r) for r in rows) or "none is installed")
+            installs = [r.remedy for r in self.statuses(kind) if r.status is Status.NOT_INSTALLED]
+            if installs:
+                message += ". Install one: " + " or ".join(installs)
+            fixes = [f"{r.name}: {r.remedy}" for r in rows if r.remedy and r.status is not Status.AVAILABLE]
+            remedy = "; ".join(fixes + (["or install one: " + " or ".join(installs)] if installs else []))
+            raise BackendUnavailable(message, kind=kind, reason=reason, remedy=remedy)
         if not any(chosen is c for c in candidates):
             raise BackendUnavailable(f"a tetrarch_select_backend hook returned {chosen!r}, which is not an available "
-                                     f"candidate")
+                                     f"candidate", kind=kind, name=getattr(chosen, "name", None),
+                                     reason="a tetrarch_select_backend hook returned no available candidate",
+                                     remedy="a bug in the plugin of that hook; report it, or disable it "
+                                            f"({DISABLE_ENV}=<its distribution>)")
         if kind is BackendKind.RDMA:
             check_rdma_fallback(chosen, rows, request)
         return chosen
-
-    def _installed(self, kind: BackendKind) -> str:
-        """Every discoverable backend of ``kind`` (status, schemes) and how to install the absent first-party ones."""
-        rows = self.statuses(kind)
-        text = f"installed {kind.value} backends: " + scheme_listing([r for r in rows if not is_absent(r)])
-        absent = [r for r in rows if r.status is Status.NOT_INSTALLED]
-        if absent:
-            text += "; not installed: " + ", ".join(f"{r.name} ({r.hint})" for r in absent)
-        return text
 
     # ---------------------------------------------------------------- creation
 
@@ -451,7 +442,7 @@ class Registry:
         name: str | None = None,
         *,
         address: str | None = None,
-        request: Mapping[str, object] | None = None,
+        request: SelectionRequest | Mapping[str, object] | None = None,
         fresh: bool = False,
     ) -> object:
         """Select a backend (see :meth:`select`) and return its instance.
@@ -529,9 +520,11 @@ class Registry:
             for part in attr.split("."):
                 obj = getattr(obj, part)
         except Exception as exc:
+            reason = f"cannot import the factory {spec.factory!r}: {type(exc).__name__}: {exc}"
             raise BackendUnavailable(
                 f"cannot import the factory {spec.factory!r} of {spec.kind.value} backend {spec.name!r} "
-                f"(plugin from {origin}): {type(exc).__name__}: {exc}"
+                f"(plugin from {origin}): {type(exc).__name__}: {exc}", kind=spec.kind, name=spec.name,
+                reason=reason, remedy=f"reinstall {origin.rsplit(' ', 1)[0]} (a bug in it if that does not help)",
             ) from exc
         return obj
 

@@ -3,7 +3,7 @@
 Order of importance: a backend whose code is not written yet is ``not implemented``,
 whatever its probe finds (a missing library or tool is then only context, and its
 remedy is dropped: nobody should install hardware tools for a backend that cannot
-run); a disabled plugin is ``disabled``; otherwise the probe decides. Hints name only
+run); a disabled plugin is ``disabled``; otherwise the probe decides. Remedies name only
 backends that exist and are available here.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
+from ._specs import BackendKind, BackendSpec, BackendStatus, Capability, ProbeResult, Status
 
 __all__ = ["describe", "is_absent", "kind_noun", "not_implemented_reason", "run_probe", "spec_row", "with_alternatives"]
 
@@ -74,12 +74,12 @@ def _alternatives(rows: Sequence[BackendStatus], kind: BackendKind, name: str) -
 def _scope(row: BackendStatus) -> str:
     """`` (same host only)`` for an alternative that cannot serve peers on other hosts."""
     caps = row.spec.capabilities if row.spec is not None else frozenset()
-    return " (same host only)" if caps & {"same-host", "local"} and "multi-host" not in caps else ""
+    return " (same host only)" if Capability.SAME_HOST in caps and Capability.MULTI_HOST not in caps else ""
 
 
 def with_alternatives(rows: list[BackendStatus]) -> list[BackendStatus]:
-    """``rows`` with the hint of each ``not implemented`` row naming the available backends of its kind."""
-    return [replace(r, hint=_alternatives(rows, r.kind, r.name)) if r.status is Status.NOT_IMPLEMENTED else r
+    """``rows`` with the remedy of each ``not implemented`` row naming the available backends of its kind."""
+    return [replace(r, remedy=_alternatives(rows, r.kind, r.name)) if r.status is Status.NOT_IMPLEMENTED else r
             for r in rows]
 
 

@@ -63,12 +63,13 @@ def choose_backend(desc: Descriptor) -> str:
         else:
             remote_reasons.append(f"{name}: {why}")
     if not shared:
+        remedy = ("install the owner's backend here, or have the owner register with one this process has: "
+                  "`tetrarch plugins` lists them")
         raise BackendUnavailable(
             f"no RDMA backend of this process can reach the buffer owned by {desc.owner_name} at "
             f"{desc.owner.address}: the owner registered it with {sorted(desc.contexts)}, and here "
-            + "; ".join(remote_reasons)
-            + " (install the owner's backend here, or have the owner register with one this process has: "
-              "`tetrarch plugins` lists them)"
+            + "; ".join(remote_reasons) + f" ({remedy})", kind=BackendKind.RDMA, remedy=remedy,
+            reason=f"no RDMA backend of this process can reach a buffer registered with {sorted(desc.contexts)}",
         )
     spec = get_registry().select(BackendKind.RDMA, among=shared, request=QUIET)
     if spec.name not in shared:
@@ -76,7 +77,9 @@ def choose_backend(desc: Descriptor) -> str:
             f"RDMA backend {spec.name!r} was chosen (rdma_backend setting) but cannot reach the buffer owned by "
             f"{desc.owner_name} at {desc.owner.address}: the owner registered it with {sorted(desc.contexts)}"
             + (f" ({'; '.join(remote_reasons)})" if remote_reasons else "")
-            + "; unset TETRARCH_RDMA_BACKEND or choose one of those"
+            + "; unset TETRARCH_RDMA_BACKEND or choose one of those", kind=BackendKind.RDMA, name=spec.name,
+            reason=f"the buffer's owner registered it with {sorted(desc.contexts)} only",
+            remedy=f"unset TETRARCH_RDMA_BACKEND or choose one of {sorted(desc.contexts)}",
         )
     return spec.name
 

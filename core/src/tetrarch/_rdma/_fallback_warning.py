@@ -14,15 +14,16 @@ import sys
 import threading
 import warnings
 from collections.abc import Mapping
-from types import FrameType, MappingProxyType
+from types import FrameType
 
 from .._config import RDMA_BACKEND
 from .._errors import RDMATcpFallbackWarning
+from .._plugins import BackendKind, SelectionRequest
 
 __all__ = ["QUIET", "tcp_carries_a_transfer"]
 
 #: The ``request`` of the frontend's ``registry.select(BackendKind.RDMA, ...)`` calls.
-QUIET: Mapping[str, object] = MappingProxyType({"fallback_warning": False})
+QUIET = SelectionRequest(BackendKind.RDMA, fallback_warning=False)
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TESTING = _PACKAGE + "testing" + os.sep  # its actors stand for user code

@@ -34,6 +34,8 @@ __all__ = ["RdmaService", "rdma_service"]
 _log = get_logger("rdma")
 SERVICE = "rdma"
 _RELEASED_KEPT = 4096  # why a buffer was released is remembered for this many of the latest ones
+#: What to do about a backend that failed to start in this process (it is not tried again here).
+_START_REMEDY = "fix what its error names, then start a new process; `tetrarch doctor rdma` shows the probes"
 OpHandler = Callable[[_wire.SysHeader, list], None]
 
 
@@ -104,11 +106,14 @@ class RdmaService:
         from .._plugins import BackendUnavailable
 
         if name in self._failed:
-            raise BackendUnavailable(self._failed[name])
+            raise BackendUnavailable(self._failed[name], kind=BackendKind.RDMA, name=name, reason=self._failed[name],
+                                     remedy=_START_REMEDY)
         instance = get_registry().create(BackendKind.RDMA, name)
         if not isinstance(instance, RdmaBackend):
             raise BackendUnavailable(f"RDMA backend {name!r} built a {type(instance).__qualname__}, which is no "
-                                     f"tetrarch.plugins.RdmaBackend; a bug in its plugin")
+                                     f"tetrarch.plugins.RdmaBackend; a bug in its plugin", kind=BackendKind.RDMA,
+                                     name=name, reason=f"its factory built a {type(instance).__qualname__}",
+                                     remedy="a bug in its plugin; report it")
         with self._lock:
             if name in self._backends:
                 return self._backends[name]
@@ -116,7 +121,8 @@ class RdmaService:
                 instance.start(_Host(self, name))
             except Exception as exc:
                 self._failed[name] = f"RDMA backend {name!r} failed to start here: {type(exc).__name__}: {exc}"
-                raise BackendUnavailable(self._failed[name]) from exc
+                raise BackendUnavailable(self._failed[name], kind=BackendKind.RDMA, name=name,
+                                         reason=self._failed[name], remedy=_START_REMEDY) from exc
             self._backends[name] = instance
         return instance
 
@@ -155,7 +161,9 @@ class RdmaService:
         if not contexts:
             from .._plugins import BackendUnavailable
 
-            raise BackendUnavailable("no RDMA backend could register this memory: " + "; ".join(reasons))
+            raise BackendUnavailable("no RDMA backend could register this memory: " + "; ".join(reasons),
+                                     kind=BackendKind.RDMA, reason="; ".join(reasons),
+                                     remedy="see each backend's reason; `tetrarch doctor rdma` shows their probes")
         alive, finalizer = _lifetime(memory.root, lambda: self.deregister(buffer_id, "its memory was freed"))
         entry = _Entry(buffer_id, region.address, region.nbytes, region.view is None or region.view.readonly,
                        alive, context().actor_instance.key, contexts, finalizer)

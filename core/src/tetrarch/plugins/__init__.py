@@ -15,9 +15,9 @@ torch at module level, so ``tetrarch plugins`` and backend selection stay fast.
 
 ``tetrarch_transport_foo/_plugin.py``::
 
-    from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl, python_library_found
+    from tetrarch.plugins import Capability, ProbeResult, TransportSpec, hookimpl, python_library_found
 
-    tetrarch_plugin_api = "1.1"             # the plugin API version it was written for: a literal
+    tetrarch_plugin_api = "1.2"             # the plugin API version it was written for: a literal
 
     def _probe() -> ProbeResult:            # fast, side-effect free, never raises
         found = python_library_found("foo", "foo-bindings")
@@ -27,14 +27,27 @@ torch at module level, so ``tetrarch plugins`` and backend selection stay fast.
 
     @hookimpl
     def tetrarch_transports():
-        return [BackendSpec(BackendKind.TRANSPORT, "foo", "tetrarch_transport_foo._foo:FooTransport",
-                            probe=_probe, priority=5, schemes=("tcp",),
-                            capabilities=frozenset({"local", "multi-host"}))]
+        return [TransportSpec("foo", "tetrarch_transport_foo._foo:FooTransport",
+                              probe=_probe, priority=5, schemes=("tcp",),
+                              capabilities=frozenset({Capability.SAME_HOST, Capability.MULTI_HOST}))]
 
 ``tetrarch_transport_foo/_foo.py`` then implements :class:`Transport` (imported
 only when the backend is used). Users pick it with ``TETRARCH_TRANSPORT=foo``, an
 address such as ``foo+tcp://host:port``, or by priority; ``tetrarch plugins`` shows
 its status. A ``tetrarch_select_backend`` hookimpl may replace the default policy.
+
+**Typed contracts** (plugin API 1.2): each kind has its spec type, with only the
+fields that kind has: :class:`TransportSpec` (``schemes``: the bare address schemes it
+serves, ``tcp`` and ``ipc``, never ``foo+tcp``), :class:`RdmaBackendSpec` and
+:class:`AllocatorSpec`, over their common base :class:`BackendSpec`. Capabilities are
+:class:`Capability` members (``SAME_HOST``, ``MULTI_HOST``). A policy hook gets a frozen
+:class:`SelectionRequest` (``request.require``, ``request.allow_fallback``, ...).
+:class:`BackendNotFound` and :class:`BackendUnavailable` carry ``kind``, ``name``,
+``reason`` and ``remedy``; a :class:`BackendStatus` row has ``reason`` and ``remedy``.
+Still accepted, for plugins written for 1.0/1.1: ``BackendSpec(BackendKind.TRANSPORT,
+...)``, the capability ``"local"`` (normalised to ``SAME_HOST``), a request read as a
+mapping (``request["require"]``, deprecated: it warns) and ``BackendStatus.hint``
+(a deprecated alias of ``remedy``).
 
 Code that needs a backend asks by kind: :func:`get_transport` returns a
 :class:`Transport`, :func:`get_allocator` an :class:`Allocator`. RDMA backends implement
@@ -69,7 +82,7 @@ version of this API. MINOR grows when it grows compatibly (a new name, an option
 hook, a field or method with a default); MAJOR grows when a plugin written for the old
 one could break (a name removed, a hook's or record's required arguments changed, a new
 abstract method, a stricter contract). A plugin declares the version it was written
-for as ``tetrarch_plugin_api = "1.1"`` in its entry point module; it loads when its
+for as ``tetrarch_plugin_api = "1.2"`` in its entry point module; it loads when its
 MAJOR is this one's and its MINOR not newer, else ``tetrarch plugins`` lists it
 ``incompatible`` with both versions and the fix, and it is not loaded. A plugin that
 declares nothing is taken as ``"1.0"`` (it predates declarations): it loads under 1.x
@@ -96,7 +109,18 @@ from .._plugins._helpers import (
 from .._plugins._hookspecs import hookimpl, hookspec
 from .._plugins._loader import PluginRecord, PluginSource, PluginState
 from .._plugins._registry import Registry, get_allocator, get_registry, get_transport
-from .._plugins._specs import BackendKind, BackendSpec, BackendStatus, ProbeResult, Status
+from .._plugins._request import SelectionRequest
+from .._plugins._specs import (
+    AllocatorSpec,
+    BackendKind,
+    BackendSpec,
+    BackendStatus,
+    Capability,
+    ProbeResult,
+    RdmaBackendSpec,
+    Status,
+    TransportSpec,
+)
 
 _LAZY = {
     "Transport": "tetrarch._transport._base",
@@ -142,12 +166,14 @@ __all__ = [
     "Allocation",
     "Allocator",
     "AllocatorError",
+    "AllocatorSpec",
     "BackendKind",
     "BackendNotFound",
     "BackendSpec",
     "BackendStatus",
     "BackendUnavailable",
     "CallQueue",
+    "Capability",
     "Connection",
     "ConnectionClosed",
     "ConnectionHandler",
@@ -167,13 +193,16 @@ __all__ = [
     "ProbeResult",
     "QualifiedAddress",
     "RdmaBackend",
+    "RdmaBackendSpec",
     "RdmaHost",
     "Registry",
     "RemoteRegion",
+    "SelectionRequest",
     "Setting",
     "Status",
     "Transport",
     "TransportError",
+    "TransportSpec",
     "WatchedProcess",
     "advertised_host",
     "batch_helper_threads",

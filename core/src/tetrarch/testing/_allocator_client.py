@@ -89,7 +89,8 @@ def _serve(cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
     allocator = get_allocator(cfg["allocator"])
     row = get_registry().status(BackendKind.ALLOCATOR, cfg["allocator"])
     client_host = allocator.client_host(cfg["options"]) if allocator.spans_hosts else None
-    emit(spans_hosts=allocator.spans_hosts, capabilities=sorted(row.spec.capabilities if row.spec else ()),
+    capabilities = sorted(str(c) for c in (row.spec.capabilities if row.spec else ()))
+    emit(spans_hosts=allocator.spans_hosts, capabilities=capabilities,
          client_host=client_host, hostname=socket.gethostname())
     return job, hosts, probes
 

@@ -10,13 +10,13 @@ import os
 import socket
 from collections.abc import Sequence
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
+from tetrarch.plugins import AllocatorSpec, Capability, ProbeResult, TransportSpec, hookimpl
 
 #: The plugin API version this plugin was written for: a literal, checked against
 #: ``tetrarch.plugins.PLUGIN_API_VERSION`` when tetrarch loads the plugin (same MAJOR, and a
 #: MINOR no newer than tetrarch's, or ``tetrarch plugins`` lists it ``incompatible``). Raise it
 #: when the plugin starts to use a name of a newer plugin API; never assign PLUGIN_API_VERSION.
-tetrarch_plugin_api = "1.1"
+tetrarch_plugin_api = "1.2"
 
 
 def transport_probe() -> ProbeResult:
@@ -37,31 +37,29 @@ def allocator_probe() -> ProbeResult:
 
 
 @hookimpl
-def tetrarch_transports() -> Sequence[BackendSpec]:
+def tetrarch_transports() -> Sequence[TransportSpec]:
     return [
-        BackendSpec(
-            BackendKind.TRANSPORT,
+        TransportSpec(
             "threaded",
             "tetrarch_plugin_template._transport:ThreadedTransport",  # imported only when used
             probe=transport_probe,
             priority=1,  # below the builtin ipc (20) and tcp (10): used when chosen
             summary="TCP sockets, a thread per connection (template)",
-            schemes=("tcp",),
-            capabilities=frozenset({"local", "multi-host"}),
+            schemes=("tcp",),  # bare address schemes: it serves tcp:// (and threaded+tcp://) addresses
+            capabilities=frozenset({Capability.SAME_HOST, Capability.MULTI_HOST}),
         )
     ]
 
 
 @hookimpl
-def tetrarch_allocators() -> Sequence[BackendSpec]:
+def tetrarch_allocators() -> Sequence[AllocatorSpec]:
     return [
-        BackendSpec(
-            BackendKind.ALLOCATOR,
+        AllocatorSpec(
             "sandbox",
             "tetrarch_plugin_template._allocator:SandboxAllocator",
             probe=allocator_probe,
             priority=1,  # below core's local allocator: used when chosen
             summary="host agents on this machine, each in its own scratch folder (template)",
-            capabilities=frozenset({"same-host"}),
+            capabilities=frozenset({Capability.SAME_HOST}),  # its host agents run on this machine
         )
     ]

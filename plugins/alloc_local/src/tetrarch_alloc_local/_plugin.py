@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
+from tetrarch.plugins import AllocatorSpec, Capability, ProbeResult, hookimpl
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.1"
+tetrarch_plugin_api = "1.2"
 
 
 def probe() -> ProbeResult:
@@ -20,16 +20,15 @@ def probe() -> ProbeResult:
 
 
 @hookimpl
-def tetrarch_allocators() -> Sequence[BackendSpec]:
+def tetrarch_allocators() -> Sequence[AllocatorSpec]:
     return [
-        BackendSpec(
-            BackendKind.ALLOCATOR,
+        AllocatorSpec(
             "local",
             "tetrarch_alloc_local._local:LocalAllocator",
             probe=probe,
             priority=10,
             extra="local",
             summary="host agents as processes on this machine",
-            capabilities=frozenset({"same-host"}),
+            capabilities=frozenset({Capability.SAME_HOST}),
         )
     ]

@@ -7,10 +7,10 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, hookimpl
+from tetrarch.plugins import AllocatorSpec, Capability, ProbeResult, hookimpl
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.1"
+tetrarch_plugin_api = "1.2"
 
 LOCAL = "for a local test cluster: scripts/local-slurm start --nodes 2 && eval \"$(scripts/local-slurm env)\""
 INSTALL = ("run on a Slurm login node, or install the Slurm client tools (slurm-client) and set SLURM_CONF; "
@@ -42,10 +42,9 @@ def probe() -> ProbeResult:
 
 
 @hookimpl
-def tetrarch_allocators() -> Sequence[BackendSpec]:
+def tetrarch_allocators() -> Sequence[AllocatorSpec]:
     return [
-        BackendSpec(
-            BackendKind.ALLOCATOR,
+        AllocatorSpec(
             "slurm",
             "tetrarch_alloc_slurm._slurm:SlurmAllocator",
             probe=probe,
@@ -53,6 +52,6 @@ def tetrarch_allocators() -> Sequence[BackendSpec]:
             priority=0,
             extra="slurm",
             summary="host agents on the nodes of a Slurm job (sbatch + srun)",
-            capabilities=frozenset({"multi-host"}),
+            capabilities=frozenset({Capability.MULTI_HOST}),
         )
     ]

@@ -23,10 +23,10 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, Setting, hookimpl
+from tetrarch.plugins import Capability, ProbeResult, RdmaBackendSpec, Setting, hookimpl
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.1"
+tetrarch_plugin_api = "1.2"
 
 INSTALL = "apt-get install libfabric1 libfabric-dev"
 #: The settings the backend reads (read at each call: ``configure`` and the environment count),
@@ -158,16 +158,15 @@ def probe() -> ProbeResult:
 
 
 @hookimpl
-def tetrarch_rdma_backends() -> Sequence[BackendSpec]:
+def tetrarch_rdma_backends() -> Sequence[RdmaBackendSpec]:
     return [
-        BackendSpec(
-            BackendKind.RDMA,
+        RdmaBackendSpec(
             "efa",
             "tetrarch_rdma_efa._efa:EfaRdmaBackend",
             probe=probe,
             priority=90,
             extra="efa",
             summary="AWS EFA through libfabric (TETRARCH_EFA_PROVIDER selects another provider)",
-            capabilities=frozenset({"same-host", "multi-host"}),
+            capabilities=frozenset({Capability.SAME_HOST, Capability.MULTI_HOST}),
         )
     ]

@@ -6,13 +6,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from tetrarch.plugins import BackendKind, BackendSpec, ProbeResult, Setting, hookimpl
+from tetrarch.plugins import Capability, ProbeResult, RdmaBackendSpec, Setting, hookimpl
 
 from ._devlist import list_devices
 from ._import import INSTALL, locate
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.1"
+tetrarch_plugin_api = "1.2"
 
 #: The settings the backend reads (each call reads the current value), declared to tetrarch by
 #: :func:`tetrarch_settings`.
@@ -63,16 +63,15 @@ def tetrarch_settings() -> Sequence[Setting[Any]]:
 
 
 @hookimpl
-def tetrarch_rdma_backends() -> Sequence[BackendSpec]:
+def tetrarch_rdma_backends() -> Sequence[RdmaBackendSpec]:
     return [
-        BackendSpec(
-            BackendKind.RDMA,
+        RdmaBackendSpec(
             "verbs",
             "tetrarch_rdma_verbs._verbs:VerbsRdmaBackend",
             probe=probe,
             priority=100,
             extra="verbs",
             summary="ibverbs (InfiniBand / RoCE) via pyverbs: RC queue pairs, one-sided READ/WRITE, dma-buf GPU memory",
-            capabilities=frozenset({"same-host", "multi-host"}),
+            capabilities=frozenset({Capability.SAME_HOST, Capability.MULTI_HOST}),
         )
     ]

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tetrarch.plugins import BackendKind, BackendSpec, hookimpl, library_probe
+from tetrarch.plugins import Capability, TransportSpec, hookimpl, library_probe
 
 #: The plugin API version this plugin was written for (tetrarch.plugins.PLUGIN_API_VERSION).
-tetrarch_plugin_api = "1.1"
+tetrarch_plugin_api = "1.2"
 
 probe = library_probe("zmq", "pyzmq", "zmq")
 
 
 @hookimpl
-def tetrarch_transports() -> Sequence[BackendSpec]:
+def tetrarch_transports() -> Sequence[TransportSpec]:
     return [
-        BackendSpec(
-            BackendKind.TRANSPORT,
+        TransportSpec(
             "zmq",
             "tetrarch_transport_zmq._zmq:ZmqTransport",
             probe=probe,
@@ -24,6 +23,6 @@ def tetrarch_transports() -> Sequence[BackendSpec]:
             extra="zmq",
             summary="ZeroMQ sockets (pyzmq)",
             schemes=("tcp", "ipc"),
-            capabilities=frozenset({"local", "multi-host"}),
+            capabilities=frozenset({Capability.SAME_HOST, Capability.MULTI_HOST}),
         )
     ]

@@ -11,21 +11,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..._config import ALLOCATOR
-from ..._plugins import BackendKind, BackendSpec, BackendStatus, BackendUnavailable, Status, get_registry
+from ..._plugins import (
+    BackendKind,
+    BackendSpec,
+    BackendStatus,
+    BackendUnavailable,
+    Capability,
+    SelectionRequest,
+    Status,
+    get_registry,
+)
 
 __all__ = ["SAME_HOST", "job_allocator", "this_host_allocator"]
 
 #: The capability of an allocator whose host agents run on this machine (``this_host()`` needs it).
-SAME_HOST = "same-host"
+SAME_HOST = Capability.SAME_HOST
 #: The allocator ``this_host()`` gets by default; it comes with ``tetrarch-alloc-local``, a dependency of tetrarch.
 LOCAL = "local"
 _KIND = BackendKind.ALLOCATOR
 
 
-def job_allocator(name: str | None, request: Mapping[str, object]) -> str:
+def job_allocator(name: str | None, meshes: Mapping[str, int]) -> str:
     """The allocator backend a job uses: ``name``, else the setting, else the hooks and priority.
 
-    ``request`` is what a ``tetrarch_select_backend`` hook sees (e.g. ``{"meshes": {...}}``).
+    A ``tetrarch_select_backend`` hook sees ``meshes`` (mesh name -> hosts) as ``request.meshes``.
 
     Raises:
         BackendNotFound: no allocator of that name is installed (the message lists the
@@ -33,7 +42,7 @@ def job_allocator(name: str | None, request: Mapping[str, object]) -> str:
         BackendUnavailable: the chosen allocator cannot run here, or none is available.
         ConfigError: ``TETRARCH_ALLOCATOR`` holds no valid value.
     """
-    return get_registry().select(_KIND, name, request=request).name
+    return get_registry().select(_KIND, name, request=SelectionRequest(_KIND, meshes=meshes)).name
 
 
 def this_host_allocator() -> str:
@@ -58,20 +67,23 @@ def this_host_allocator() -> str:
         where = f"configure(allocator={value!r})" if source == "code" else f"{ALLOCATOR.env}={value}"
         spec = next((r.spec for r in registry.statuses(_KIND) if r.name == value and r.spec is not None), None)
         if spec is not None and SAME_HOST not in spec.capabilities:
-            raise BackendUnavailable(_not_this_machine(spec, where, _same_host_names()))
+            raise _not_this_machine(spec, where, _same_host_names())
     try:
-        spec = registry.select(_KIND, None, request={"require": {SAME_HOST}})
+        spec = registry.select(_KIND, None, request=SelectionRequest(_KIND, require=frozenset({SAME_HOST})))
     except BackendUnavailable as exc:
         missing = _local_missing()
         if missing is None:
             raise
         raise BackendUnavailable(f"this_host() starts its host agent with the 'local' allocator, but "
                                  f"{missing.reason} (tetrarch depends on it; was it uninstalled, or tetrarch "
-                                 f"installed with --no-deps?): {missing.hint}. {exc}") from exc
+                                 f"installed with --no-deps?): {missing.remedy}. {exc}", kind=_KIND, name=LOCAL,
+                                 reason=missing.reason, remedy=missing.remedy) from exc
     if SAME_HOST not in spec.capabilities:
         raise BackendUnavailable(
             f"a tetrarch_select_backend hook chose allocator {spec.name!r} for this_host(), but it cannot start "
-            f"hosts on this machine (no {SAME_HOST!r} capability); the hook must honour request['require']"
+            f"hosts on this machine (no '{SAME_HOST}' capability); the hook must honour request.require",
+            kind=_KIND, name=spec.name, reason=f"it lacks the '{SAME_HOST}' capability",
+            remedy="a bug in the plugin of that hook: report it, or disable it (TETRARCH_DISABLE_PLUGINS)",
         )
     return spec.name
 
@@ -88,11 +100,13 @@ def _same_host_names() -> list[str]:
                   if r.spec is not None and r.status is Status.AVAILABLE and SAME_HOST in r.spec.capabilities)
 
 
-def _not_this_machine(spec: BackendSpec, where: str, same_host: list[str]) -> str:
+def _not_this_machine(spec: BackendSpec, where: str, same_host: list[str]) -> BackendUnavailable:
     instead = ", ".join(same_host) or "none is available"
-    return (
+    remedy = (f"to get hosts from {spec.name!r}, use a job: tetrarch.job.AllocatorJob({{'hosts': N}}, "
+              f"allocator={spec.name!r}).state().hosts; to use this machine, unset {ALLOCATOR.env} or set it to an "
+              f"allocator with '{SAME_HOST}' ({instead})")
+    return BackendUnavailable(
         f"this_host() is this machine, but {where} chose allocator {spec.name!r}, which cannot start hosts on it "
-        f"(it lacks the {SAME_HOST!r} capability). To get hosts from {spec.name!r}, use a job: "
-        f"tetrarch.job.AllocatorJob({{'hosts': N}}, allocator={spec.name!r}).state().hosts; to use this machine, "
-        f"unset {ALLOCATOR.env} or set it to an allocator with {SAME_HOST!r} ({instead})"
+        f"(it lacks the '{SAME_HOST}' capability). {remedy[0].upper()}{remedy[1:]}", kind=_KIND, name=spec.name,
+        reason=f"it lacks the '{SAME_HOST}' capability: it cannot start hosts on this machine", remedy=remedy,
     )

@@ -354,7 +354,7 @@ class AllocatorJob(JobTrait):
 
     The allocator is chosen as every backend is (docs/plugins.md §4): ``allocator``,
     else ``configure(allocator=...)`` / ``TETRARCH_ALLOCATOR``, else the
-    ``tetrarch_select_backend`` hooks (their request holds ``{"meshes": {name: hosts}}``),
+    ``tetrarch_select_backend`` hooks (their request holds ``request.meshes``: ``{name: hosts}``),
     else the highest priority. It is chosen when the job is applied.
 
     ``env`` is added to the environment of the host agents, and so of their procs.
@@ -399,7 +399,7 @@ class AllocatorJob(JobTrait):
             AllocatorError, ProcessStartError: host agents could not be started; the
                 meshes already started are shut down.
         """
-        name = job_allocator(self._allocator, {"meshes": dict(self._spec)})
+        name = job_allocator(self._allocator, self._spec)
         started: dict[str, HostMesh] = {}
         try:
             for mesh_name, hosts in self._spec.items():

@@ -101,9 +101,10 @@ class Root:
 
 
 def native_address(transport: Any, address: str) -> str:
-    """``address`` as ``transport`` listens on it: as given when the transport serves that very
-    scheme (``zmq+tcp://h:1`` for zmq, whose schemes are qualified), else without the
-    qualifier (``threaded+tcp://h:1`` -> ``tcp://h:1``)."""
+    """``address`` as ``transport`` listens on it: without the qualifier (``zmq+tcp://h:1`` ->
+    ``tcp://h:1``), since a transport's schemes are bare ones (``TransportSpec.schemes``); as
+    given only for a transport whose class still lists a qualified scheme (``zmq+tcp``, as
+    plugins of plugin API 1.1 could)."""
     scheme = address.split("://", 1)[0]
     return address if scheme in transport.schemes else Registry.strip_scheme(address)
 
@@ -146,14 +147,17 @@ def launched_root(role: str, secret: bytes, name: str, launcher: str, what: str,
     except (BackendNotFound, BackendUnavailable) as exc:
         known = known_backend(BackendKind.TRANSPORT, chosen) if chosen else None
         fix = f"; install it on this host: {known.hint}" if known is not None and known.implemented else ""
-        raise type(exc)(f"{what} cannot use {origin}: {exc}{fix}") from exc
+        raise type(exc)(f"{what} cannot use {origin}: {exc}{fix}", kind=exc.kind, name=exc.name, reason=exc.reason,
+                        remedy=f"install it on this host: {known.hint}" if fix and known else exc.remedy) from exc
     backend, scheme, _ = split_address(launcher)
     if (backend is not None and backend != spec.name) or scheme not in spec.schemes:
         served = ", ".join(f"{s}://" for s in spec.schemes)
+        remedy = "start the client with the transport you want (TETRARCH_TRANSPORT=<name>) and let it pass it down"
         raise BackendUnavailable(
             f"{what} was told to use {origin}, which serves {served}, but the process it reports to listens at "
-            f"{launcher!r}: one allocation cannot mix transports. Start the client with the transport you want "
-            f"(TETRARCH_TRANSPORT=<name>) and let it pass it down"
+            f"{launcher!r}: one allocation cannot mix transports. {remedy[0].upper()}{remedy[1:]}",
+            kind=BackendKind.TRANSPORT, name=spec.name, remedy=remedy,
+            reason=f"the process it reports to listens at {launcher!r}, which {spec.name!r} does not serve",
         )
     return Root(role, secret, spec.name, name, on_proc_exit)
 
