@@ -170,7 +170,8 @@ class Transport(abc.ABC):
 
     #: Backend name as registered with the plugin registry, e.g. ``"tcp"``.
     name: str = ""
-    #: URL schemes this transport serves, e.g. ``("tcp", "ipc")``.
+    #: The bare address schemes this transport serves, e.g. ``("tcp", "ipc")``, as its ``TransportSpec.schemes``:
+    #: ``listen`` gets bare addresses (``tcp://h:1``) even where the user wrote ``foo+tcp://h:1``.
     schemes: tuple[str, ...] = ()
 
     @abc.abstractmethod

@@ -295,7 +295,7 @@ class ZmqTransport(Transport):
     """Transport over ZeroMQ (pyzmq): one ROUTER per listener, one DEALER per dialed connection."""
 
     name = "zmq"
-    schemes = ("zmq+tcp", "zmq+ipc")
+    schemes = ("tcp", "ipc")  # bare, as its TransportSpec's: addresses read zmq+tcp:// and zmq+ipc://
 
     def __init__(self) -> None:
         import threading
@@ -334,6 +334,15 @@ class ZmqTransport(Transport):
         return self._loop()
 
     def listen(self, address: str, handler: ConnectionHandler) -> Listener:
+        """Listen at ``address``: ``zmq+tcp://`` or ``zmq+ipc://``, or the same without the
+        qualifier (``tcp://h:1``, as the kernel passes an address it was told to listen at).
+
+        Raises:
+            ValueError: the address is of another form (the message gives the expected ones).
+            TransportError: it cannot be bound.
+        """
+        if isinstance(address, str) and address.split("://", 1)[0] in self.schemes:
+            address = f"{self.name}+{address}"
         where = parse_qualified(address, self.name)
         loop = self._loop()
         box: list[Any] = []
