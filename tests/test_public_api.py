@@ -14,16 +14,16 @@ import inspect
 import pytest
 
 #: Every name of the plugin API, by module, at PLUGIN_API_VERSION below.
-PLUGIN_API_VERSION = "1.1"
+PLUGIN_API_VERSION = "1.2"
 PLUGIN_API: dict[str, set[str]] = {
     "tetrarch.plugins": {
         "PLUGIN_API_VERSION", "AgentCommand", "AllocRequest", "Allocation", "Allocator", "AllocatorError",
-        "BackendKind", "BackendNotFound", "BackendSpec", "BackendStatus", "BackendUnavailable", "CallQueue",
-        "Connection", "ConnectionClosed", "ConnectionHandler", "ExitInfo", "HandshakeRefused", "IoLoop",
+        "AllocatorSpec", "BackendKind", "BackendNotFound", "BackendSpec", "BackendStatus", "BackendUnavailable",
+        "CallQueue", "Capability", "Connection", "ConnectionClosed", "ConnectionHandler", "ExitInfo", "HandshakeRefused", "IoLoop",
         "LeaderLoop", "Listener", "LocalRegion", "MemoryKind", "PeerIdentity", "PluginLoadError", "PluginRecord",
         "PluginSource", "PluginState", "PreAuthLimits", "ProbeResult", "QualifiedAddress", "RdmaBackend",
-        "RdmaHost", "Registry", "RemoteRegion", "Setting", "Status", "Transport", "TransportError",
-        "WatchedProcess", "advertised_host", "batch_helper_threads", "connection_cap", "fresh_ipc_name",
+        "RdmaBackendSpec", "RdmaHost", "Registry", "RemoteRegion", "SelectionRequest", "Setting", "Status",
+        "Transport", "TransportError", "TransportSpec", "WatchedProcess", "advertised_host", "batch_helper_threads", "connection_cap", "fresh_ipc_name",
         "get_allocator", "get_logger", "get_registry", "get_transport", "helper_thread_policy", "hookimpl",
         "hookspec", "library_probe", "module_present", "not_implemented_factory", "parse_qualified",
         "probe_in_child", "process_gone", "python_library_found", "setting", "settle", "spawn_watched",
