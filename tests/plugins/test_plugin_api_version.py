@@ -71,10 +71,11 @@ def test_an_incompatible_plugin_is_listed_with_both_versions_and_the_fix_and_the
     (record,) = [p for p in registry.plugins() if p.distribution == "future-dist"]
     assert record.state is PluginState.INCOMPATIBLE and record.specs == ()
     assert f"written for plugin API {api}; this tetrarch provides plugin API {PLUGIN_API_VERSION}" == record.reason
-    assert record.hint.startswith(fix) and "TETRARCH_DISABLE_PLUGINS=future-dist" in record.hint
+    assert record.remedy.startswith(fix) and "TETRARCH_DISABLE_PLUGINS=future-dist" in record.remedy
+    assert record.hint == record.remedy  # the deprecated alias
     (row,) = [r for r in plugin_rows(registry) if r["distribution"] == "future-dist"]
     assert (row["kind"], row["backend"], row["status"], row["version"]) == ("plugin", "future", "incompatible", "3.1")
-    assert api in row["reason"] and PLUGIN_API_VERSION in row["reason"] and row["hint"] == record.hint
+    assert api in row["reason"] and PLUGIN_API_VERSION in row["reason"] and row["hint"] == record.remedy
     # everything else keeps working: the other plugin, core's builtins, selection
     assert registry.status(T, "good").status is Status.AVAILABLE
     assert registry.select(T, "good").name == "good"

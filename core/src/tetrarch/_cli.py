@@ -77,7 +77,7 @@ def plugin_rows(registry: Registry) -> list[dict[str, str]]:
                 "backend": p.name,
                 "status": status.value,
                 "reason": p.reason,
-                "hint": p.hint,
+                "hint": p.remedy,
                 "traceback": p.traceback,
             }
         )

@@ -60,7 +60,7 @@ def _parse(text: str) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class ApiCheck:
-    """What a plugin declared and what follows: ``ok``, or the ``reason`` and ``hint`` of its refusal.
+    """What a plugin declared and what follows: ``ok``, or the ``reason`` and ``remedy`` of its refusal.
 
     ``declared`` is the attribute's value, or ``""`` when the plugin has none (then
     ``version`` is :data:`UNDECLARED`); ``malformed`` means the value is no
@@ -71,7 +71,7 @@ class ApiCheck:
     version: str
     ok: bool
     reason: str = ""
-    hint: str = ""
+    remedy: str = ""
     malformed: bool = False
 
 
@@ -97,12 +97,12 @@ def check_api(plugin: object, distribution: str, core: str = PLUGIN_API_VERSION)
     reason = f"written for {written}; this tetrarch provides plugin API {core}"
     loadable = core if cminor == 0 else f"{cmajor}.0 to {core}"  # what this tetrarch loads
     if (major, minor) > (cmajor, cminor):
-        hint = (f"upgrade tetrarch to a release with plugin API {version} or a later {major}.x, or install a "
-                f"release of {distribution} written for plugin API {loadable}")
+        remedy = (f"upgrade tetrarch to a release with plugin API {version} or a later {major}.x, or install a "
+                  f"release of {distribution} written for plugin API {loadable}")
     else:
-        hint = f"upgrade {distribution} to a release written for plugin API {loadable}"
-    hint += f", or disable it (TETRARCH_DISABLE_PLUGINS={distribution})"
-    return ApiCheck(declared, version, False, reason, hint)
+        remedy = f"upgrade {distribution} to a release written for plugin API {loadable}"
+    remedy += f", or disable it (TETRARCH_DISABLE_PLUGINS={distribution})"
+    return ApiCheck(declared, version, False, reason, remedy)
 
 
 def undeclared_note(target: str) -> str:

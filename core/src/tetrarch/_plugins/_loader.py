@@ -84,7 +84,8 @@ class PluginSource:
 
 @dataclass(frozen=True, slots=True)
 class PluginRecord:
-    """One plugin (entry point or injected object) and what loading it gave."""
+    """One plugin (entry point or injected object) and what loading it gave: ``reason`` says
+    why it did not load, ``remedy`` what to do about it."""
 
     name: str
     distribution: str
@@ -92,13 +93,18 @@ class PluginRecord:
     state: PluginState
     target: str = ""  # the entry point's value, e.g. "tetrarch_transport_zmq._plugin"
     reason: str = ""  # one line
-    hint: str = ""
+    remedy: str = ""
     traceback: str = ""
     specs: tuple[BackendSpec, ...] = field(default=())
     #: The plugin API version it declares (``tetrarch_plugin_api``); ``""``: none (taken as ``"1.0"``).
     api: str = ""
     #: The settings it declares (hook ``tetrarch_settings``), in its order.
     settings: tuple[Setting[Any], ...] = field(default=())
+
+    @property
+    def hint(self) -> str:
+        """Deprecated alias of :attr:`remedy` (its name before plugin API 1.2), kept for code reading it."""
+        return self.remedy
 
 
 def _one_line(exc: BaseException) -> str:
@@ -180,16 +186,16 @@ def _broken(
     )
 
 
-def _refused(source: PluginSource, target: str, state: PluginState, reason: str, hint: str,
+def _refused(source: PluginSource, target: str, state: PluginState, reason: str, remedy: str,
              strict: bool) -> PluginRecord:
     if strict:
         raise PluginLoadError(
             f"tetrarch plugin {source.name!r} from {source.distribution} {source.version} was not loaded "
-            f"({reason}); {hint}; or unset TETRARCH_PLUGINS_STRICT",
+            f"({reason}); {remedy}; or unset TETRARCH_PLUGINS_STRICT",
             plugin=source.name,
             distribution=source.distribution,
         )
-    return PluginRecord(source.name, source.distribution, source.version, state, target, reason, hint)
+    return PluginRecord(source.name, source.distribution, source.version, state, target, reason, remedy)
 
 
 def register_plugin(
@@ -210,9 +216,9 @@ def register_plugin(
     if normalize_dist(source.distribution) != "tetrarch":  # core's builtins are core's own API
         check = check_api(source.plugin, source.distribution)
         if check.malformed:
-            return _refused(source, target, PluginState.BROKEN, check.reason, check.hint, strict)
+            return _refused(source, target, PluginState.BROKEN, check.reason, check.remedy, strict)
         if not check.ok:
-            return _refused(source, target, PluginState.INCOMPATIBLE, check.reason, check.hint, strict)
+            return _refused(source, target, PluginState.INCOMPATIBLE, check.reason, check.remedy, strict)
     pname = f"{source.distribution}:{source.name}"
     try:
         pm.register(source.plugin, name=pname)

@@ -215,7 +215,7 @@ class Registry:
                     continue
                 seen.add((known.kind, known.name))
                 rows.append(BackendStatus(known.kind, known.name, STATUS_OF_STATE[rec.state], rec.distribution,
-                                          rec.version, rec.reason, rec.hint))
+                                          rec.version, rec.reason, rec.remedy))
         for (kind, name), known in KNOWN_BACKENDS.items():
             if kind not in kinds or (kind, name) in seen:
                 continue

@@ -46,8 +46,8 @@ serves, ``tcp`` and ``ipc``, never ``foo+tcp``), :class:`RdmaBackendSpec` and
 ``reason`` and ``remedy``; a :class:`BackendStatus` row has ``reason`` and ``remedy``.
 Still accepted, for plugins written for 1.0/1.1: ``BackendSpec(BackendKind.TRANSPORT,
 ...)``, the capability ``"local"`` (normalised to ``SAME_HOST``), a request read as a
-mapping (``request["require"]``, deprecated: it warns) and ``BackendStatus.hint``
-(a deprecated alias of ``remedy``).
+mapping (``request["require"]``, deprecated: it warns), ``BackendStatus.hint`` and
+``PluginRecord.hint`` (deprecated aliases of their ``remedy``).
 
 Code that needs a backend asks by kind: :func:`get_transport` returns a
 :class:`Transport`, :func:`get_allocator` an :class:`Allocator`. RDMA backends implement
