@@ -164,6 +164,11 @@ def test_a_select_hook_gets_a_frozen_selection_request(make_registry, fakes) -> 
         registry.select(T, request={"requires": {"same-host"}})
     with pytest.raises(ValueError, match="a request for a allocator backend cannot select a transport one"):
         registry.select(T, request=SelectionRequest(A))
+    with pytest.raises(ValueError, match="address 'ipc://x' is of scheme 'ipc' but the request's is 'tcp'"):
+        registry.select(T, address="ipc://x", request=SelectionRequest(T, scheme="tcp"))
+    for kind, scheme in ((A, "tcp"), (T, "zmq+tcp")):
+        with pytest.raises(ValueError, match="only a transport's request has one, a bare address scheme"):
+            SelectionRequest(kind, scheme=scheme)
 
 
 # ------------------------------------------------------------------ errors carry kind, name, reason, remedy

@@ -53,6 +53,7 @@ class SelectionRequest:
 
     Raises:
         TypeError: ``require`` holds something other than strings, or a field has the wrong type.
+        ValueError: ``kind`` is no backend kind, or ``scheme`` is set for another kind or is no bare scheme.
     """
 
     kind: BackendKind
@@ -68,6 +69,10 @@ class SelectionRequest:
         for name in ("allow_fallback", "fallback_warning"):
             if not isinstance(getattr(self, name), bool):
                 raise ArgumentTypeError(f"SelectionRequest.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.scheme is not None and (self.kind is not BackendKind.TRANSPORT or not isinstance(self.scheme, str)
+                                        or not self.scheme or any(c in self.scheme for c in "+:/")):
+            raise ArgumentError(f"SelectionRequest.scheme {self.scheme!r}: only a transport's request has one, a bare "
+                                f"address scheme such as 'tcp'")
         if not isinstance(self.meshes, Mapping):
             raise ArgumentTypeError(f"SelectionRequest.meshes must be a mapping, got {self.meshes!r}")
         object.__setattr__(self, "meshes", MappingProxyType(dict(self.meshes)))
