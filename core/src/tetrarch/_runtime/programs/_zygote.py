@@ -33,10 +33,21 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..._config import ENV_HOST_INDEX, ENV_SECRET_FD, ENV_SECRET_FILE, ENV_SYS_PATH, FORK_PROCS, PRELOAD
+from ..._config import (
+    DISABLE_PLUGINS,
+    ENV_ALLOC_TRANSPORT,
+    ENV_HOST_INDEX,
+    ENV_SECRET_FD,
+    ENV_SECRET_FILE,
+    ENV_SYS_PATH,
+    FORK_PROCS,
+    PLUGINS_STRICT,
+    PRELOAD,
+    known_settings,
+)
 from ..._log import get_logger
 from ..plumbing._preload import preload
 from ..plumbing._secret import secret_pipe
@@ -288,6 +299,7 @@ class _Template:
         self.children: dict[int, int] = {}  # pidfd -> pid
         self.imported: set[str] = set()
         self.unsafe = ""  # why it forks no more (it still reaps the procs it forked)
+        self.registry_inputs: dict[str, str | None] = {}  # the settings the warmed registry was loaded with
 
     def serve(self) -> Callable[[], int]:
         """The zygote's life; returns (in a forked proc only) the proc's main, ready to run."""
@@ -298,7 +310,7 @@ class _Template:
         from ..services._output import set_process_title
 
         set_process_title(f"tetrarch zygote {os.environ.get(ENV_HOST_INDEX.name) or 0}")
-        why = self._import((*_PROC_MODULES, *PRELOAD()))
+        why = self._import((*_PROC_MODULES, *PRELOAD())) or self._warm()
         if why:
             _send(self.sock, {"op": "unsafe", "why": why})
             os._exit(0)
@@ -336,6 +348,19 @@ class _Template:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
+
+    def _warm(self) -> str:
+        """Load the plugin registry and select the allocation's transport, as every proc does first;
+        why forking became unsafe ('' if it did not)."""
+        try:
+            from ..._plugins import BackendKind, get_registry
+
+            get_registry().select(BackendKind.TRANSPORT, os.environ.get(ENV_ALLOC_TRANSPORT.name) or None)
+        except Exception as exc:  # noqa: BLE001 - each proc selects again and reports what fails
+            _log.debug("the zygote could not warm the plugin registry: %s", exc)
+        self.registry_inputs = _registry_inputs(os.environ)
+        why = unsafe_to_fork()
+        return f"after loading the plugin registry, {why}" if why else ""
 
     def _import(self, modules: Sequence[str]) -> str:
         """Import ``modules`` not imported yet; why forking became unsafe ('' if it did not)."""
@@ -400,10 +425,20 @@ class _Template:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
         _reseed()
+        if _registry_inputs(os.environ) != self.registry_inputs:  # this proc's settings load it otherwise
+            from ..._plugins import reset_registry
+
+            reset_registry()
         from . import _proc_main
 
         sys.argv = [_proc_main.__file__ or "-m"]
         return _proc_main.main
+
+
+def _registry_inputs(env: Mapping[str, str]) -> dict[str, str | None]:
+    """The variables of the settings that shape the plugin registry and its probes, in ``env``."""
+    shaping = [s for s in known_settings().values() if s.probed or s in (DISABLE_PLUGINS, PLUGINS_STRICT)]
+    return {s.env: env.get(s.env) for s in shaping}
 
 
 def _reseed() -> None:
