@@ -52,8 +52,8 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
         "allocator",
         "rdma_backend", "disable_plugins", "plugins_strict", "rdma_fallback", "rdma_tcp_chunk_size",
         "rdma_tcp_window", "forward_output",
-        "fork_procs", "preload", "standby", "spin_us", "batch_io_threads", "aggregate_window", "shm_payloads", "shm_min_bytes",
-        "shm_pool_bytes",
+        "fork_procs", "preload", "standby", "spin_us", "batch_io_threads", "aggregate_window", "shm_payloads",
+        "shm_min_bytes", "shm_pool_bytes",
     ]
     assert list(TEST_SETTINGS) == ["test_slowdown", "fuzz_examples"]  # listed apart, set alike
     for key, setting in {**SETTINGS, **TEST_SETTINGS}.items():
@@ -96,7 +96,8 @@ def test_launch_variables_are_declared_apart_from_settings() -> None:
     assert set(LAUNCH_VARS) == {
         "TETRARCH_SECRET_FD", "TETRARCH_SECRET_FILE", "TETRARCH_OWNER_ADDR", "TETRARCH_PROC_ID",
         "TETRARCH_CLIENT_ADDR", "TETRARCH_ALLOC_ID",
-        "TETRARCH_HOST_INDEX", "TETRARCH_HOST_AGENT_ADDR", "TETRARCH_SYS_PATH", "TETRARCH_PROC_MESH",
+        "TETRARCH_HOST_INDEX", "TETRARCH_HOST_AGENT_ADDR", "TETRARCH_HOST_AGENT_PID", "TETRARCH_SYS_PATH",
+        "TETRARCH_PROC_MESH",
         "TETRARCH_RANK_<DIM>", "TETRARCH_SIZE_<DIM>", "TETRARCH_PROC_COORDS", "TETRARCH_SPANS_HOSTS",
         "TETRARCH_ALLOC_TRANSPORT", "TETRARCH_AT_DEFAULT", "TETRARCH_SPMD_BACKEND",
     }

@@ -13,7 +13,7 @@ class Where(Actor):
     @endpoint
     def pids(self) -> tuple[int, int]:
         """(this proc's pid, its parent's: the host agent's)."""
-        return os.getpid(), os.getppid()
+        return os.getpid(), int(os.environ["TETRARCH_HOST_AGENT_PID"])  # its parent may be the zygote
 
     @endpoint
     def env(self, name: str) -> str | None:

@@ -64,4 +64,4 @@ class Talker(Actor):
 
     @endpoint
     def pids(self) -> tuple[int, int]:
-        return os.getpid(), os.getppid()
+        return os.getpid(), int(os.environ["TETRARCH_HOST_AGENT_PID"])  # its parent may be the zygote

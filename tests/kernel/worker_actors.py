@@ -13,7 +13,7 @@ class Peer(Actor):
     @endpoint
     def whoami(self) -> tuple[int, int]:
         """(this proc's pid, its parent's: its host agent's or worker's)."""
-        return os.getpid(), os.getppid()
+        return os.getpid(), int(os.environ["TETRARCH_HOST_AGENT_PID"])  # its parent may be the zygote
 
     @endpoint
     def ask(self, other: Peer) -> tuple[int, int]:

@@ -20,7 +20,7 @@ class Limits(Actor):
 
     @endpoint
     def agent_soft(self) -> int:
-        agent = os.getppid()  # a proc's parent is its host agent
+        agent = int(os.environ["TETRARCH_HOST_AGENT_PID"])  # its parent may be the host's zygote
         with open(f"/proc/{agent}/limits") as f:
             line = next(ln for ln in f if ln.startswith("Max open files"))
         return int(line.split()[3])

@@ -24,7 +24,7 @@ def main() -> None:
     where = procs.spawn("where", Where)
     reports = list(where.transport.call().get().values())
     echoes = list(where.echo.call("from a sandbox").get().values())
-    agents = [{"pid": r["ppid"], "cwd": psutil.Process(int(str(r["ppid"]))).cwd()} for r in reports]
+    agents = [{"pid": r["agent"], "cwd": psutil.Process(int(str(r["agent"]))).cwd()} for r in reports]
     job.kill()
     print(json.dumps({"procs": [r["pid"] for r in reports], "agents": agents, "echoes": echoes,
                       "left": [p.pid for p in psutil.Process().children(recursive=True)]}))

@@ -20,6 +20,7 @@ class Where(Actor):
             "threads": sorted({t.name.split(" ")[0] for t in threading.enumerate() if t.name.startswith("threaded-")}),
             "pid": os.getpid(),
             "ppid": os.getppid(),
+            "agent": int(os.environ.get("TETRARCH_HOST_AGENT_PID") or os.getppid()),
         }
 
     @endpoint

@@ -174,7 +174,7 @@ class AllocatorConformance:
         assert served["extent"] == {"hosts": self.hosts}, served["extent"]
         assert [a["rank"] for a in answers] == [{"hosts": h, "procs": 0} for h in range(self.hosts)], answers
         assert len({a["pid"] for a in answers}) == self.hosts
-        assert len({(a["hostname"], a["ppid"]) for a in answers}) == self.hosts, "one host agent per host"
+        assert len({(a["hostname"], a["agent"]) for a in answers}) == self.hosts, "one host agent per host"
         assert all(a["env"].get(RUN_ENV) == served["run"] for a in answers), \
             "the job's env (AllocatorJob(env=...)) must reach the host agents and so their procs"
         assert served["answered"] < scaled(EVENT_S), served

@@ -28,6 +28,7 @@ from ..._config import (
     ENV_ALLOC_ID,
     ENV_CLIENT_ADDR,
     ENV_HOST_AGENT_ADDR,
+    ENV_HOST_AGENT_PID,
     ENV_HOST_INDEX,
     ENV_OWNER_ADDR,
     ENV_PROC_COORDS,
@@ -118,7 +119,7 @@ class HostAgent:
         for ident, extra, gpu, command in request.specs:
             env = child_env(self.root, extra)
             env.update({ENV_OWNER_ADDR.name: owner, ENV_PROC_ID.name: ident,
-                        ENV_HOST_AGENT_ADDR.name: self.root.router.address})
+                        ENV_HOST_AGENT_ADDR.name: self.root.router.address, ENV_HOST_AGENT_PID.name: str(os.getpid())})
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = proc_visible_devices(gpu, host_visible)
             argv = [sys.executable, "-m", "tetrarch._runtime.programs._proc_main"]
