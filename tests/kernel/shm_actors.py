@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tetrarch import Actor, endpoint
-from tetrarch._runtime.plumbing._shmwire import payload_origin
+from tetrarch._runtime.plumbing._shm_wire import payload_origin
 
 
 def describe(value: Any) -> tuple[str, str, tuple[int, ...], int, bool]:
@@ -80,15 +80,15 @@ class Keeper(Actor):
     @endpoint
     def send_unreadable(self, port: Any, pid: int) -> None:
         """Sends ``port`` a message whose shared-memory payload names a segment that is gone."""
-        from tetrarch._runtime.plumbing import _shmwire
+        from tetrarch._runtime.plumbing import _shm_wire
         from tetrarch._runtime.router._router import current_router
         from tetrarch._runtime.values import _serial, _wire
 
         router = current_router()
         frames = [_wire.port_header(port._port, 0, _wire.OK), *_serial.dumps(np.ones(1 << 18, np.float32))]
-        frames = _shmwire.outgoing(frames, pid)
+        frames = _shm_wire.outgoing(frames, pid)
         head = bytearray(frames[0])
-        head[len(_shmwire.MARK) + 2 + 11:len(_shmwire.MARK) + 2 + 19] = (1 << 62).to_bytes(8, "little")  # inode
+        head[len(_shm_wire.MARK) + 2 + 11:len(_shm_wire.MARK) + 2 + 19] = (1 << 62).to_bytes(8, "little")  # inode
         frames[0] = bytes(head)
         router.send(port._address, frames)
 

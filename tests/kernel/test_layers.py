@@ -123,7 +123,7 @@ def test_the_kernel_has_no_import_cycle() -> None:
 
 
 @pytest.mark.parametrize("snippet", [
-    "from ..meshes._procmesh import ProcMesh\n",
+    "from ..meshes._proc_mesh import ProcMesh\n",
     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..meshes._mesh import ActorMesh\n",
     "def f():\n    from ..process._root import get_root\n    return get_root()\n",
     "import tetrarch._runtime.meshes._channel\n",
@@ -148,7 +148,7 @@ def test_the_check_catches_a_cycle_within_a_layer() -> None:
 
 
 @pytest.mark.parametrize(("module", "snippet", "layer"), [
-    ("tetrarch.plugins", "from .._runtime.meshes._procmesh import ProcMesh\n", "plugin API"),
+    ("tetrarch.plugins", "from .._runtime.meshes._proc_mesh import ProcMesh\n", "plugin API"),
     ("tetrarch.rdma", "from tetrarch.plugins import Registry\n", "rdma"),
     ("tetrarch.job", "from tetrarch._spmd._job import serve\n", "meshes"),
     ("tetrarch.config", "from tetrarch._runtime.values._shape import Shape\n", "foundation"),

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tetrarch._plugins import Registry, _registry
-from tetrarch._runtime.meshes._hostalloc import this_host_allocator
+from tetrarch._runtime.meshes._host_alloc import this_host_allocator
 from tetrarch.plugins import AgentCommand, AllocatorError, AllocRequest, BackendKind, BackendUnavailable, ExitInfo
 from tetrarch.plugins.allocator import LocalAllocation, LocalAllocator
 from tetrarch.testing import Collector, scaled

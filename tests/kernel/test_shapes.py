@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from tetrarch._runtime.values._shape import Extent, MeshTrait, Point, Shape
-from tetrarch._runtime.values._valuemesh import ValueMesh
+from tetrarch._runtime.values._value_mesh import ValueMesh
 from tetrarch.testing import scaled
 
 # Pure shape algebra: no transport (run once, not per transport).

@@ -21,7 +21,7 @@ import pytest
 from shm_actors import Keeper, describe
 from tetrarch import Channel, SupervisionError, this_host
 from tetrarch._config import configured
-from tetrarch._runtime.plumbing import _segments, _shmwire
+from tetrarch._runtime.plumbing import _segments, _shm_wire
 from tetrarch._runtime.values import _serial
 from tetrarch.testing import scaled
 
@@ -79,7 +79,7 @@ def test_torch_arguments_and_results_arrive_intact(keeper, case):
     assert (dtype, shape, crc) == (str(value.dtype), tuple(value.shape), _crc(value)) and origin == "shm"
     back = keeper.echo.call_one(value).get(timeout=scaled(30))
     assert back.dtype == value.dtype and back.shape == value.shape and torch.equal(back, value.contiguous())
-    assert _shmwire.payload_origin(back) == "shm", "a result went through the socket"
+    assert _shm_wire.payload_origin(back) == "shm", "a result went through the socket"
     back.view(-1)[0] = back.view(-1)[1]  # the caller's own, writable
     assert back.view(-1)[0] == back.view(-1)[1]
 
@@ -90,7 +90,7 @@ def test_results_come_back_through_shared_memory_and_are_the_callers_own(keeper,
         pytest.importorskip("torch")
     first = keeper.make.call_one(kind, 4 * MIB // 4, 7).get(timeout=scaled(30))
     second = keeper.make.call_one(kind, 4 * MIB // 4, 9).get(timeout=scaled(30))
-    assert _shmwire.payload_origin(first) == "shm" and _shmwire.payload_origin(second) == "shm"
+    assert _shm_wire.payload_origin(first) == "shm" and _shm_wire.payload_origin(second) == "shm"
     first[0] = 100  # kept and written while the next results arrive: the segment stays this caller's
     third = keeper.make.call_one(kind, 4 * MIB // 4, 11).get(timeout=scaled(30))
     assert int(first[0]) == 100 and int(first[1:].sum()) == 7 * (MIB - 1) and int(second.sum()) == 9 * MIB
@@ -206,18 +206,18 @@ def test_a_segment_of_a_sender_that_ended_is_unreadable_not_torn():
     """The sender writes the whole payload before the message leaves; if it then ends, the receiver says so."""
     code = (
         "import os, sys, numpy as np\n"
-        "from tetrarch._runtime.plumbing import _shmwire\n"
+        "from tetrarch._runtime.plumbing import _shm_wire\n"
         "from tetrarch._runtime.values import _serial, _wire\n"
         "frames = [_wire.port_header(1, 0, 0), *_serial.dumps(np.ones(1 << 20, np.float32))]\n"
-        "frames = _shmwire.outgoing(frames, int(sys.argv[1]))\n"
+        "frames = _shm_wire.outgoing(frames, int(sys.argv[1]))\n"
         "sys.stdout.write(bytes(frames[0]).hex())\n"
     )
     out = subprocess.run([sys.executable, "-c", code, str(os.getpid())], capture_output=True, text=True,
                          timeout=scaled(60), check=True)
     head = bytes.fromhex(out.stdout)
-    assert head.startswith(_shmwire.MARK), "the sender did not use shared memory"
-    with pytest.raises(_shmwire.Unreadable, match="ended"):
-        _shmwire.incoming([head, b"", b""])
+    assert head.startswith(_shm_wire.MARK), "the sender did not use shared memory"
+    with pytest.raises(_shm_wire.Unreadable, match="ended"):
+        _shm_wire.incoming([head, b"", b""])
 
 
 def test_serialization_places_noncontiguous_arrays_out_of_band_once():
@@ -288,7 +288,7 @@ def test_between_hosts_results_are_received_into_the_callers_pool():
         keeper = procs.spawn("shm_remote_like", Keeper)
         with configured(shm_payloads=False):
             got = [keeper.make.call_one("numpy", MIB, i).get(timeout=scaled(30)) for i in range(4)]
-        assert [_shmwire.payload_origin(g) for g in got] == ["pool"] * 4
+        assert [_shm_wire.payload_origin(g) for g in got] == ["pool"] * 4
         assert [int(g[-1]) for g in got] == [0, 1, 2, 3]
         held = _segments.pool().nbytes
         del got

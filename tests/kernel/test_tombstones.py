@@ -6,7 +6,7 @@ import pytest
 
 from kernel_actors import Counter
 from tetrarch import SupervisionError, this_proc
-from tetrarch._runtime.meshes._procmesh import _uid
+from tetrarch._runtime.meshes._proc_mesh import _uid
 from tetrarch._runtime.process._root import get_root
 from tetrarch._runtime.values._tombstones import Tombstones
 from tetrarch.testing import scaled

@@ -29,7 +29,7 @@ from tetrarch import (
     attach_to_workers,
     run_worker_loop_forever,
 )
-from tetrarch._runtime.meshes._workerauth import SealedSecret, seal_secret, unseal_secret
+from tetrarch._runtime.meshes._worker_auth import SealedSecret, seal_secret, unseal_secret
 from tetrarch._runtime.plumbing._secret import SecretError
 from tetrarch.job import new_secret_file
 from tetrarch.testing import scaled, still_running

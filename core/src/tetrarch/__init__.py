@@ -36,17 +36,17 @@ _EXPORTS = {
     "PortReceiver": "tetrarch._runtime.services._port",
     "Accumulator": "tetrarch._runtime.meshes._channel",
     "send": "tetrarch._runtime.meshes._channel",
-    "ValueMesh": "tetrarch._runtime.values._valuemesh",
+    "ValueMesh": "tetrarch._runtime.values._value_mesh",
     "Extent": "tetrarch._runtime.values._shape",
     "Point": "tetrarch._runtime.values._shape",
     "Shape": "tetrarch._runtime.values._shape",
     "ActorMesh": "tetrarch._runtime.meshes._mesh",
-    "ProcMesh": "tetrarch._runtime.meshes._procmesh",
-    "HostMesh": "tetrarch._runtime.meshes._procmesh",
-    "this_host": "tetrarch._runtime.meshes._procmesh",
-    "this_proc": "tetrarch._runtime.meshes._procmesh",
-    "BootstrapCommand": "tetrarch._runtime.plumbing._bootcmd",
-    "default_bootstrap_cmd": "tetrarch._runtime.plumbing._bootcmd",
+    "ProcMesh": "tetrarch._runtime.meshes._proc_mesh",
+    "HostMesh": "tetrarch._runtime.meshes._proc_mesh",
+    "this_host": "tetrarch._runtime.meshes._proc_mesh",
+    "this_proc": "tetrarch._runtime.meshes._proc_mesh",
+    "BootstrapCommand": "tetrarch._runtime.plumbing._boot_cmd",
+    "default_bootstrap_cmd": "tetrarch._runtime.plumbing._boot_cmd",
     "attach_to_workers": "tetrarch._runtime.meshes._attach",
     "proc_mesh": "tetrarch._runtime.meshes._compat",
     "run_worker_loop_forever": "tetrarch._runtime.programs._worker",
@@ -169,9 +169,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._runtime.meshes._compat import proc_mesh
     from ._runtime.meshes._controller import get_or_spawn_controller
     from ._runtime.meshes._mesh import ActorMesh
-    from ._runtime.meshes._procmesh import HostMesh, ProcMesh, this_host, this_proc
+    from ._runtime.meshes._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
     from ._runtime.meshes._shutdown import shutdown_context
-    from ._runtime.plumbing._bootcmd import BootstrapCommand, default_bootstrap_cmd
+    from ._runtime.plumbing._boot_cmd import BootstrapCommand, default_bootstrap_cmd
     from ._runtime.programs._worker import run_worker_loop_forever
     from ._runtime.services._endpoint import Endpoint
     from ._runtime.services._port import Port, PortReceiver
@@ -179,4 +179,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._runtime.values._context import Context, context, current_actor_name, current_rank, current_size
     from ._runtime.values._future import Future
     from ._runtime.values._shape import Extent, Point, Shape
-    from ._runtime.values._valuemesh import ValueMesh
+    from ._runtime.values._value_mesh import ValueMesh

@@ -57,7 +57,7 @@ def _bad_tag(secret: str, address: str) -> dict:
     from tetrarch._config import TRANSPORT
     from tetrarch._plugins import get_registry
     from tetrarch._plugins._specs import BackendKind
-    from tetrarch._runtime.meshes._workerauth import fresh_transport, read_secret_file, seal_secret
+    from tetrarch._runtime.meshes._worker_auth import fresh_transport, read_secret_file, seal_secret
     from tetrarch._runtime.process._root import get_root
     from tetrarch._runtime.router._router import Router
     from tetrarch._runtime.values import _serial, _wire

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import tetrarch
 from tetrarch._errors import AllocatorError
-from tetrarch._runtime.meshes._procmesh import HostMesh, _start_hosts
+from tetrarch._runtime.meshes._proc_mesh import HostMesh, _start_hosts
 from tetrarch._runtime.plumbing._alloc import Allocation, Allocator, AllocRequest
 from tetrarch._runtime.plumbing._spawn import ExitInfo
 from tetrarch._runtime.process._root import get_root

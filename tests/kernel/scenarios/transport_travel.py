@@ -20,7 +20,7 @@ import sys
 
 import tetrarch
 from tetrarch import Actor, endpoint, this_host
-from tetrarch._runtime.meshes import _procmesh
+from tetrarch._runtime.meshes import _proc_mesh
 from tetrarch._runtime.process._root import get_root
 
 
@@ -52,14 +52,14 @@ def main() -> int:
         procs.stop().get()
     elif mode == "mismatch":
         wrong = sys.argv[2]
-        real = _procmesh.child_env
+        real = _proc_mesh.child_env
 
         def told_wrong(r: object, extra: dict[str, str]) -> dict[str, str]:
             env = real(r, extra)  # type: ignore[arg-type]
             env["TETRARCH_ALLOC_TRANSPORT"] = wrong
             return env
 
-        _procmesh.child_env = told_wrong  # type: ignore[assignment]
+        _proc_mesh.child_env = told_wrong  # type: ignore[assignment]
         out["error"] = _spawn_error()
     elif mode == "missing":
         shutil.rmtree(sys.argv[2])  # the client's registry and transport are loaded already

@@ -21,7 +21,7 @@ exists). A module that needs something from above takes it as an argument or a `
 
 ``values`` (``_runtime/values``: plain data and pure functions, no runtime state)
     ``_shape``      Extent, Point, Shape and the slicing shared by every mesh
-    ``_valuemesh``  ValueMesh: one value per rank
+    ``_value_mesh``  ValueMesh: one value per rank
     ``_future``     Future: a result usable from threads and asyncio
     ``_wire``       every message kind, declared once as a named record
     ``_buffers``    receive buffers that become ``bytes`` without a copy
@@ -37,11 +37,11 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_alloc``      the allocator plugin interface
     ``_cma``        cross-memory attach: process_vm_readv/writev with another process of this host
     ``_segments``   shared-memory segments (memfd) for large payloads: a bounded pool, lent and taken back
-    ``_shmwire``    large payloads to a process of this host through those segments, and back into views
+    ``_shm_wire``    large payloads to a process of this host through those segments, and back into views
     ``_stdio``      a proc's sys.stdout/sys.stderr: never blocked by a host agent that does not read
-    ``_procstate``  what the OS says of a process (stopped, ended) and a tick that notices its own stalls
-    ``_stopguard``  bounds on a proc's stop: actors whose stop cannot begin, a finalisation that hangs
-    ``_bootcmd``    BootstrapCommand: how a host agent starts a proc
+    ``_proc_state``  what the OS says of a process (stopped, ended) and a tick that notices its own stalls
+    ``_stop_guard``  bounds on a proc's stop: actors whose stop cannot begin, a finalisation that hangs
+    ``_boot_cmd``    BootstrapCommand: how a host agent starts a proc
     ``_preload``    modules a proc imports before its first actor (the ``preload`` setting)
 
 ``transport`` (``tetrarch._transport``)
@@ -84,11 +84,11 @@ the actor context)
 
 ``meshes`` (``_runtime/meshes``, and its public face ``tetrarch.job``; what users call)
     ``_mesh``       ActorMesh
-    ``_hostalloc``  which allocator starts a host mesh (the registry's selection rules)
-    ``_procmesh``   HostMesh, ProcMesh, this_host(), this_proc()
+    ``_host_alloc``  which allocator starts a host mesh (the registry's selection rules)
+    ``_proc_mesh``   HostMesh, ProcMesh, this_host(), this_proc()
     ``_controller`` get_or_spawn_controller(): one named singleton actor per process
     ``_shutdown``   shutdown_context(), and stopping what the client started at exit
-    ``_workerauth`` the secret file, the sealed session secret and address checks of workers and their clients
+    ``_worker_auth`` the secret file, the sealed session secret and address checks of workers and their clients
     ``_attach``     attach_to_workers(): a HostMesh over workers something else started
     ``_compat``     proc_mesh(): Monarch's deprecated way to make procs, kept for its programs
     ``_job_cache``  dump / job_load of jobs, and the cached job state() reuses

@@ -14,7 +14,7 @@ Behind ``tetrarch.job.spmd`` (a torchrun command line, reserved once, run many t
 
 ``_torchrun``  a torchrun command line parsed and checked (pure; unsupported flags refused by name)
 ``_reserve``   procs and their ranks kept between runs; a run's outcome; killing what a failure left running
-``_procside``  what a reserved rank runs besides ``main``: output marks, ``--no-python`` executables
+``_proc_side``  what a reserved rank runs besides ``main``: output marks, ``--no-python`` executables
 ``_control``   the job server's wire: length-prefixed JSON frames on a Unix socket, token first
 ``_relay``     the server's stdout/stderr: the ranks' lines to the caller of the run in progress
 ``_server``    the detached job server (``python -m tetrarch._spmd._server``)

@@ -69,7 +69,7 @@ def _parse(argv: Sequence[str]) -> _Options:
 def run_once(cmd: TorchrunCommand, scheduler: str) -> int:
     """Run ``cmd`` once on fresh procs in this process; the exit status (0, the rank's status, or 1)."""
     from .._runtime.services._supervision import set_unhandled_fault_hook
-    from ._procside import Executable
+    from ._proc_side import Executable
     from ._reserve import Reservation, make_job
 
     set_unhandled_fault_hook(lambda failure: None)  # a failed run is reported below, from its outcome

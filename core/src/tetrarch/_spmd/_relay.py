@@ -7,7 +7,7 @@ connection of the run in progress when there is one (as ``Output`` frames), else
 server's log file (fds 1 and 2, which the launcher pointed at it).
 
 Between the end of a run and its ``RunDone`` the server has every rank write a mark line
-(``_procside.output_mark``) to stdout and stderr: output travels proc -> host agent ->
+(``_proc_side.output_mark``) to stdout and stderr: output travels proc -> host agent ->
 printer on its own path, so the run's reply may arrive before its last lines; once the
 relay has seen every rank's marks, every earlier line was relayed.
 """
@@ -21,7 +21,7 @@ import threading
 import time
 
 from . import _control
-from ._procside import output_mark
+from ._proc_side import output_mark
 
 __all__ = ["Relay", "RelayStream"]
 

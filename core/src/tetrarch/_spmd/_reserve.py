@@ -1,7 +1,7 @@
 """A reservation: procs and their SPMD ranks kept up between runs (reserve once, iterate).
 
 :class:`Reservation` spawns ``nproc_per_node`` procs on every host of a host mesh, a
-:class:`~tetrarch._spmd._procside.ServedRank` on each, and rank 0's rendezvous store; each
+:class:`~tetrarch._spmd._proc_side.ServedRank` on each, and rank 0's rendezvous store; each
 :meth:`Reservation.run` runs a program on all ranks through ``SPMDActor.main`` (a fresh
 store per run) and returns a :class:`RunOutcome`, never raising for the program's failure.
 
@@ -22,11 +22,11 @@ from typing import Any
 from .._config import STOP_TIMEOUT
 from .._errors import ActorError, SupervisionError
 from .._runtime.meshes._job import JobTrait, LocalJob, ProcessJob
-from .._runtime.meshes._procmesh import HostMesh, ProcMesh
+from .._runtime.meshes._proc_mesh import HostMesh, ProcMesh
 from .._runtime.meshes._shutdown import _kill_records
 from .._runtime.process._root import get_root
 from ._guard import GRACE_S
-from ._procside import ServedRank
+from ._proc_side import ServedRank
 from ._target import RankExitError, RunAbortedError, Target
 
 __all__ = ["Reservation", "RunOutcome", "make_job"]
@@ -216,7 +216,7 @@ class Reservation:
         return [p.pid for p in procs._procs] if procs is not None else []
 
     def mark(self, token: str) -> None:
-        """Have every rank write ``output_mark(token, fd)`` to its stdout and stderr (see ``_procside``)."""
+        """Have every rank write ``output_mark(token, fd)`` to its stdout and stderr (see ``_proc_side``)."""
         self._ranks.mark.call(token).get(timeout=SETUP_TIMEOUT)
 
     def run(self, program: Target, on_start: Callable[[], None] | None = None) -> RunOutcome:

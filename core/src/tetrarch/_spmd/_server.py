@@ -31,7 +31,7 @@ import traceback
 from typing import Any
 
 from . import _control
-from ._procside import Executable
+from ._proc_side import Executable
 from ._relay import SEND_TIMEOUT, Relay, RelayStream
 from ._reserve import Reservation, RunOutcome, make_job
 

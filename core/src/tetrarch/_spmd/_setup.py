@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .._runtime.meshes._procmesh import ProcMesh
+from .._runtime.meshes._proc_mesh import ProcMesh
 from ._actor import SPMDActor
 from ._env import check_sizes
 from ._store import require_torch

@@ -5,7 +5,7 @@ serialized. This loop runs them for the builtin socket transport and for plugins
 (exported from ``tetrarch.plugins`` as ``IoLoop``), on its own thread or on a thread
 that waits for a reply and reads for it meanwhile (a *leader*, see :class:`IoLoop`).
 Other threads post work with :meth:`IoLoop.call`, which queues it on a
-:class:`CallQueue` (``_callqueue.py``: an ``eventfd`` written once per batch). A
+:class:`CallQueue` (``_call_queue.py``: an ``eventfd`` written once per batch). A
 descriptor registered with :meth:`IoLoop.watch` gets its object's ``on_readable()``
 called whenever it is readable (a socket, or a library's pollable descriptor such as
 nng's ``recv_fd``); :meth:`IoLoop.later` runs a timer.
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from .._log import get_logger
-from ._callqueue import CallQueue, close_fds
+from ._call_queue import CallQueue, close_fds
 from ._timer import Timer, make_timer
 
 __all__ = [

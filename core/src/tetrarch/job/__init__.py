@@ -41,7 +41,7 @@ _EXPORTS = {
     "WorkerJob": "tetrarch._runtime.meshes._worker_job",
     "job_load": "tetrarch._runtime.meshes._job",
     "job_loads": "tetrarch._runtime.meshes._job",
-    "new_secret_file": "tetrarch._runtime.meshes._workerauth",
+    "new_secret_file": "tetrarch._runtime.meshes._worker_auth",
     "JobState": "tetrarch._runtime.meshes._job",
     "JobTrait": "tetrarch._runtime.meshes._job",
     "LocalJob": "tetrarch._runtime.meshes._job",
@@ -108,5 +108,5 @@ if TYPE_CHECKING:  # pragma: no cover
         job_load,
         job_loads,
     )
+    from .._runtime.meshes._worker_auth import new_secret_file
     from .._runtime.meshes._worker_job import WorkerJob
-    from .._runtime.meshes._workerauth import new_secret_file

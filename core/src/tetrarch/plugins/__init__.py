@@ -132,7 +132,7 @@ _LAZY = {
     "TransportError": "tetrarch._transport._base",
     "PreAuthLimits": "tetrarch._transport._limits",
     "connection_cap": "tetrarch._transport._limits",
-    "CallQueue": "tetrarch._transport._callqueue",
+    "CallQueue": "tetrarch._transport._call_queue",
     "IoLoop": "tetrarch._transport._loop",
     "LeaderLoop": "tetrarch._transport._loop",
     "QualifiedAddress": "tetrarch._transport._qualified",
@@ -154,7 +154,7 @@ _LAZY = {
     "settle": "tetrarch._rdma._backend",
     "ExitInfo": "tetrarch._runtime.plumbing._spawn",
     "WatchedProcess": "tetrarch._runtime.plumbing._spawn",
-    "process_gone": "tetrarch._runtime.plumbing._procstate",
+    "process_gone": "tetrarch._runtime.plumbing._proc_state",
     "helper_thread_policy": "tetrarch._transport._sched",
     "batch_helper_threads": "tetrarch._transport._sched",
 }
@@ -234,7 +234,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 if TYPE_CHECKING:  # pragma: no cover
     from .._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion, settle
     from .._runtime.plumbing._alloc import AgentCommand, Allocation, Allocator, AllocatorError, AllocRequest
-    from .._runtime.plumbing._procstate import process_gone
+    from .._runtime.plumbing._proc_state import process_gone
     from .._runtime.plumbing._spawn import ExitInfo, WatchedProcess, spawn_watched
     from .._transport._base import (
         Connection,
@@ -245,7 +245,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Transport,
         TransportError,
     )
-    from .._transport._callqueue import CallQueue
+    from .._transport._call_queue import CallQueue
     from .._transport._limits import PreAuthLimits, connection_cap
     from .._transport._loop import IoLoop, LeaderLoop
     from .._transport._qualified import QualifiedAddress, fresh_ipc_name, parse_qualified

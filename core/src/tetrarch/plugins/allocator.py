@@ -46,7 +46,7 @@ from .._runtime.plumbing._alloc import (
     AllocatorError,
     AllocRequest,
 )
-from .._runtime.plumbing._procstate import process_gone
+from .._runtime.plumbing._proc_state import process_gone
 from .._runtime.plumbing._spawn import ExitInfo, WatchedProcess, spawn_watched
 from .._transport._route import source_ip_toward
 

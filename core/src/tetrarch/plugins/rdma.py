@@ -27,7 +27,7 @@ from __future__ import annotations
 from .._plugins._helpers import probe_in_child
 from .._rdma._backend import LocalRegion, MemoryKind, PeerIdentity, RdmaBackend, RdmaHost, RemoteRegion, settle
 from .._rdma._gpu import DmaBuf, GpuRuntime, export_dmabuf, gpu_runtime
-from .._runtime.plumbing._procstate import process_gone
+from .._runtime.plumbing._proc_state import process_gone
 
 __all__ = [
     "DmaBuf",

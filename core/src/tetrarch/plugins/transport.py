@@ -48,7 +48,7 @@ from .._transport._base import (
     Transport,
     TransportError,
 )
-from .._transport._callqueue import CallQueue
+from .._transport._call_queue import CallQueue
 from .._transport._framing import COUNT, MAX_FRAMES, consume, header, nbytes, receive_buffers
 from .._transport._limits import PreAuthLimits, connection_cap
 from .._transport._loop import IoLoop, LeaderLoop

@@ -90,7 +90,7 @@ from tetrarch._transport._limits import raise_open_file_limit
 
 from ._collector import Collector
 from ._procs import still_running
-from ._rawsock import closed_now, raw_sockaddr, still_open
+from ._raw_sock import closed_now, raw_sockaddr, still_open
 from ._timing import SLOWDOWN_ENV, scaled, slowdown
 
 __all__ = ["SLOWDOWN_ENV", "Collector", "PreAuthPeer", "PreAuthTarget", "TransportConformance", "closed_now",

@@ -19,7 +19,7 @@ import pytest
 from tetrarch._transport._base import Connection, Listener, Transport, TransportError
 
 from ._kit import bounded
-from ._rawsock import raw_sockaddr
+from ._raw_sock import raw_sockaddr
 from ._recorder import Recorder
 from ._timing import scaled
 

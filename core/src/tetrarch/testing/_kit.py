@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ._rawsock import raw_sockaddr
+from ._raw_sock import raw_sockaddr
 
-__all__ = ["TEST_TIMEOUT", "WAIT", "bounded", "pattern", "raw_sockaddr"]  # raw_sockaddr: see _rawsock
+__all__ = ["TEST_TIMEOUT", "WAIT", "bounded", "pattern", "raw_sockaddr"]  # raw_sockaddr: see _raw_sock
 
 #: Seconds any single expected event may take before a test fails.
 WAIT = 10.0

@@ -50,7 +50,7 @@ from tetrarch._transport._base import Transport
 from tetrarch._transport._limits import PreAuthLimits, raise_open_file_limit
 
 from ._preauth_target import Peer, Target
-from ._rawsock import closed_now, raw_sockaddr, still_open
+from ._raw_sock import closed_now, raw_sockaddr, still_open
 from ._timing import scaled
 
 __all__ = ["PreAuthConformance"]

@@ -6,7 +6,7 @@ process exits so interpreter finalizers run) and ``exit`` (payload: the reason; 
 process exits at once, its actors as they are: its owner declared it lost because its
 host agent is unreachable, and nothing would report its exit or forward its output).
 
-Stops are bounded by ``TETRARCH_STOP_TIMEOUT`` (:mod:`._stopguard`). An actor whose stop
+Stops are bounded by ``TETRARCH_STOP_TIMEOUT`` (:mod:`._stop_guard`). An actor whose stop
 has not begun by then (its thread is blocked in ``__init__`` or an endpoint, which Python
 cannot interrupt) cannot be stopped: on ``stop_actor`` the process exits at once, saying
 why on stderr (its owner receives the line, and the death of the proc ends the stop); on
@@ -27,7 +27,7 @@ from typing import Any
 from ..._config import STOP_TIMEOUT
 from ..._log import get_logger
 from ..plumbing import _stdio
-from ..plumbing._stopguard import bound_stop
+from ..plumbing._stop_guard import bound_stop
 from ..router._router import Router
 from ..services._supervision import report_failure
 from ..values import _serial, _wire

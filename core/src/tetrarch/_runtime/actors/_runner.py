@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from ..._config import CLEANUP_TIMEOUT, STOP_TIMEOUT
 from ..._log import get_logger
-from ..plumbing._stopguard import class_name, running_endpoint
+from ..plumbing._stop_guard import class_name, running_endpoint
 from ..router._router import Router
 from ..services._endpoint import CANCEL, CallKey, call_key
 from ..services._port import Port

@@ -5,7 +5,7 @@ keeps its own random secret (it may run already, e.g. for ``this_host()``) and m
 the workers' transport. For each worker a helper router keyed with the worker secret of
 the secret file dials it (the mutual HMAC handshake proves both sides hold that secret
 before anything is unpickled) and sends the client's address and its own secret, sealed
-(:func:`~._workerauth.seal_secret`); then the helper closes. The worker re-keys with the
+(:func:`~._worker_auth.seal_secret`); then the helper closes. The worker re-keys with the
 client's secret at the same address and reports ready like an allocated host agent,
 pings the client from then on, and is tracked as one (``TETRARCH_HOST_TIMEOUT``, exit
 reports); its procs hold the client's secret, so they talk to the client's other procs.
@@ -34,8 +34,8 @@ from ..services._launch import ProcRecord
 from ..values import _serial, _wire
 from ..values._future import Future
 from ..values._shape import Extent, Shape
-from ._procmesh import HostMesh, _Host, _uid
-from ._workerauth import check_address, check_tls, fresh_transport, is_loopback, read_secret_file, seal_secret
+from ._proc_mesh import HostMesh, _Host, _uid
+from ._worker_auth import check_address, check_tls, fresh_transport, is_loopback, read_secret_file, seal_secret
 
 __all__ = ["attach_to_workers"]
 

@@ -14,8 +14,8 @@ import warnings
 from collections.abc import Callable, Mapping
 
 from ..._errors import ArgumentError, ArgumentTypeError, NotSupportedError
-from ..plumbing._bootcmd import default_bootstrap_cmd
-from ._procmesh import ProcMesh, this_host
+from ..plumbing._boot_cmd import default_bootstrap_cmd
+from ._proc_mesh import ProcMesh, this_host
 
 __all__ = ["proc_mesh"]
 

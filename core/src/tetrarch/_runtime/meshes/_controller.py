@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 from ..._errors import ArgumentError
 from ..actors._actor import Actor
 from ..values._future import Future
-from ._procmesh import this_proc
+from ._proc_mesh import this_proc
 
 __all__ = ["get_or_spawn_controller"]
 

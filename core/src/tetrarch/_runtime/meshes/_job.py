@@ -24,9 +24,9 @@ from ..._errors import ArgumentError, ArgumentTypeError, MeshNotFoundError, NotS
 from ..._log import get_logger
 from ..values._future import Future
 from ..values._shape import Extent, Shape
-from ._hostalloc import job_allocator
+from ._host_alloc import job_allocator
 from ._job_cache import BATCH_ENV, DEFAULT_JOB_PATH, dump_job, loads_checked, read_dump
-from ._procmesh import HostMesh, this_host
+from ._proc_mesh import HostMesh, this_host
 from ._shutdown import release_this_host
 
 __all__ = ["DEFAULT_JOB_PATH", "AllocatorJob", "BatchJob", "JobState", "JobTrait", "LocalJob", "ProcessJob",

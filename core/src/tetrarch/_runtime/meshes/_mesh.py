@@ -282,7 +282,7 @@ def _ignore_reason(fn: Callable[[str], None], address: str, _why: str) -> None:
 def _backstop(stopped: Future[Any], name: str, proc_mesh: _ProcMeshState | None, addresses: list[str]) -> None:
     """Kill the procs of ``addresses`` if ``stopped`` is not done ``TETRARCH_STOP_TIMEOUT`` + a grace from now.
 
-    A proc ends an actor it cannot stop itself (:mod:`._stopguard`); this is for a proc
+    A proc ends an actor it cannot stop itself (:mod:`._stop_guard`); this is for a proc
     that could not even do that (a C call holding the GIL). The kill's death reports
     complete the stop.
     """

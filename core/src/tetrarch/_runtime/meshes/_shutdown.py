@@ -24,11 +24,11 @@ _log = get_logger("supervision")
 #: Ctrl-C, and at a plain exit.
 _QUIET_STOP_S = 1.0
 _QUIET_EXIT_S = 5.0
-#: The meshes this process started and has not stopped (``_procmesh`` adds and discards them).
+#: The meshes this process started and has not stopped (``_proc_mesh`` adds and discards them).
 #: Proc meshes are held until stopped, as their procs run until then (Monarch's rule: dropping
 #: the reference does not end them): the client's exit then stops them cleanly (their atexit
 #: handlers run) instead of leaving them to their host agent's kill.
-# (Typed loosely: this module sits below _procmesh, which imports it.)
+# (Typed loosely: this module sits below _proc_mesh, which imports it.)
 _live_proc_meshes: set[Any] = set()  # ProcMesh
 _live_host_meshes: weakref.WeakSet[Any] = weakref.WeakSet()  # HostMesh
 

@@ -19,8 +19,8 @@ from ..._errors import ArgumentError, ArgumentTypeError
 from ..._transport._route import host_of
 from ._attach import attach_to_workers
 from ._job import JobState, JobTrait, _checked_meshes, _shutdown
-from ._procmesh import HostMesh
-from ._workerauth import check_address, read_secret_file
+from ._proc_mesh import HostMesh
+from ._worker_auth import check_address, read_secret_file
 
 __all__ = ["WorkerJob"]
 

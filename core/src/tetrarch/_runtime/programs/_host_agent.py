@@ -6,7 +6,7 @@ procs through a pipe. It connects back to the client, says ``ready``, then serve
 ``kill_procs`` / ``shutdown``. It exits, killing its procs, when the client's
 connection drops (the client died) or on ``shutdown``.
 
-It watches the OS state of its procs (:class:`~._procstate.StateMonitor`): a proc that stays
+It watches the OS state of its procs (:class:`~._proc_state.StateMonitor`): a proc that stays
 stopped past its ``TETRARCH_FROZEN_TIMEOUT`` is reported ``frozen`` to its owner, then
 killed, so it cannot come back half-alive after its owner gave up on it.
 

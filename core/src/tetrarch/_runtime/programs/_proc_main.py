@@ -8,7 +8,7 @@ milliseconds of CPU for nothing anyone sees: 16 procs took 0.7 s to stop on 2 co
 0.06-0.14 s without it. So a module-level object's ``__del__`` does not run at a proc's
 exit; release what must be released in ``__cleanup__`` or an atexit handler. All of it is
 bounded by what is left of the stop's ``TETRARCH_STOP_TIMEOUT``
-(:func:`~._stopguard.guard_exit`). An orphaned proc, or one told to exit at once, ends
+(:func:`~._stop_guard.guard_exit`). An orphaned proc, or one told to exit at once, ends
 with ``os._exit`` at once: its actors may be blocked.
 """
 
@@ -29,7 +29,7 @@ from ..actors._proc_service import ACTORS_SHARE
 from ..plumbing import _stdio
 from ..plumbing._preload import preload
 from ..plumbing._secret import take_secret
-from ..plumbing._stopguard import guard_exit
+from ..plumbing._stop_guard import guard_exit
 from ..process._root import adopt_client_sys_path, install_root, launched_root
 from ..router._router import PeerUnreachable
 from ..services._launch import announce_ready, start_heartbeat

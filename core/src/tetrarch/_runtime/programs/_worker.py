@@ -7,7 +7,7 @@ holding the worker secret ``W``. It serves one client at a time, forever:
 * **idle**: a bare router keyed with ``W`` listens at ``A`` and answers only
   ``worker``/``attach``. A client proves it holds ``W`` in the transport's mutual
   handshake (before anything is unpickled) and sends its own session secret ``C``
-  sealed under ``W`` (:func:`~._workerauth.seal_secret`); the worker checks the seal's
+  sealed under ``W`` (:func:`~._worker_auth.seal_secret`); the worker checks the seal's
   tag, answers OK and waits (briefly) for the client to hang up that connection.
 * **serving**: the idle router closes and a :class:`~._root.Root` keyed with ``C``
   listens at the same ``A``; from there the worker is a host agent of that client like
@@ -40,7 +40,7 @@ from ..._plugins import get_registry
 from ..._plugins._specs import BackendKind
 from ..._transport._backoff import Backoff
 from ..._transport._base import TransportError
-from ..meshes._workerauth import (
+from ..meshes._worker_auth import (
     SealedSecret,
     check_address,
     check_tls,

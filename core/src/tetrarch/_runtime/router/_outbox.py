@@ -14,7 +14,7 @@ from time import perf_counter as _perf_counter
 
 from ..._log import get_logger
 from ..._transport._base import Connection, ConnectionClosed
-from ..plumbing import _shmwire
+from ..plumbing import _shm_wire
 
 __all__ = ["COALESCE_S", "Outboxes"]
 
@@ -98,7 +98,7 @@ class Outboxes:
                     conn.send_many(batch)
                 except ConnectionClosed:  # the peer is gone; pending calls fail through supervision
                     for frames in batch:
-                        _shmwire.abandon(frames)
+                        _shm_wire.abandon(frames)
                 except Exception:  # noqa: BLE001 - the flusher thread must survive
                     _log.exception("flushing messages failed")
                 with self._lock:

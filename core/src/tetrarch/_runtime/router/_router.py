@@ -38,7 +38,7 @@ from ..._transport._base import Connection, ConnectionClosed, HandshakeRefused, 
 from ..._transport._limits import PreAuthLimits, raise_open_file_limit
 from ..._transport._route import pin_host
 from ..._transport._waiting import WaitingRoom
-from ..plumbing import _shmwire
+from ..plumbing import _shm_wire
 from ..plumbing._segments import host_key
 from ..values import _outcome, _serial, _wire
 from ..values._early import EarlyCalls
@@ -51,7 +51,7 @@ __all__ = ["Mailbox", "PeerRefused", "PeerUnreachable", "PortHandler", "PortSink
 
 _log = get_logger("router")
 _decode, _PortHeader, _CallHeader = _wire.decode, _wire.PortHeader, _wire.CallHeader  # dispatch's hot path
-_VIEW_MARK = _shmwire.VIEW_MARK
+_VIEW_MARK = _shm_wire.VIEW_MARK
 
 PortHandler = Callable[[_wire.PortHeader, list], None]
 #: ``sink(header, nbytes)``: a writable byte memoryview of ``nbytes`` for the payload of a
@@ -179,9 +179,9 @@ class Router:
 
     def _resolve_sink(self, lead: list[bytes], sizes: list[int]) -> list[memoryview | None] | None:
         """The connections' ``SinkResolver``: a ``[PortHeader, payload]`` message to a port with a sink, or
-        the large frames of a message that names them (``_shmwire.receive_sinks``)."""
+        the large frames of a message that names them (``_shm_wire.receive_sinks``)."""
         if lead[0][:2] == _VIEW_MARK:
-            return _shmwire.receive_sinks(lead, sizes)
+            return _shm_wire.receive_sinks(lead, sizes)
         if len(lead) != 1 or len(sizes) != 2 or not self._sinks:
             return None
         try:
@@ -258,7 +258,7 @@ class Router:
                 raise PeerUnreachable(dead)
             conn = self._dial(address)
         if len(frames) > 2:  # out-of-band buffers: shared memory on this host, reused memory on another
-            frames = _shmwire.prepare(frames, conn.context.peer, self._info.host_key,  # type: ignore[attr-defined]
+            frames = _shm_wire.prepare(frames, conn.context.peer, self._info.host_key,  # type: ignore[attr-defined]
                                       conn.supports_sinks)
         # A burst joins the peer's outbox (one vectored write by the flusher); an isolated message goes out now.
         if self._outboxes.offer(address, conn, frames):
@@ -266,7 +266,7 @@ class Router:
         try:
             conn.send(frames)
         except ConnectionClosed as exc:
-            _shmwire.abandon(frames)
+            _shm_wire.abandon(frames)
             raise PeerUnreachable(f"lost the connection to {address}: {exc}") from exc
 
     def reply(self, address: str | None, port: int | None, tag: int, status: int, value: Any,
@@ -346,10 +346,10 @@ class Router:
     def on_message(self, conn: Connection, frames: list[memoryview]) -> None:
         auth: Auth = conn.context  # type: ignore[assignment]
         if auth.done:
-            if frames[0][0] == 0:  # a _shmwire prefix (a header frame is a pickle: b"\x80...")
+            if frames[0][0] == 0:  # a _shm_wire prefix (a header frame is a pickle: b"\x80...")
                 try:
-                    frames = _shmwire.incoming(frames)
-                except _shmwire.Unreadable as exc:
+                    frames = _shm_wire.incoming(frames)
+                except _shm_wire.Unreadable as exc:
                     self._unreadable(exc)
                     return
             self._dialing.in_dispatch = True
@@ -394,7 +394,7 @@ class Router:
         if not peer or not auth.done:
             return
         if auth.peer.host_key and auth.peer.host_key == self._info.host_key:
-            _shmwire.forget(auth.peer.pid)
+            _shm_wire.forget(auth.peer.pid)
         with self._lock:
             if self._routes.get(peer) is conn:
                 del self._routes[peer]
@@ -432,7 +432,7 @@ class Router:
     def _refuse_call(self, hdr: _wire.CallHeader, why: str) -> None:
         self.reply_later(hdr.reply_addr, hdr.reply_port, hdr.rank, _wire.DEAD, why)
 
-    def _unreadable(self, exc: _shmwire.Unreadable) -> None:
+    def _unreadable(self, exc: _shm_wire.Unreadable) -> None:
         """A message whose payload was in shared memory that cannot be mapped: answer it with why."""
         why = str(exc)
         try:

@@ -16,7 +16,7 @@ from ..values import _serial, _wire
 from ..values._future import Future
 from ..values._outcome import decode_error
 from ..values._shape import Shape
-from ..values._valuemesh import ValueMesh
+from ..values._value_mesh import ValueMesh
 
 __all__ = ["Claims", "ReplyCollector", "Targets", "group_by_address"]
 

@@ -31,7 +31,7 @@ from ..values import _serial, _wire
 from ..values._context import _current
 from ..values._future import Future
 from ..values._shape import Extent, Shape
-from ..values._valuemesh import ValueMesh
+from ..values._value_mesh import ValueMesh
 from ._collect import Claims, ReplyCollector, Targets
 
 __all__ = ["CANCEL", "CallKey", "Endpoint", "EndpointMesh", "call_key"]

@@ -38,7 +38,7 @@ from typing import Any
 from ..._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, HOST_TIMEOUT, ORPHAN_TIMEOUT
 from ..._errors import ProcessStartError, _describe_exit
 from ..._log import get_logger
-from ..plumbing._procstate import StateMonitor, Ticker, proc_state, process_gone
+from ..plumbing._proc_state import StateMonitor, Ticker, proc_state, process_gone
 from ..router._router import PeerUnreachable, Router
 from ..values import _serial, _wire
 

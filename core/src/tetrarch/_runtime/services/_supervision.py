@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..._log import get_logger
-from ..plumbing._stopguard import class_name
+from ..plumbing._stop_guard import class_name
 from ..router._router import Router
 from ..values import _serial, _wire
 from ..values._wire import FailureRecord

@@ -7,7 +7,7 @@ pickles those by value. Large contiguous buffers (``bytes`` and ``bytearray`` â€
 the arguments' tuples, lists and dicts â€”, contiguous memoryviews, numpy arrays (a
 non-contiguous one copied once into a contiguous one) and CPU torch tensors) travel out of
 band: the transport sends them as their own frames without a copy into the pickle stream
-(to a process of the same host, through shared memory: :mod:`._shmwire`). The receiver
+(to a process of the same host, through shared memory: :mod:`._shm_wire`). The receiver
 rebuilds ``bytes``, memoryviews and arrays over the received frame without a copy (a large
 frame arrives in its own buffer, see :mod:`._buffers`); a ``bytearray`` gets its own copy.
 """
@@ -141,7 +141,7 @@ def _reduce_tensor(t: Any) -> Any:
     view = _tensor_bytes(t)
     if shared is not None:
         owner: Any = view.obj
-        owner._tetrarch_shared = shared  # to a process of this host, the file goes instead (``_shmwire``)
+        owner._tetrarch_shared = shared  # to a process of this host, the file goes instead (``_shm_wire``)
     return (_rebuild_tensor, (pickle.PickleBuffer(view), str(t.dtype).removeprefix("torch."), tuple(t.shape)))
 
 

@@ -5,7 +5,7 @@ A late call to an actor that was stopped (or failed in ``__init__``) must still 
 one entry per stopped actor (+4.5 MB over 20 000 spawn/stop cycles). So the most
 recent reasons are kept verbatim, and older ones shrink to a generation number:
 actor keys carry their spawner's pid and a per-spawner counter (``name-pid-n-tag``,
-see ``_procmesh._uid``), so remembering the highest counter evicted per spawner
+see ``_proc_mesh._uid``), so remembering the highest counter evicted per spawner
 answers "was stopped" for every older key in O(spawners) memory.
 """
 
@@ -54,7 +54,7 @@ class Tombstones:
 
 
 def _parse(key: str) -> tuple[str, str, int] | None:
-    """``(name, spawner pid, counter)`` of a key made by ``_procmesh._uid``, else None."""
+    """``(name, spawner pid, counter)`` of a key made by ``_proc_mesh._uid``, else None."""
     parts = key.rsplit("-", 3)
     if len(parts) != 4 or not parts[1].isdigit() or not parts[2].isdigit():
         return None

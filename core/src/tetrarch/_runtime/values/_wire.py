@@ -312,7 +312,7 @@ class WorkerAttach(NamedTuple):
     """Payload of ``worker``/``attach``: a client asks an idle worker to be its host agent.
 
     Sent over a connection keyed with the worker secret; the client's own session secret
-    travels sealed under it (``_workerauth.seal_secret``), never in clear.
+    travels sealed under it (``_worker_auth.seal_secret``), never in clear.
     """
 
     #: The client's runtime address (it gets the worker's ready report, heartbeats and its procs' reports).

@@ -42,7 +42,7 @@ from ..._plugins import get_registry
 from ..actors._actor import Actor
 from ..actors._runner import current_actor
 from ..plumbing._alloc import HOST_AGENT_MODULE, AgentCommand, Allocation, Allocator, AllocRequest
-from ..plumbing._bootcmd import BootstrapSpec, proc_command
+from ..plumbing._boot_cmd import BootstrapSpec, proc_command
 from ..plumbing._spawn import ExitInfo
 from ..process._root import Root, child_env, get_root, on_client_exit
 from ..router._router import PeerUnreachable
@@ -54,7 +54,7 @@ from ..values import _serial, _wire
 from ..values._context import _current
 from ..values._future import CoroutineFuture, Future
 from ..values._shape import Extent, MeshTrait, Shape
-from ._hostalloc import this_host_allocator
+from ._host_alloc import this_host_allocator
 from ._mesh import ActorMesh
 from ._shutdown import (
     _kill_records,
