@@ -61,6 +61,22 @@ def _epilog() -> str:
     return "\n".join(lines)
 
 
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the worker ``pid``, its process group and every descendant (Monarch's procs and a Ray
+    cluster's processes start sessions of their own, out of the worker's group)."""
+    try:
+        import psutil  # type: ignore[import-untyped]
+
+        tree = psutil.Process(pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - psutil missing or the worker gone: its group is what is left
+        tree = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    for child in tree:
+        with contextlib.suppress(Exception):
+            child.kill()
+
+
 def _worker(python: str, framework: str, workload: str, size: str, p: dict[str, Any],
             timeout: float) -> dict[str, Any]:
     """One measurement in a fresh ``python``: ``{"value", "extra"}`` or ``{"error"}``."""
@@ -77,8 +93,7 @@ def _worker(python: str, framework: str, workload: str, size: str, p: dict[str, 
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc.pid)
             proc.communicate()
             return {"error": f"took over {timeout:g} s (killed)"}
     out: dict[str, Any] = {}
