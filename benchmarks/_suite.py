@@ -96,6 +96,9 @@ def _worker(python: str, framework: str, workload: str, size: str, p: dict[str, 
             _kill_tree(proc.pid)
             proc.communicate()
             return {"error": f"took over {timeout:g} s (killed)"}
+        except BaseException:  # Ctrl-C or SIGTERM (main): the measurement goes with the runner
+            _kill_tree(proc.pid)
+            raise
     out: dict[str, Any] = {}
     for line in reversed(stdout.splitlines()):
         with contextlib.suppress(ValueError):
@@ -208,6 +211,7 @@ def _measure(runs: list[tuple[Workload, str]], frameworks: list[str], pythons: d
 def main(argv: list[str] | None = None) -> int:
     """The runner (``python -m benchmarks``): 0, or argparse's exit for bad options."""
     args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # workers cleaned up on the way
     only = [n.strip() for n in args.only.split(",")] if args.only else list(WORKLOADS)
     unknown = [n for n in only if n not in WORKLOADS]
     if unknown:
