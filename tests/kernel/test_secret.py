@@ -240,16 +240,18 @@ def test_an_actor_does_not_find_the_secret_in_proc_self_environ(procs) -> None:
 
 def test_no_host_agent_or_proc_keeps_the_secret_pipe_open(procs) -> None:
     """A pipe end whose other end lives in another process: only stdio and the stdout and stderr pipes of
-    children (a host agent reads both of its procs').
+    descendants (a host agent reads both of its procs', which its zygote forked).
 
     The secret pipe's write end is closed before the child starts, so its read end, if
-    left open, would be such a lone end in the child.
+    left open, would be such a lone end in the child (or in the zygote that forked it).
     """
-    for proc in _tetrarch_processes():
+    zygotes = [p for p in psutil.Process().children(recursive=True)
+               if " ".join(p.cmdline()).startswith("tetrarch zygote")]
+    for proc in _tetrarch_processes() + zygotes:
         try:
             links = _fd_links(proc.pid)
             children_stdio = set()
-            for child in proc.children():
+            for child in proc.children(recursive=True):
                 child_links = _fd_links(child.pid)
                 children_stdio |= {child_links.get(1), child_links.get(2)}
         except (FileNotFoundError, psutil.NoSuchProcess):

@@ -106,3 +106,23 @@ def test_a_killed_zygote_takes_its_procs_and_later_procs_start_fresh(run_scenari
     assert str(out["first_after"]).startswith("SupervisionError"), out
     assert "SIGKILL" in out["first_after"], out
     assert out["second_parents"] == [out["agent"]]
+
+
+@pytest.mark.isolated
+def test_a_preload_that_kills_the_zygote_fails_the_spawn_with_its_exit(run_isolated) -> None:
+    """The zygote dies importing it; the procs start as fresh interpreters, die the same way, and say so."""
+    res = run_isolated(
+        """
+        import sys
+        sys.path.insert(0, %r)
+        from tetrarch import ProcessStartError, this_host
+        try:
+            this_host().spawn_procs(per_host={"procs": 1}, preload=["zygote_exits"])
+        except ProcessStartError as err:
+            print("RC", err.returncode)
+            print(err)
+        """ % HERE,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "RC 7" in res.stdout and "simulated broken import" in res.stdout, res.stdout + res.stderr

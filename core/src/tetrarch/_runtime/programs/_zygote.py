@@ -33,6 +33,7 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -277,7 +278,11 @@ def fork_zygote() -> Zygote | None:
     try:
         proc_main = _Template(zygote_sock).serve()  # returns only in a forked proc
     except BaseException:  # noqa: BLE001 - the zygote never unwinds into the host agent's code
-        os._exit(70)
+        try:  # the zygote's own failure, or a forked proc's before its main: said on stderr, which is forwarded
+            traceback.print_exc()
+            sys.stderr.flush()
+        finally:
+            os._exit(70)
     raise SystemExit(proc_main())
 
 
