@@ -113,16 +113,17 @@ def test_a_preload_that_kills_the_zygote_fails_the_spawn_with_its_exit(run_isola
     """The zygote dies importing it; the procs start as fresh interpreters, die the same way, and say so."""
     res = run_isolated(
         """
-        import sys
-        sys.path.insert(0, %r)
+        import os, sys
+        sys.path.insert(0, os.environ["ZYGOTE_TESTS"])
         from tetrarch import ProcessStartError, this_host
         try:
             this_host().spawn_procs(per_host={"procs": 1}, preload=["zygote_exits"])
         except ProcessStartError as err:
             print("RC", err.returncode)
             print(err)
-        """ % HERE,
+        """,
         timeout=60,
+        env={"ZYGOTE_TESTS": HERE},
     )
     assert res.returncode == 0, res.stderr
     assert "RC 7" in res.stdout and "simulated broken import" in res.stdout, res.stdout + res.stderr
