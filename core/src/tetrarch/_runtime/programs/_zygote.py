@@ -242,6 +242,10 @@ class Zygote:
             self._cond.notify_all()
         for child in children:  # each one's watcher sees it end through its pidfd
             child.ended(-signal.SIGKILL)
+        try:  # reap it: it is this process's child (a channel that failed may leave it running: then not yet)
+            os.waitpid(self.pid, 0 if why == "it exited" else os.WNOHANG)
+        except ChildProcessError:
+            pass
 
     def _give_up(self, why: str) -> None:
         """Fork no more procs here (the zygote stays, reaping the procs it forked, until the host agent ends)."""
