@@ -142,7 +142,7 @@ def _nng_message(pair: Any, data: bytes) -> None:
     """
     import pynng
 
-    from tetrarch_transport_nng._conn import CHUNK
+    from tetrarch_transport_nng.testing import CHUNK
 
     with contextlib.suppress(pynng.NNGException):
         for pos in range(0, max(1, len(data)), CHUNK):
@@ -164,7 +164,7 @@ def _nng_connect(address: str) -> Attacker:
     import pynng
 
     from tetrarch.testing import scaled
-    from tetrarch_transport_nng._conn import hand_over
+    from tetrarch_transport_nng.testing import hand_over
 
     stalled = raw_connect(address)  # a peer that never completes a message
     stalled.sendall(b"\x00SP\x00" + struct.pack("!H", _SP_PAIR0) + b"\x00\x00")

@@ -58,3 +58,16 @@ def test_no_plugin_or_example_source_names_a_private_tetrarch_module() -> None:
     found = [f"{p.relative_to(ROOT)}:{n}: {m.group()}" for p in files
              for n, line in enumerate(p.read_text().splitlines(), 1) if (m := PRIVATE_NAME.search(line))]
     assert not found, "private tetrarch modules named outside core (use tetrarch.plugins...):\n" + "\n".join(found)
+
+
+PLUGIN_PRIVATE = re.compile(r"^\s*(?:from|import)\s+tetrarch_(?:transport|rdma|alloc)_\w+\._[A-Za-z]\w*")
+
+
+def test_core_tests_name_no_private_module_of_a_plugin() -> None:
+    """Core's tests import a plugin through its public names (e.g. ``tetrarch_transport_nng.testing``):
+    a plugin may reorganise its private modules without breaking another distribution's tests. (A
+    factory string a test compares with a plugin's declaration is data, not an import.)"""
+    files = list((ROOT / "tests").rglob("*.py"))
+    found = [f"{p.relative_to(ROOT)}:{n}: {m.group()}" for p in files
+             for n, line in enumerate(p.read_text().splitlines(), 1) if (m := PLUGIN_PRIVATE.search(line))]
+    assert not found, "a plugin's private module named in core's tests:\n" + "\n".join(found)

@@ -82,7 +82,7 @@ def test_a_cuda_slice_reads_at_its_own_offset(holder: Any) -> None:
 def _efa_shm() -> Any:
     """The client's efa backend over libfabric's shm (skips where libfabric or shm is missing)."""
     pytest.importorskip("tetrarch_rdma_efa")
-    from tetrarch_rdma_efa._discover import discover
+    from tetrarch_rdma_efa.testing import discover
 
     found = discover()
     if "shm" not in found.rma:

@@ -9,7 +9,8 @@ Layers (a module imports only those below it):
 * ``_nng``: the transport, dialing;
 * ``_listen``: the listener (accepts itself, one nng socket per connection);
 * ``_gate``: the bounds on connections before they open; ``_exit``: exit before ``nng_fini``;
-* ``_conn``: one connection = one ``pair0`` socket, its framing, handing a descriptor to nng.
+* ``_conn``: one connection = one ``pair0`` socket, its framing, handing a descriptor to nng;
+* ``testing`` (public): what tests of other distributions use to speak nng's wire to this transport.
 """
 
 from __future__ import annotations
