@@ -6,7 +6,8 @@ the peers' venv, ``_peers_env``) and per raw baseline, in an order that rotates 
 repeats. Each row reports per column the median over the repeats with its range, and per
 framework the median (and range) of the per-repeat ratios to the row's first raw baseline
 from the same repeat, as ``x raw``: how many times the raw cost (>1: slower than raw,
-for times and rates alike). A column that cannot run says ``n/a``; the reason is in the JSON.
+for times and rates alike). A column that cannot run says ``n/a``, with the reason under the
+table and in the JSON (``--json``), which also holds every sample and the machine it ran on.
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ def _row(w: Workload, size: str, samples: dict[str, list[dict[str, Any]]]) -> di
     for col, got in samples.items():
         if col.startswith("raw:"):
             continue
-        pairs = [(m["value"], r["value"]) for m, r in zip(got, samples[base], strict=True)
+        # Sample i of every column is repeat i's: an interrupted repeat leaves some a sample short.
+        pairs = [(m["value"], r["value"]) for m, r in zip(got, samples[base], strict=False)
                  if "value" in m and "value" in r]
         if pairs:
             ratios[col] = _stats([r / m if w.higher_is_better else m / r for m, r in pairs])
@@ -182,14 +184,14 @@ def machine() -> dict[str, Any]:
             "loadavg_at_start": load, "versions": {d: _version(d) for d in ("tetrarch", "pyzmq", "numpy")}}
 
 
+Samples = dict[tuple[str, str], dict[str, list[dict[str, Any]]]]
+
+
 def _measure(runs: list[tuple[Workload, str]], frameworks: list[str], pythons: dict[str, str],
-             reasons: dict[str, str], repeat: int, p: dict[str, Any],
-             args: argparse.Namespace) -> tuple[dict[tuple[str, str], dict[str, list[dict[str, Any]]]],
-                                                list[dict[str, Any]]]:
-    """Every measurement, ``repeat`` times (each after an idle wait): the samples per row and column,
-    and what each idle wait found."""
-    samples: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
-    idle: list[dict[str, Any]] = []
+             reasons: dict[str, str], repeat: int, p: dict[str, Any], args: argparse.Namespace,
+             samples: Samples, idle: list[dict[str, Any]]) -> None:
+    """Every measurement, ``repeat`` times (each after an idle wait), into ``samples`` (per row and
+    column) and ``idle`` (what each wait found) as it goes: an interrupted run keeps what it measured."""
     for rep in range(repeat):
         idle.append(wait_idle(args.idle_wait))
         print(f"repeat {rep + 1}/{repeat}: {idle[-1]['said']}", file=sys.stderr, flush=True)
@@ -205,11 +207,10 @@ def _measure(runs: list[tuple[Workload, str]], frameworks: list[str], pythons: d
                 row[col].append(got)
                 print(f"  {w.name} {size} {col}: " + (f"{got['value'] * SCALE[w.unit]:.4g} {w.unit}" if "value" in got
                       else f"n/a ({got['error']})"), file=sys.stderr, flush=True)
-    return samples, idle
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The runner (``python -m benchmarks``): 0, or argparse's exit for bad options."""
+    """The runner (``python -m benchmarks``): 0; 130 when interrupted (the table shows what was measured)."""
     args = _parser().parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # workers cleaned up on the way
     only = [n.strip() for n in args.only.split(",")] if args.only else list(WORKLOADS)
@@ -240,11 +241,18 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(WORKLOADS[n], size) for n in only for size in (WORKLOADS[n].quick_sizes if args.quick
                                                             else WORKLOADS[n].sizes)]
     started = time.monotonic()
-    samples, idle = _measure(runs, frameworks, pythons, reasons, repeat, p, args)
-    rows = [_row(w, size, samples[w.name, size]) for w, size in runs]
+    samples: Samples = {}
+    idle: list[dict[str, Any]] = []
+    interrupted = False
+    try:
+        _measure(runs, frameworks, pythons, reasons, repeat, p, args, samples, idle)
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: report what was measured
+        interrupted = True
+    rows = [_row(w, size, samples[w.name, size]) for w, size in runs if (w.name, size) in samples]
     print(f"cpus: {info['cpus']}   python: {info['python']}   repeats: {repeat}   "
-          f"{'quick   ' if args.quick else ''}took {time.monotonic() - started:.0f} s")
-    print(table(rows, frameworks))
+          f"{'quick   ' if args.quick else ''}took {time.monotonic() - started:.0f} s"
+          + ("   INTERRUPTED: what was measured so far" if interrupted else ""))
+    print(table(rows, frameworks) if rows else "nothing measured")
     print("cells: median [min-max] over the repeats; x raw: per-repeat ratio to the first raw baseline "
           "(>1: slower than raw)")
     for fw, why in reasons.items():
@@ -255,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r['workload']} {r['size']} {col}: {len(cell['samples'])}/{repeat} measured; {cell['error']}")
     if args.json:
         doc = {"machine": info, "options": {"repeat": repeat, "quick": args.quick, "only": only, "params": p,
-                                            "peers": args.peers}, "idle": idle, "unavailable": reasons, "rows": rows}
+                                            "peers": args.peers}, "interrupted": interrupted, "idle": idle,
+               "unavailable": reasons, "rows": rows}
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
+    return 130 if interrupted else 0
