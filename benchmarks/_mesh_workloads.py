@@ -24,13 +24,15 @@ def _measure(procs: Any, workload: str, size: str, p: dict[str, Any]) -> float:
     if workload == "payload":
         sink = procs.spawn("sink", Sink)
         return payload_gbps(lambda data: sink.touched.call_one(data).get(), int(size), p)
-    noop = procs.spawn("noop", Noop).noop
-    if workload == "fanout":
-        def batch(k: int) -> None:
-            for f in [noop.call() for _ in range(k)]:
+    if workload == "fanout":  # K actor meshes on the procs: a round calls each, then gets every reply
+        meshes = [procs.spawn(f"noop{i}", Noop).noop for i in range(split_size(size)[1])]
+
+        def round_trip() -> None:
+            for f in [mesh.call() for mesh in meshes]:
                 f.get()
 
-        return per_round(lambda: noop.call().get(), batch, split_size(size), p)
+        return per_round(round_trip, p)
+    noop = procs.spawn("noop", Noop).noop
     if workload == "call":
         return p50(lambda: noop.call_one().get(), p["calls"], warmup=p["warmup"])
     for _ in range(p["warmup"]):

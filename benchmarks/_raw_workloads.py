@@ -64,16 +64,16 @@ def _fanout(size: str, p: dict[str, Any]) -> float:
     shape = split_size(size)
     peers = [Peer("zmq", "ipc") for _ in range(shape[0])]
 
-    def batch(k: int) -> None:
-        for _ in range(k):
+    def round_trip() -> None:  # a message per actor: K to each proc's peer
+        for _ in range(shape[1]):
             for peer in peers:
                 peer.send(b"x" * 8)
-        for _ in range(k):
+        for _ in range(shape[1]):
             for peer in peers:
                 peer.recv()
 
     try:
-        return per_round(lambda: batch(1), batch, shape, p)
+        return per_round(round_trip, p)
     finally:
         for peer in peers:
             peer.close()

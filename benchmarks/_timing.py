@@ -32,15 +32,9 @@ def rate(fn: Callable[[int], Any], n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def per_round(round_trip: Callable[[], Any], batch: Callable[[int], Any], size: tuple[int, int],
-              p: dict[str, Any]) -> float:
-    """Seconds per fan-out round: ``size=(procs, 1)``: p50 of ``round_trip()``; ``(procs, k)``:
-    median over batches of ``batch(k)`` (k rounds in flight) divided by k."""
-    _, k = size
-    if k == 1:
-        return p50(round_trip, p["rounds"], warmup=max(1, p["warmup"] // 10))
-    batch(k)
-    return statistics.median(timed(lambda: batch(k), p["batches"])) / k
+def per_round(round_trip: Callable[[], Any], p: dict[str, Any]) -> float:
+    """Seconds per fan-out round: p50 of ``round_trip()`` (a broadcast and every reply back)."""
+    return p50(round_trip, p["rounds"], warmup=max(1, p["warmup"] // 10))
 
 
 def payload_gbps(send: Callable[[Any], Any], mib: int, p: dict[str, Any]) -> float:

@@ -19,7 +19,7 @@ class Workload:
     """One workload of the suite."""
 
     name: str
-    #: Sizes of a full run and of ``--quick`` (strings: ``"64x16"`` is 64 procs, 16 rounds in flight).
+    #: Sizes of a full run and of ``--quick`` (strings: ``"64x16"`` is 64 procs x 16 actors each).
     sizes: tuple[str, ...]
     quick_sizes: tuple[str, ...]
     unit: str
@@ -31,7 +31,7 @@ class Workload:
 
 #: Raw baselines: no framework, the same workload with the plain library (``_raw_workloads.py``).
 RAW: dict[str, str] = {
-    "zmq": "pyzmq DEALER/ROUTER over ipc (one peer process per proc; _baselines.Peer)",
+    "zmq": "pyzmq DEALER/ROUTER over ipc (one peer process per proc, K messages each for PxK; _baselines.Peer)",
     "pipe": "multiprocessing.Pipe to a forked echo process",
     "fork": "multiprocessing fork context: N processes started, each answers once over a Pipe",
     "forkserver": "the same with the forkserver context, cold (the server starts in the measure)",
@@ -45,8 +45,8 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("pipelined", ("10000",), ("500",), "calls/s", True, ("zmq",),
              "N call_one() futures issued, then every get(); raw: at most 1000 messages in flight"),
     Workload("fanout", ("8", "32", "64x16"), ("2", "2x4"), "ms/round", False, ("zmq",),
-             "broadcast+gather (call().get()) over P procs, p50 per round; PxK: K rounds in flight, "
-             "median batch time / K"),
+             "broadcast+gather (call().get()) over P procs, p50 per round; PxK: K actor meshes on the P "
+             "procs (P*K actors, as bench_scale.py), a round calls every mesh, then gets every reply"),
     Workload("spawn", ("4", "16", "64"), ("2",), "s", False, ("fork", "forkserver"),
              "cold, in a fresh client: spawn N procs and an actor on each, until all answered one call"),
     Workload("payload", ("1", "64"), ("1",), "GB/s", True, ("unix", "memcpy"),
@@ -57,8 +57,8 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
 def params(quick: bool) -> dict[str, Any]:
     """Per-measurement counts every implementation uses (smaller with ``--quick``)."""
     if quick:
-        return {"calls": 200, "warmup": 20, "rounds": 20, "batches": 3, "payload_calls": 2}
-    return {"calls": 2000, "warmup": 200, "rounds": 200, "batches": 20, "payload_calls": 5}
+        return {"calls": 200, "warmup": 20, "rounds": 20, "payload_calls": 2}
+    return {"calls": 2000, "warmup": 200, "rounds": 200, "payload_calls": 5}
 
 
 def split_size(size: str) -> tuple[int, int]:
