@@ -29,6 +29,11 @@ EXTRA: dict[str, Any] = {}
 def run(workload: str, size: str, p: dict[str, Any]) -> float:
     """One figure of ``workload`` at ``size`` on Ray (times in seconds)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine
+    # Loopback only. ray.init(_node_ip_address="127.0.0.1") alone is not enough: Ray turns a
+    # loopback address into "a remotely reachable IP" (services.resolve_ip_for_localhost), so its
+    # GCS, raylet and workers listened on the machine's external address. With cluster mode off
+    # (the switch Ray uses on macOS and Windows) the node address is 127.0.0.1 throughout.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     # No idle workers started ahead (by default ray.init starts one per CPU, which a spawn of
     # 2 actors then reuses): every actor's process starts in the measure, as procs do.
     os.environ.setdefault("RAY_enable_worker_prestart", "0")
