@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from ..._config import ENV_SECRET_FD, ENV_SECRET_FILE
 from ._secret import secret_pipe
 
-__all__ = ["MAX_LINE", "ExitInfo", "ForkedChild", "LineSplitter", "OutputCallback", "WatchedProcess", "spawn_watched"]
+__all__ = ["MAX_LINE", "ExitInfo", "ForkedChild", "LineSplitter", "OutputCallback", "WatchedProcess", "become_child",
+           "die_with_parent", "spawn_watched"]
 
 _PR_SET_PDEATHSIG = 1
 _TAIL_LINES = 40
@@ -101,13 +102,20 @@ class ExitInfo:
         return f"exit code {self.returncode}"
 
 
-def _pdeathsig_preexec() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when the thread that forked it ends (Linux); never raises."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except Exception:  # noqa: BLE001 - best effort; heartbeats cover the rest
         pass
-    os.setpgrp()  # own process group: a Ctrl-C at the terminal reaches the client only
+
+
+def become_child() -> None:
+    """What every child of a launcher does first, between fork and exec or in a forked proc:
+    :func:`die_with_parent`, and its own process group (a Ctrl-C at the terminal reaches the client only)."""
+    die_with_parent()
+    os.setpgrp()
 
 
 class ForkedChild:
@@ -391,7 +399,7 @@ def spawn_watched(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if output is not None else None,
                 stderr=subprocess.PIPE,
-                preexec_fn=_pdeathsig_preexec,
+                preexec_fn=become_child,
                 close_fds=True,
                 pass_fds=pass_fds,
             )

@@ -13,7 +13,7 @@ import os
 import secrets
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._config import (
@@ -162,9 +162,10 @@ def launched_root(role: str, secret: bytes, name: str, launcher: str, what: str,
     return Root(role, secret, spec.name, name, on_proc_exit)
 
 
-def adopt_client_sys_path() -> None:
-    """Append the spawning client's ``sys.path`` entries we lack (same-host procs)."""
-    for entry in os.environ.get(ENV_SYS_PATH.name, "").split(os.pathsep):
+def adopt_client_sys_path(env: Mapping[str, str] | None = None) -> None:
+    """Append the spawning client's ``sys.path`` entries we lack (same-host procs); from
+    ``env`` (a proc's environment, default this process's)."""
+    for entry in (os.environ if env is None else env).get(ENV_SYS_PATH.name, "").split(os.pathsep):
         if entry and entry not in sys.path and os.path.isdir(entry):
             sys.path.append(entry)
 

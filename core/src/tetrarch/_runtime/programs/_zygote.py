@@ -12,9 +12,10 @@ reports each exit status to the host agent, which watches the proc like any chil
 (:class:`~tetrarch._runtime.plumbing._spawn.ForkedChild`).
 
 Forking is wrong once the template runs Python threads (a lock held by one is never
-released in the child) or holds an initialized CUDA context (a child cannot use it). The zygote checks
-both after every import it makes and, if either holds, tells the host agent so and
-exits; the host agent then starts fresh interpreters, as it does with
+released in the child) or holds an initialized CUDA context (a child cannot use it). The
+zygote checks both after every import it makes and, if either holds, tells the host agent
+so and forks no more (it lives on, reaping the procs it forked, which die with it); the
+host agent then starts fresh interpreters, as it does with
 ``TETRARCH_FORK_PROCS=0``, for a ``bootstrap_command``, or where the platform lacks
 ``os.fork``, pidfds or descriptor passing.
 
@@ -25,7 +26,6 @@ pickle), at most :data:`MAX_MESSAGE` bytes.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import selectors
@@ -43,7 +43,6 @@ from ..._config import (
     ENV_HOST_INDEX,
     ENV_SECRET_FD,
     ENV_SECRET_FILE,
-    ENV_SYS_PATH,
     FORK_PROCS,
     PLUGINS_STRICT,
     PRELOAD,
@@ -52,7 +51,8 @@ from ..._config import (
 from ..._log import get_logger
 from ..plumbing._preload import preload
 from ..plumbing._secret import secret_pipe
-from ..plumbing._spawn import ExitInfo, ForkedChild, OutputCallback, WatchedProcess
+from ..plumbing._spawn import ExitInfo, ForkedChild, OutputCallback, WatchedProcess, become_child, die_with_parent
+from ..process._root import adopt_client_sys_path
 
 __all__ = ["MAX_MESSAGE", "Zygote", "fork_zygote", "unsafe_to_fork"]
 
@@ -60,7 +60,6 @@ _log = get_logger("host")
 
 #: Bytes of one control message (an environment is a few KiB).
 MAX_MESSAGE = 1 << 20
-_PR_SET_PDEATHSIG = 1
 #: What a proc needs imported; the zygote imports it once for all of them.
 _PROC_MODULES = ("tetrarch._runtime.programs._proc_main",)
 
@@ -138,18 +137,13 @@ class Zygote:
         self._reader = threading.Thread(target=self._read, name="tetrarch-zygote", daemon=True)
         self._reader.start()
 
-    @property
-    def usable(self) -> bool:
-        """Whether procs may still be forked here."""
-        return not self._gone
-
     def spawn(self, env: dict[str, str], on_exit: Callable[[ExitInfo], None], *, secret: bytes,
               output: OutputCallback, preload: Sequence[str] = (), timeout: float = 60.0) -> WatchedProcess | None:
         """Fork a proc with exactly ``env``; None when the zygote cannot (the caller starts a fresh interpreter).
 
         ``preload``: modules the zygote imports first (once). Never raises for the
         zygote's sake: a zygote that is gone, refuses or does not answer within
-        ``timeout`` seconds is given up (and stopped) with one warning.
+        ``timeout`` seconds is given up with one warning (a proc it forks late is killed).
         """
         if self._gone:
             return None
@@ -291,14 +285,6 @@ def fork_zygote() -> Zygote | None:
 
 
 # -- the zygote's side -------------------------------------------------------------------
-def _pdeathsig() -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:  # noqa: BLE001 - best effort, as for every child (heartbeats cover the rest)
-        pass
-
-
 class _Template:
     """The zygote: imports what procs need, forks them on request, reports how they end."""
 
@@ -312,7 +298,7 @@ class _Template:
 
     def serve(self) -> Callable[[], int]:
         """The zygote's life; returns (in a forked proc only) the proc's main, ready to run."""
-        _pdeathsig()
+        die_with_parent()
         if os.getppid() != self.parent:
             os._exit(0)  # the host agent ended before we could tie our life to it
         self._close_inherited()
@@ -380,9 +366,7 @@ class _Template:
         return f"after importing {', '.join(fresh)}, {why}" if why else ""
 
     def _fork(self, message: dict[str, Any], fds: list[int], sel: selectors.BaseSelector) -> Callable[[], int] | None:
-        for entry in str(message["env"].get(ENV_SYS_PATH.name, "")).split(os.pathsep):
-            if entry and entry not in sys.path and os.path.isdir(entry):  # as the proc will (adopt_client_sys_path)
-                sys.path.append(entry)
+        adopt_client_sys_path(message["env"])  # what the proc will see, so that its preload imports
         why = self._import([str(m) for m in message.get("preload") or ()])
         if why:  # refuse from now on, but live on: the procs forked so far die with this process
             for fd in fds:
@@ -416,8 +400,7 @@ class _Template:
         self.sock.close()
         for pidfd in self.children:
             os.close(pidfd)
-        os.setpgrp()  # its own process group, as a fresh proc's: a Ctrl-C at the terminal reaches the client only
-        _pdeathsig()  # dies with the zygote (which dies with the host agent)
+        become_child()  # as a fresh proc: own process group; dies with the zygote (which dies with the agent)
         out_w, err_w, secret_r = fds
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
