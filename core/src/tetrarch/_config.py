@@ -418,9 +418,10 @@ def clear_runtime_config() -> None:
     _apply(dict.fromkeys(CODE.values, _UNSET))
 
 
-def config_env(*, complete: bool = False) -> dict[str, str]:
+def config_env(*, complete: bool = False, overrides: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The variables to give procs spawned now: each propagating setting not at its default, rendered;
-    ``complete``: also ``TETRARCH_AT_DEFAULT``, naming those at their defaults.
+    ``complete``: also ``TETRARCH_AT_DEFAULT``, naming those at their defaults. ``overrides``
+    (key -> value) are values for these procs only, as if set from code for them.
 
     Raises:
         ValueError: such a setting's environment variable holds no valid value.
@@ -430,6 +431,8 @@ def config_env(*, complete: bool = False) -> dict[str, str]:
     for setting in known_settings().values():
         if setting.propagate:
             value, where = setting.lookup()
+            if overrides and setting.key in overrides:
+                value, where = overrides[setting.key], "code"
             if where != "default":
                 env[setting.env] = setting.render(value)
             else:

@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 from ..._config import (
     ENV_ALLOC_ID,
-    ENV_AT_DEFAULT,
     ENV_CLIENT_ADDR,
     ENV_PROC_COORDS,
     ENV_PROC_MESH,
@@ -220,11 +219,9 @@ class HostMesh(MeshTrait):
         host_ranks = self._shape.ranks()
         per = local.nelements
         world = len(host_ranks) * per
-        config = config_env(complete=True)  # the host agent's own values must not leak into these procs
-        modules = _preload_modules(preload)
-        if modules:  # the setting's modules and these: no longer at its default
-            config[PRELOAD.env] = ",".join(modules)
-            config[ENV_AT_DEFAULT.name] = " ".join(v for v in config[ENV_AT_DEFAULT.name].split() if v != PRELOAD.env)
+        modules = _preload_modules(preload)  # the setting's modules and these
+        # The host agent's own values must not leak into these procs: every setting, given or at its default.
+        config = config_env(complete=True, overrides={PRELOAD.key: modules} if modules else None)
         records: list[ProcRecord] = []
         requests: list[tuple[_Host, list[_wire.ProcSpec]]] = []
         for h, host_rank in enumerate(host_ranks):
