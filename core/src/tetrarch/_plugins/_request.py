@@ -110,25 +110,24 @@ class SelectionRequest:
 
     def asked(self) -> dict[str, object]:
         """The fields set to something else than their defaults, ``kind`` aside (for messages and JSON)."""
-        out: dict[str, object] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "kind" or value == _default(f.name):
-                continue
-            if f.name == "require":
-                value = capability_names(value)
-            elif f.name == "meshes":
-                value = dict(value)
-            out[f.name] = value
+        out = self._set_fields()
+        if "require" in out:
+            out["require"] = capability_names(self.require)
+        if "meshes" in out:
+            out["meshes"] = dict(self.meshes)
         return out
+
+    def _set_fields(self) -> dict[str, object]:
+        """The fields set to something else than their defaults, ``kind`` aside, as they are."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "kind" and getattr(self, f.name) != _default(f.name)}
 
     # ------------------------------------------------------------ deprecated: the mapping of plugin API 1.1
 
     def _legacy(self) -> dict[str, object]:
         warnings.warn("reading a SelectionRequest as a mapping (request['require'], request.get(...)) is deprecated "
                       "since plugin API 1.2: read its fields (request.require)", DeprecationWarning, stacklevel=3)
-        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "kind"}
-        return {k: v for k, v in values.items() if v != _default(k)}
+        return self._set_fields()
 
     def __getitem__(self, key: str) -> object:
         """Deprecated: ``request["require"]`` as plugin API 1.1 hooks read it; KeyError for a field at its default."""
