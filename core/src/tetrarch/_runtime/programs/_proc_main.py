@@ -104,15 +104,10 @@ def main() -> int:
 
 def _exit_without_teardown() -> None:
     """End as the interpreter would at ``sys.exit(0)``, minus tearing its modules down (see the module doc)."""
-    # The interpreter's own first step: threading's exit callbacks (an executor's workers are
-    # told to end), then every non-daemon thread joined.
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None and threading.current_thread() is threading.main_thread():
-        shutdown()
-    else:  # pragma: no cover - every CPython has it
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
+    # The interpreter's own first step (main thread): threading's exit callbacks (an executor's
+    # workers are told to end), then every non-daemon thread joined. Joining the threads alone
+    # would wait for good on an executor's idle workers.
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()  # _stdio's hands on what it holds; logging flushes its handlers
     for stream in (sys.stdout, sys.stderr):
         try:
