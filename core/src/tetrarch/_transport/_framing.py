@@ -19,8 +19,8 @@ from .._log import get_logger
 from .._runtime.values._buffers import frame_buffer
 from ._base import SinkResolver
 
-__all__ = ["COUNT", "MAX_FRAMES", "OWN_MIN", "consume", "header", "nbytes", "receive_buffers", "resolve_sinks",
-           "sink_lead"]
+__all__ = ["COUNT", "MAX_FRAMES", "OWN_MIN", "append_message", "consume", "header", "nbytes", "receive_buffers",
+           "resolve_sinks", "sink_lead", "sizes_struct"]
 
 _log = get_logger("transport")
 
@@ -47,6 +47,40 @@ def header(sizes: list[int]) -> bytes:
             (a sender checks ``len(sizes) <= MAX_FRAMES`` first).
     """
     return struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes)
+
+
+#: Compiled ``!I{n}Q`` (headers) and ``!{n}Q`` (the sizes in them) for the frame counts messages
+#: usually have: ``struct.pack(f"...")`` formatted and looked up its format per message.
+_HEADERS = [struct.Struct(f"!I{n}Q") for n in range(9)]
+_SIZES = [struct.Struct(f"!{n}Q") for n in range(9)]
+
+
+def sizes_struct(count: int) -> struct.Struct:
+    """The ``!Q`` sizes of a header that announced ``count`` frames (``unpack_from`` them after the count)."""
+    return _SIZES[count] if count < len(_SIZES) else struct.Struct(f"!{count}Q")
+
+
+def append_message(bufs: list, frames: Sequence[bytes | bytearray | memoryview]) -> int:
+    """Append one message to ``bufs`` for a vectored write: its :func:`header`, then its
+    non-empty frames as they are (never copied); returns the bytes appended.
+
+    Raises:
+        struct.error: as :func:`header`.
+    """
+    count = len(frames)
+    if count == 1:  # the hot cases, spelled out: a message is one or two frames, usually bytes
+        f = frames[0]
+        n = f.nbytes if type(f) is memoryview else len(f)
+        bufs.append(_HEADERS[1].pack(1, n))
+        if n:
+            bufs.append(f)
+        return 12 + n
+    sizes = [f.nbytes if type(f) is memoryview else len(f) for f in frames]
+    bufs.append(_HEADERS[count].pack(count, *sizes) if count < len(_HEADERS) else header(sizes))
+    for f, n in zip(frames, sizes, strict=True):
+        if n:
+            bufs.append(f)
+    return 4 + 8 * count + sum(sizes)
 
 
 def receive_buffers(sizes: list[int], sinks: Sequence[memoryview | None] | None = None

@@ -35,11 +35,14 @@ from .._log import get_logger
 from ._backoff import Backoff
 from ._base import Buffer, Connection, ConnectionClosed, ConnectionHandler, Listener, Transport, TransportError
 from ._framing import MAX_FRAMES as _MAX_FRAMES
+from ._framing import OWN_MIN as _OWN_MIN
+from ._framing import append_message as _frame
 from ._framing import consume as _consume
 from ._framing import nbytes
 from ._framing import receive_buffers as _receive_buffers
 from ._framing import resolve_sinks as _resolve_sinks
 from ._framing import sink_lead as _sink_lead
+from ._framing import sizes_struct as _sizes_struct
 from ._limits import PreAuthLimits
 from ._loop import IoLoop
 from ._route import advertised_host
@@ -52,6 +55,7 @@ _COUNT = struct.Struct("!I")
 _IOV_MAX = 1000
 _RECV_CHUNK = 1 << 18
 _DIRECT_READS = 8  # reads of one large message per readiness event (then other sockets get their turn)
+_SHARE_MAX = 1 << 16  # small messages of a read of at most this many bytes share one copy (_parse)
 _DIRECT_MIN = 1 << 20  # a message at least this big is received straight into its own buffers
 # (each frame of at least ``_framing.OWN_MIN`` bytes into a buffer of its own)
 
@@ -114,28 +118,25 @@ class _SocketConnection(Connection):
         return self._closed
 
     def send(self, frames: Sequence[Buffer]) -> None:
-        sizes = [nbytes(f) for f in frames]
-        bufs: list[Buffer] = [struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes)]
-        bufs.extend(f for f, n in zip(frames, sizes, strict=True) if n)
-        self._write(bufs)
+        bufs: list[Buffer] = []
+        self._write(bufs, _frame(bufs, frames))
 
     def send_many(self, messages: Sequence[Sequence[Buffer]]) -> None:
         bufs: list[Buffer] = []
+        total = 0
         for frames in messages:
-            sizes = [nbytes(f) for f in frames]
-            bufs.append(struct.pack(f"!I{len(sizes)}Q", len(sizes), *sizes))
-            bufs.extend(f for f, n in zip(frames, sizes, strict=True) if n)
-        self._write(bufs)
+            total += _frame(bufs, frames)
+        self._write(bufs, total)
 
-    def _write(self, bufs: list[Buffer]) -> None:
+    def _write(self, bufs: list[Buffer], total: int) -> None:
+        """Write ``bufs`` (``total`` bytes in all) in order, whole."""
         sock = self._sock
         with self._wlock:
             if self._closed:
                 raise ConnectionClosed(f"connection to {self._peer} is closed")
-            total = sum(map(nbytes, bufs)) if len(bufs) <= _IOV_MAX else -1
             while bufs:
                 try:
-                    sent = sock.sendmsg(bufs[:_IOV_MAX])
+                    sent = sock.sendmsg(bufs[:_IOV_MAX] if len(bufs) > _IOV_MAX else bufs)
                 except BlockingIOError:
                     self._wait_writable()
                     continue
@@ -195,8 +196,16 @@ class _SocketConnection(Connection):
             self._io.drop(self, None)
             return
         buf = self._rbuf
+        if not buf:  # the usual case: parsed where it was read, only an unfinished message is kept
+            pos = self._parse(scratch, n)
+            if pos < n and not self._closed and self._direct is None:
+                self._rbuf += scratch[pos:n]
+            return
         buf += scratch[:n]
-        self._parse()
+        with memoryview(buf) as view:
+            pos = self._parse(view, len(buf))
+        if pos:
+            del buf[:pos]
 
     def _fill_direct(self) -> None:
         frames, targets = self._direct  # type: ignore[misc]
@@ -217,20 +226,19 @@ class _SocketConnection(Connection):
                 self._handler.on_message(self, frames)
                 return
 
-    def _deliver(self, sizes: list[int], body: memoryview) -> None:
-        frames = []
-        pos = 0
-        for n in sizes:
-            frames.append(body[pos : pos + n])
-            pos += n
-        self._handler.on_message(self, frames)
+    def _parse(self, src: memoryview, end: int) -> int:
+        """Deliver the whole messages at the start of ``src[:end]``; return how many bytes they took
+        (all of it when a large message's rest is to be received into its own buffers).
 
-    def _parse(self) -> None:
-        buf = self._rbuf
+        Small messages of one read share one ``bytes`` copy (their frames are views of it): a
+        copy, a buffer and a memoryview per message were a fair part of a small reply's cost
+        and of what the garbage collector walks while many replies wait to be read.
+        """
         pos = 0
-        end = len(buf)
+        shared: memoryview | None = None
+        base = 0  # where shared starts in src
         while end - pos >= 4 and not self._closed:
-            (count,) = _COUNT.unpack_from(buf, pos)
+            (count,) = _COUNT.unpack_from(src, pos)
             hlen = 4 + 8 * count
             if count > _MAX_FRAMES or hlen > self.max_message_size:
                 # Refused on the count alone: the lengths are never buffered (before
@@ -240,44 +248,59 @@ class _SocketConnection(Connection):
                     TransportError(f"peer {self._peer} announced {count} frames (a {hlen}-byte header; "
                                    f"limits {_MAX_FRAMES} frames, {self.max_message_size} bytes)"),
                 )
-                return
+                return end
             if end - pos < hlen:
                 break
-            sizes = list(struct.unpack_from(f"!{count}Q", buf, pos + 4))
+            sizes = _sizes_struct(count).unpack_from(src, pos + 4)
             total = sum(sizes)
             if total > self.max_message_size:
                 self._io.drop(
                     self,
                     TransportError(f"peer {self._peer} sent a {total}-byte message (limit {self.max_message_size})"),
                 )
-                return
+                return end
             start = pos + hlen
             if end - start >= total:
-                body = memoryview(bytes(buf[start : start + total])) if total else memoryview(b"")
                 pos = start + total
-                self._deliver(sizes, body)
+                if total >= _OWN_MIN or end - start > _SHARE_MAX:  # a copy of its own: nothing else pins it
+                    body = memoryview(src[start:pos].tobytes())
+                    at = 0
+                else:
+                    if shared is None:
+                        shared = memoryview(src[start:end].tobytes())
+                        base = start
+                    body = shared
+                    at = start - base
+                frames = []
+                for n in sizes:
+                    frames.append(body[at : at + n])
+                    at += n
+                self._handler.on_message(self, frames)
                 continue
-            if total >= _DIRECT_MIN:
-                sinks, resolver = None, self.sinks
-                lead = _sink_lead(sizes) if resolver is not None else None
-                if resolver is not None and lead is not None:
-                    need = sum(sizes[:lead])
-                    if end - start < need:
-                        break  # the lead (under OWN_MIN bytes) says where the rest goes: wait for it
-                    sinks = _resolve_sinks(resolver, bytes(buf[start:start + need]), sizes, lead)
-                frames, targets = _receive_buffers(sizes, sinks)
-                have = buf[start:end]
-                done = 0
-                while done < len(have):  # what already arrived goes in first
-                    k = min(targets[0].nbytes, len(have) - done)
-                    targets[0][:k] = have[done : done + k]
-                    done += k
-                    _consume(targets, k)
-                self._direct = (frames, targets)
-                pos = end
+            if total >= _DIRECT_MIN and self._receive_direct(list(sizes), src[start:end]):
+                return end
             break
-        if pos:
-            del buf[:pos]
+        return pos
+
+    def _receive_direct(self, sizes: list[int], have: memoryview) -> bool:
+        """Receive a large message's rest straight into its own buffers (or its sinks), ``have`` (what
+        arrived of it) first; False: not yet, its lead must arrive first (``have`` is left as it is)."""
+        sinks, resolver = None, self.sinks
+        lead = _sink_lead(sizes) if resolver is not None else None
+        if resolver is not None and lead is not None:
+            need = sum(sizes[:lead])
+            if len(have) < need:
+                return False  # the lead (under OWN_MIN bytes) says where the rest goes: wait for it
+            sinks = _resolve_sinks(resolver, have[:need].tobytes(), sizes, lead)
+        frames, targets = _receive_buffers(sizes, sinks)
+        done = 0
+        while done < len(have):  # what already arrived goes in first
+            k = min(targets[0].nbytes, len(have) - done)
+            targets[0][:k] = have[done : done + k]
+            done += k
+            _consume(targets, k)
+        self._direct = (frames, targets)
+        return True
 
 
 class _SocketListener(Listener):
