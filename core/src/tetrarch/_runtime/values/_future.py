@@ -144,6 +144,9 @@ class Future(Generic[R]):
             callbacks, self._callbacks = self._callbacks, None
             waiter, self._waiter = self._waiter, None
             latch = self._latch
+            # A done future checks and cancels nothing: its call (and the objects that hang on
+            # it) can go now, not when the future is read (a pipeline holds many done ones).
+            self._call = None
         if latch is not None:
             latch.release()
         if waiter is not None:
