@@ -1,7 +1,7 @@
 """The suite's workloads on an actor-mesh API: tetrarch's, and Monarch's ``monarch.actor`` (the same calls).
 
-``run(this_host, workload, size, p)`` measures one workload (``_workloads.WORKLOADS``)
-with the actors of ``bench_actors`` (built on the framework that
+``run(this_host, workload, size, p)`` measures one workload (``_workloads.WORKLOADS``;
+``*_async``: the same, to the ``async def`` endpoint) with the actors of ``bench_actors`` (built on the framework that
 ``TETRARCH_BENCH_FRAMEWORK`` names, which procs inherit). Times are in seconds (the
 runner scales them to the registry's unit); rates in calls/s, payloads in GB/s.
 """
@@ -16,7 +16,7 @@ from _timing import p50, payload_gbps, per_round, rate
 from _workloads import split_size
 from bench_actors import Noop, Sink
 
-MESH_WORKLOADS = ("call", "pipelined", "fanout", "spawn", "payload")
+MESH_WORKLOADS = ("call", "call_async", "pipelined", "pipelined_async", "fanout", "spawn", "payload")
 
 
 def _measure(procs: Any, workload: str, size: str, p: dict[str, Any]) -> float:
@@ -32,8 +32,9 @@ def _measure(procs: Any, workload: str, size: str, p: dict[str, Any]) -> float:
                 f.get()
 
         return per_round(round_trip, p)
-    noop = procs.spawn("noop", Noop).noop
-    if workload == "call":
+    actor = procs.spawn("noop", Noop)
+    noop = actor.anoop if workload.endswith("_async") else actor.noop
+    if workload in ("call", "call_async"):
         return p50(lambda: noop.call_one().get(), p["calls"], warmup=p["warmup"])
     for _ in range(p["warmup"]):
         noop.call_one().get()

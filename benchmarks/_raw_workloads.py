@@ -81,6 +81,7 @@ def _fanout(size: str, p: dict[str, Any]) -> float:
 
 def run(baseline: str, workload: str, size: str, p: dict[str, Any]) -> float:
     """One raw figure of ``workload`` at ``size`` with ``baseline`` (a key of ``_workloads.RAW``)."""
+    workload = workload.removesuffix("_async")  # no endpoint to be async: the same raw figure
     if (baseline, workload) == ("pipe", "call"):
         return _pipe_call(p)
     if baseline in ("fork", "forkserver") and workload == "spawn":

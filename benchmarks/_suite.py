@@ -56,9 +56,9 @@ def _parser() -> argparse.ArgumentParser:
 def _epilog() -> str:
     lines = ["workloads:"]
     for w in WORKLOADS.values():
-        lines.append(f"  {w.name:10} [{w.unit}, sizes {'/'.join(w.sizes)}; raw: {', '.join(w.baselines)}] {w.what}")
+        lines.append(f"  {w.name:15} [{w.unit}, sizes {'/'.join(w.sizes)}; raw: {', '.join(w.baselines)}] {w.what}")
     lines.append("raw baselines:")
-    lines += [f"  {name:10} {what}" for name, what in RAW.items()]
+    lines += [f"  {name:15} {what}" for name, what in RAW.items()]
     return "\n".join(lines)
 
 

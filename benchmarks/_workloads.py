@@ -42,8 +42,12 @@ RAW: dict[str, str] = {
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("call", ("1",), ("1",), "µs", False, ("zmq", "pipe"),
              "p50 of sequential call_one().get() to a no-op endpoint on one proc (after a warm-up)"),
+    Workload("call_async", ("1",), ("1",), "µs", False, ("zmq", "pipe"),
+             "call, to an async def no-op endpoint (it runs on the actor's event loop)"),
     Workload("pipelined", ("10000",), ("500",), "calls/s", True, ("zmq",),
              "N call_one() futures issued, then every get(); raw: at most 1000 messages in flight"),
+    Workload("pipelined_async", ("10000",), ("500",), "calls/s", True, ("zmq",),
+             "pipelined, to an async def no-op endpoint"),
     Workload("fanout", ("8", "32", "64x16"), ("2", "2x4"), "ms/round", False, ("zmq",),
              "broadcast+gather (call().get()) over P procs, p50 per round; PxK: K actor meshes on the P "
              "procs (P*K actors, as bench_scale.py), a round calls every mesh, then gets every reply"),

@@ -23,6 +23,10 @@ class Noop(Actor):
     def noop(self) -> None:
         return None
 
+    @endpoint
+    async def anoop(self) -> None:
+        return None
+
 
 class Sink(Actor):
     @endpoint

@@ -6,6 +6,7 @@ Actors ask for no CPU (``num_cpus=0``) so that 64 of them fit a 2-core machine, 
 tetrarch's and Monarch's procs do.
 
 * call: ``ray.get(actor.noop.remote())``; pipelined: N ``.remote()`` refs, then one ``ray.get``;
+  ``*_async``: the same on an actor whose ``noop`` is ``async def`` (a Ray asyncio actor);
 * fanout: P actors, ``ray.get([a.noop.remote() for a in actors])`` per round (Ray has no
   mesh broadcast: this is how a Ray program fans out); PxK (K actors per process) is n/a;
 * spawn: P ``Noop.remote()`` until each answered one call (each actor starts a worker process
@@ -52,6 +53,11 @@ def run(workload: str, size: str, p: dict[str, Any]) -> float:
             return None
 
     @ray.remote(num_cpus=0)
+    class AsyncNoop:
+        async def noop(self) -> None:
+            return None
+
+    @ray.remote(num_cpus=0)
     class Sink:
         def touched(self, data: Any) -> int:
             touch(data)
@@ -73,7 +79,8 @@ def run(workload: str, size: str, p: dict[str, Any]) -> float:
         if workload == "payload":
             sink = Sink.remote()  # type: ignore[attr-defined]
             return payload_gbps(lambda data: ray.get(sink.touched.remote(data)), int(size), p)
-        actor = Noop.remote()  # type: ignore[attr-defined]
+        actor = (AsyncNoop if workload.endswith("_async") else Noop).remote()  # type: ignore[attr-defined]
+        workload = workload.removesuffix("_async")
         if workload == "call":
             return p50(lambda: ray.get(actor.noop.remote()), p["calls"], warmup=p["warmup"])
         if workload == "pipelined":
