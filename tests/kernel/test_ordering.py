@@ -15,7 +15,8 @@ from collections import defaultdict
 import pytest
 
 from order_actors import N_RECORDERS, WAIT_S, OrderSender, Recorder, drive, expected_at, interleave, plan
-from tetrarch import Channel
+from tetrarch import Channel, this_host
+from tetrarch.config import configured
 from tetrarch.testing import scaled
 
 TOTAL = 10_000
@@ -44,8 +45,31 @@ def _drain(receiver, n: int) -> list:
     return [receiver.recv().get(timeout=WAIT_S) for _ in range(n)]
 
 
+@pytest.fixture
+def relayed_procs():
+    """4 procs whose client and actors send mesh calls through the host agent (``relay_min=2``)."""
+    with configured(relay_min=2):
+        pm = this_host().spawn_procs(per_host={"gpus": N_RECORDERS}, name="relayed")
+        try:
+            yield pm
+        finally:
+            pm.stop().get(timeout=WAIT_S)
+
+
 @pytest.mark.timeout(scaled(60))
 def test_ten_thousand_messages_from_six_senders_arrive_in_order(procs):
+    _ten_thousand_messages_from_six_senders(procs)
+
+
+@pytest.mark.timeout(scaled(90))
+def test_ten_thousand_messages_arrive_in_order_when_mesh_calls_go_through_relays(relayed_procs):
+    """The same run with the calls to several recorders relayed by the host agent and those to one
+    recorder sent straight: each sender's numbers still arrive in order at every recorder."""
+    with configured(relay_min=2):
+        _ten_thousand_messages_from_six_senders(relayed_procs)
+
+
+def _ten_thousand_messages_from_six_senders(procs) -> None:
     recorders = procs.spawn("order_recorders", Recorder)
     senders = procs.spawn("order_senders", OrderSender)
     replies, reply_rx = Channel.open()  # send(..., port=replies): one reply per target actor

@@ -69,8 +69,8 @@ __all__ = [
     "ENV_SIZE_DIM", "ENV_SPANS_HOSTS", "ENV_SPMD_BACKEND", "ENV_SYS_PATH", "FORK_PROCS", "FORWARD_OUTPUT",
     "FROZEN_TIMEOUT", "HEARTBEAT_INTERVAL", "HOST_START_TIMEOUT", "HOST_TIMEOUT", "LAUNCH_VARS", "ORPHAN_TIMEOUT",
     "PLUGINS_STRICT", "PRELOAD", "PROC_START_TIMEOUT", "RDMA_BACKEND", "RDMA_FALLBACK",
-    "RDMA_TCP_CHUNK_SIZE", "RDMA_TCP_WINDOW", "SETTINGS", "SHM_MIN_BYTES", "SHM_PAYLOADS", "SHM_POOL_BYTES",
-    "SPIN_US", "STANDBY", "STOP_TIMEOUT", "TEST_SETTINGS", "TEST_SLOWDOWN",
+    "RDMA_TCP_CHUNK_SIZE", "RDMA_TCP_WINDOW", "RELAY_MIN", "SETTINGS", "SHM_MIN_BYTES", "SHM_PAYLOADS",
+    "SHM_POOL_BYTES", "SPIN_US", "STANDBY", "STOP_TIMEOUT", "TEST_SETTINGS", "TEST_SLOWDOWN",
     "TRANSPORT", "LaunchVar", "Setting", "Source", "at_default", "clear_runtime_config",
     "config_env", "configure", "configured", "display", "env_float", "get_global_config", "get_runtime_config",
     "known_settings", "plugin_settings", "source",
@@ -149,6 +149,13 @@ SPIN_US: Setting[int] = Setting(
     "process when its runtime starts; docs/performance.md)",
     unit="microseconds",
 )
+RELAY_MIN: Setting[int] = Setting(
+    "relay_min", "TETRARCH_RELAY_MIN", int, 16,
+    "a call, broadcast or stream to a mesh goes through the host agent of each host that has at least this "
+    "many of its actors (one message per host each way, replies gathered there) instead of one message per "
+    "actor; 0: never (docs/performance.md, \"Mesh calls through per-host relays\")",
+    unit="actors",
+)
 BATCH_IO_THREADS: Setting[bool] = Setting(
     "batch_io_threads", "TETRARCH_BATCH_IO_THREADS", bool, True,
     "libzmq's and nng's own threads run under SCHED_BATCH: a thread that hands them a message is not "
@@ -218,8 +225,8 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         HEARTBEAT_INTERVAL, ORPHAN_TIMEOUT, FROZEN_TIMEOUT, HOST_TIMEOUT, TRANSPORT, LISTEN_ADDRESS, ALLOCATOR,
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
-        FORK_PROCS, PRELOAD, STANDBY, SPIN_US, BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS, SHM_MIN_BYTES,
-        SHM_POOL_BYTES,
+        FORK_PROCS, PRELOAD, STANDBY, SPIN_US, RELAY_MIN, BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS,
+        SHM_MIN_BYTES, SHM_POOL_BYTES,
     )
 })
 

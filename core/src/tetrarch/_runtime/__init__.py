@@ -54,6 +54,7 @@ exists). A module that needs something from above takes it as an argument or a `
 ``router`` (``_runtime/router``)
     ``_router``     one per process: connections, authentication, dispatch to ports, mailboxes, services
     ``_outbox``     bursts to one peer coalesced into one vectored write by a flusher thread
+    ``_sequencer``  each sender's numbered calls delivered in its order, whether they came straight or relayed
 
 ``services`` (``_runtime/services``; each handed a router explicitly)
     ``_launch``       processes this one started: ready, exit, heartbeat
@@ -61,6 +62,7 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_client_exit``  the client's way out: a fatal failure ends it from its main thread; Ctrl-C
     ``_port``         Port and PortReceiver
     ``_collect``      gathering the replies of one operation
+    ``_relay``        mesh calls through each host's agent: one message per host each way
     ``_endpoint``     Endpoint[P, R] and its adverbs over a mesh
     ``_output``       procs' stdout and stderr at their owner, prefixed with mesh and rank; process titles
 

@@ -61,13 +61,14 @@ class ProcService:
         self._gone_hooks: list[Callable[[str], None]] = []
         router.add_service(_wire.SVC_PROC, self.service)
 
-    def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
+    def service(self, hdr: _wire.SysHeader, payload: list, conn: Any) -> None:
         """``proc`` messages (I/O thread)."""
         op, raddr, rport = hdr.op, hdr.reply_addr, hdr.reply_port
         if op == "spawn":
             self._spawn(payload, raddr, rport)
-        elif op == "stop_actor":
-            self._stop_actor(pickle.loads(payload[0]), raddr, rport)
+        elif op == "stop_actor":  # (key, origin, seq): after every call its sender made before, by any path
+            key, origin, seq = pickle.loads(payload[0])
+            self.router.admit(origin, seq, conn, self._stop_actor, key, raddr, rport)
         elif op == "stop":
             self._stop_all(raddr, rport)
         elif op == "exit" and self._on_exit is not None and not self.exit_reason:  # procs only

@@ -22,6 +22,8 @@ from ..process._root import get_root
 from ..router._router import PeerUnreachable, Router
 from ..services._collect import Claims, ReplyCollector, Targets, group_by_address
 from ..services._endpoint import Endpoint
+from ..services._relay import RelayPlan
+from ..services._relay import plan as relay_plan
 from ..services._supervision import MeshState
 from ..values import _wire
 from ..values._future import Future
@@ -58,7 +60,10 @@ class ActorMesh(MeshTrait, Generic[T]):
 
     def __init__(self, name: str, cls: type, shape: Shape, ids: list[tuple[str, str]], *,
                  initialized: Future[None] | None = None, owned: bool = True, state: MeshState | None = None,
-                 proc_mesh: _ProcMeshState | None = None, claims: Claims | None = None) -> None:
+                 proc_mesh: _ProcMeshState | None = None, claims: Claims | None = None,
+                 relays: list[str | None] | None = None) -> None:
+        """``relays``: the host agent of each rank's proc, through which mesh calls may be
+        relayed (:mod:`..services._relay`); None: calls go straight to every actor."""
         self._name = name
         self._cls = cls
         self._shape = shape
@@ -70,6 +75,8 @@ class ActorMesh(MeshTrait, Generic[T]):
         self._claims = claims  # the client's supervisor, for meshes the client owns (see Supervisor.claim)
         self._endpoints = endpoints_of(cls)
         self._target_cache: dict[Shape, Targets] = {}
+        self._relays = relays
+        self._plan_cache: dict[tuple[Shape, int], RelayPlan | None] = {}
         if "stop" in self._endpoints:  # Monarch's actors may have one (a loop's off switch): it shadows stop()
             self.stop = Endpoint(self, "stop")  # type: ignore[method-assign, assignment]
         clash = _RESERVED.intersection(self._endpoints) - {"stop"}
@@ -80,7 +87,7 @@ class ActorMesh(MeshTrait, Generic[T]):
     # -- mesh trait -----------------------------------------------------------
     def _new_with_shape(self, shape: Shape) -> ActorMesh:
         return ActorMesh(self._name, self._cls, shape, self._ids, initialized=self._initialized, owned=False,
-                         state=self._state, proc_mesh=self._proc_mesh, claims=self._claims)
+                         state=self._state, proc_mesh=self._proc_mesh, claims=self._claims, relays=self._relays)
 
     def _targets(self, shape: Shape) -> Targets:
         """``(address, actor key)`` per point of ``shape``, point indices by address, and
@@ -92,6 +99,23 @@ class ActorMesh(MeshTrait, Generic[T]):
             hit = cache[shape] = (targets, group_by_address(targets), [(key, addr) for addr, key in targets])
             if len(cache) > 64:
                 cache.pop(next(iter(cache)))
+        return hit
+
+    def _relay_plan(self, shape: Shape, minimum: int) -> RelayPlan | None:
+        """Which targets of ``shape`` go through which host's relay (None: all straight); cached."""
+        relays = self._relays
+        if relays is None or minimum <= 0 or len(shape) < minimum:
+            return None
+        dead = self._runtime().dead_peers
+        key = (shape, minimum)
+        cache = self._plan_cache
+        if key in cache:
+            hit = cache[key]
+            if hit is None or not any(r in dead for r in hit[1]):
+                return hit
+        hit = cache[key] = relay_plan(relays, shape.ranks(), minimum, dead)
+        if len(cache) > 64:
+            cache.pop(next(iter(cache)))
         return hit
 
     @staticmethod
@@ -201,8 +225,9 @@ class ActorMesh(MeshTrait, Generic[T]):
         coll.watch_targets(by_addr)
         for i, (addr, key) in enumerate(targets):
             try:
+                rt.connect(addr)  # numbered after the calls before it, which may have gone through a relay
                 rt.send(addr, [_wire.sys_header(_wire.SVC_PROC, "stop_actor", rt.address, coll.port),
-                               pickle.dumps(key)])
+                               pickle.dumps((key, rt.origin, rt.next_seq(addr)))])
             except PeerUnreachable:
                 coll.fail(i, "proc unreachable")
         fut: Future[None] = Future._new()
@@ -235,7 +260,7 @@ class ActorMesh(MeshTrait, Generic[T]):
         return f"<ActorMesh {self._name} of {self._cls.__qualname__} {self.extent!r}>"
 
     def __reduce__(self):
-        return (_rebuild, (self._name, self._cls, self._shape, self._ids))
+        return (_rebuild, (self._name, self._cls, self._shape, self._ids, self._relays))
 
 
 def _when_dead(rt: Router, addresses: list[str], timeout: float, then: Callable[[], None]) -> None:
@@ -306,5 +331,6 @@ def _backstop(stopped: Future[Any], name: str, proc_mesh: _ProcMeshState | None,
     threading.Thread(target=watch, name=f"tetrarch-stop-backstop-{name}", daemon=True).start()
 
 
-def _rebuild(name: str, cls: type, shape: Shape, ids: list[tuple[str, str]]) -> ActorMesh:
-    return ActorMesh(name, cls, shape, ids, owned=False)
+def _rebuild(name: str, cls: type, shape: Shape, ids: list[tuple[str, str]],
+             relays: list[str | None] | None = None) -> ActorMesh:
+    return ActorMesh(name, cls, shape, ids, owned=False, relays=relays)

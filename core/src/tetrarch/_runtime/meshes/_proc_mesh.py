@@ -427,7 +427,9 @@ class ProcMesh(MeshTrait):
         coll = ReplyCollector(rt, len(ids), self._shape, f"{name}.__init__", False, False, claims,
                          [(k, addr) for addr, k in ids], (_wire.ERR, _wire.DEAD))
         coll.watch_targets(group_by_address(ids))
+        relays = [p.meta.get("agent") for p in procs]  # their host agents relay mesh calls (services/_relay)
         mesh: ActorMesh[A] = ActorMesh(name, cls, Shape(extent), ids, initialized=Future._new(), proc_mesh=self,
+                                       relays=relays if any(relays) else None,
                                        claims=claims)
         coll.observed = [mesh.initialized]  # the user waits on initialized, not on the raw replies
         root.supervisor.adopt(key, name, mesh, mesh._state, owner, self._state, [

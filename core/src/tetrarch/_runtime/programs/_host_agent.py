@@ -49,6 +49,7 @@ from ..process._root import Root, child_env, install_root, launched_root
 from ..router._router import PeerUnreachable
 from ..services._launch import StateMonitor, announce_ready, report_exit, report_frozen, start_heartbeat
 from ..services._output import OutputForwarder, set_process_title
+from ..services._relay import RelayService
 from ..values import _serial, _wire
 from ._zygote import Zygote, fork_zygote
 
@@ -84,6 +85,7 @@ class HostAgent:
         self.done = threading.Event()
         self.monitor = StateMonitor(self.frozen)
         self.output = OutputForwarder(root.router)
+        self.relay = RelayService(root.router)  # mesh calls to several of our procs come as one message
 
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
         """``host`` messages (I/O thread)."""

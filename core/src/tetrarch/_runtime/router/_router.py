@@ -45,6 +45,7 @@ from ..values._early import EarlyCalls
 from ..values._future import use_loop
 from ..values._tombstones import Tombstones
 from ._outbox import Outboxes
+from ._sequencer import Sequencer
 
 __all__ = ["Mailbox", "PeerRefused", "PeerUnreachable", "PortHandler", "PortSink", "Router", "ServiceHandler",
            "current_router", "install_router"]
@@ -126,6 +127,9 @@ class Router:
         self.mailboxes: dict[str, Mailbox] = {}  # actor key -> its mailbox
         self.stopped_actors = Tombstones()  # key -> why it is gone (bounded)
         self.early = EarlyCalls(self.mailboxes, self._refuse_call, name)  # calls ahead of their actor's spawn
+        #: Delivers each sender's sequenced calls in its order, direct or relayed (:mod:`._sequencer`).
+        self.sequencer = Sequencer()
+        self._seqs: dict[str, itertools.count[int]] = {}  # address -> numbers of our sequenced messages to it
         self._services: dict[str, ServiceHandler] = {}
         self._peer_lost: list[Callable[[str, BaseException | None], None]] = []
         self._dialing = threading.local()
@@ -158,6 +162,8 @@ class Router:
         self._listeners = [self._listener]
         self.address = self._listener.address
         self._own_addresses = {self.address}
+        #: How this process names itself as the sender of sequenced messages (:mod:`._sequencer`).
+        self.origin = f"{self.address}#{os.urandom(6).hex()}"
 
     # -- registration ---------------------------------------------------
     def open_port(self, handler: PortHandler, sink: PortSink | None = None) -> int:
@@ -268,6 +274,45 @@ class Router:
         except ConnectionClosed as exc:
             _shm_wire.abandon(frames)
             raise PeerUnreachable(f"lost the connection to {address}: {exc}") from exc
+
+    def connect(self, address: str) -> None:
+        """Make sure a connection to ``address`` is up, dialing it if needed (not from the I/O thread).
+
+        Raises:
+            PeerRefused: the peer refused (or failed) the handshake.
+            PeerUnreachable: the peer cannot be reached, or is known dead.
+        """
+        if address in self._own_addresses:
+            return
+        conn = self._routes.get(address)
+        if conn is None or conn.closed:
+            dead = self.dead_peers.get(address)
+            if dead is not None:
+                raise PeerUnreachable(dead)
+            self._dial(address)
+
+    def next_seq(self, address: str) -> int:
+        """The number of our next sequenced message to the process at ``address`` (1, 2, ...).
+
+        Take it once the connection is up (:meth:`connect`), right before sending: a number
+        taken and never sent stalls the messages after it until that connection drops.
+        """
+        counter = self._seqs.get(address)
+        if counter is None:
+            counter = self._seqs.setdefault(address, itertools.count(1))
+        return next(counter)
+
+    def send_call(self, address: str, actor: str, method: str, reply_addr: str | None, reply_port: int | None,
+                  rank: int, labels: tuple[str, ...], sizes: tuple[int, ...], payload: list) -> None:
+        """Send a sequenced ``CALL``: delivered after every call we sent its process before, by any path.
+
+        Raises:
+            PeerRefused, PeerUnreachable: as :meth:`send`.
+        """
+        self.connect(address)
+        hdr = _wire.call_header(actor, method, reply_addr, reply_port, rank, labels, sizes, self.origin,
+                                self.next_seq(address))
+        self.send(address, [hdr, *payload])
 
     def reply(self, address: str | None, port: int | None, tag: int, status: int, value: Any,
               origin: tuple[str, str] = ("", "")) -> None:
@@ -398,6 +443,7 @@ class Router:
         with self._lock:
             if self._routes.get(peer) is conn:
                 del self._routes[peer]
+        self.sequencer.peer_lost(peer)
         if not self._closed:
             for cb in list(self._peer_lost):
                 try:
@@ -414,13 +460,10 @@ class Router:
             if handler is not None:
                 handler(hdr, frames[1:])
         elif type(hdr) is _CallHeader:
-            mailbox = self.mailboxes.get(hdr.actor)
-            if mailbox is not None:
-                mailbox.deliver(hdr, frames[1:])
+            if hdr.seq:
+                self.admit(hdr.origin, hdr.seq, conn, self._deliver_call, hdr, frames[1:])
             else:
-                why = self.stopped_actors.get(hdr.actor)
-                if why is not None or not self.early.hold(hdr, frames[1:]):
-                    self._refuse_call(hdr, why or self.early.refusal(hdr.actor))
+                self._deliver_call(hdr, frames[1:])
         elif type(hdr) is _wire.SysHeader:
             service = self._services.get(hdr.service)
             if service is None:
@@ -428,6 +471,21 @@ class Router:
                                  f"no service {hdr.service!r} in {self.name}")
             else:
                 service(hdr, frames[1:], conn)
+
+    def admit(self, origin: str, seq: int, conn: Connection | None, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` in ``origin``'s order: message ``seq`` of its sequenced ones to us,
+        which came over ``conn`` (None: sent by this process) (:mod:`._sequencer`)."""
+        via = None if conn is None else conn.context.peer_address  # type: ignore[attr-defined]
+        self.sequencer.admit(origin, seq, via if via and origin.startswith(via) else None, fn, *args)
+
+    def _deliver_call(self, hdr: _wire.CallHeader, payload: list) -> None:
+        mailbox = self.mailboxes.get(hdr.actor)
+        if mailbox is not None:
+            mailbox.deliver(hdr, payload)
+        else:
+            why = self.stopped_actors.get(hdr.actor)
+            if why is not None or not self.early.hold(hdr, payload):
+                self._refuse_call(hdr, why or self.early.refusal(hdr.actor))
 
     def _refuse_call(self, hdr: _wire.CallHeader, why: str) -> None:
         self.reply_later(hdr.reply_addr, hdr.reply_port, hdr.rank, _wire.DEAD, why)
@@ -474,6 +532,10 @@ class Router:
     def is_local(self, address: str | None) -> bool:
         """Whether ``address`` is one this router listens on."""
         return address in self._own_addresses
+
+    def connected(self, address: str) -> bool:
+        """Whether a message to ``address`` would go out without dialing (a route is up, or it is ours)."""
+        return self._reachable_now(address)
 
     def on_io_thread(self) -> bool:
         """Whether the calling thread is dispatching a message (it must not dial: use the ``*_later`` sends)."""

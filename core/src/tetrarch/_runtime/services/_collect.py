@@ -7,6 +7,7 @@ by whoever reads the future, not on the I/O thread.
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -112,6 +113,9 @@ class ReplyCollector:
 
     def on_reply(self, hdr: _wire.PortHeader, payload: list) -> None:
         tag, status = hdr.tag, hdr.status
+        if status == _wire.BATCH:
+            self._on_batch(payload)
+            return
         with _LOCK:
             if self.count >= self.n or self.frames[tag] is not None:
                 return
@@ -131,6 +135,17 @@ class ReplyCollector:
             self.finish()
 
     __call__ = on_reply  # the port's handler
+
+    def _on_batch(self, payload: list) -> None:
+        """The ``OK`` replies of several ranks, gathered by a relay (:mod:`._relay`); each group's
+        frames stand for every rank of the group (decoded once per rank: values stay apart)."""
+        index = pickle.loads(payload[0])
+        at = 1
+        for tags, n in index:
+            frames = payload[at:at + n]
+            at += n
+            for tag in tags:
+                self.on_reply(_wire.PortHeader(_wire.PORT, self.port, tag, _wire.OK), frames)
 
     def _raise(self, status: int, payload: list) -> Any:
         raise decode_error(status, payload, self.what)

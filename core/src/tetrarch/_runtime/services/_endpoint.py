@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
 
+from ..._config import RELAY_MIN
 from ..._errors import ArgumentError, ArgumentTypeError, UsageError
 from ..._log import get_logger
 from ..router._router import PeerUnreachable, Router
@@ -33,6 +34,8 @@ from ..values._future import Future
 from ..values._shape import Extent, Shape
 from ..values._value_mesh import ValueMesh
 from ._collect import Claims, ReplyCollector, Targets
+from ._relay import RelayPlan
+from ._relay import cast as relay_cast
 
 __all__ = ["CANCEL", "CallKey", "Endpoint", "EndpointMesh", "call_key"]
 
@@ -105,7 +108,7 @@ class _Call:
         """The waiting caller was interrupted: ask every target to cancel the call."""
         for i, (addr, key) in enumerate(self._targets):
             try:
-                self._rt.send(addr, [_wire.call_header(key, CANCEL, self._raddr, self._rport, i, (), ())])
+                self._rt.send_call(addr, key, CANCEL, self._raddr, self._rport, i, (), (), [])  # after the call
             except Exception:  # noqa: BLE001 - a target that is gone runs nothing
                 pass
         if self._interrupted:
@@ -184,6 +187,8 @@ class EndpointMesh(Protocol):
 
     def _targets(self, shape: Shape) -> Targets: ...
 
+    def _relay_plan(self, shape: Shape, minimum: int) -> RelayPlan | None: ...
+
     def _healthy_ranks(self) -> list[int] | None: ...
 
     @property
@@ -256,16 +261,31 @@ class Endpoint(Generic[P, R]):
             raddr, rport = reply_to
         else:
             raddr = rport = None
-        for i, (addr, key) in enumerate(targets):
-            hdr = _wire.call_header(key, self._name, raddr, rport, i, labels, sizes)
+        plan = mesh._relay_plan(shape, RELAY_MIN()) if len(targets) > 1 else None
+        name = self._name
+        for i in range(len(targets)) if plan is None else plan[0]:
+            addr, key = targets[i]
             try:
-                rt.send(addr, [hdr, *payload])
+                rt.send_call(addr, key, name, raddr, rport, i, labels, sizes, payload)
             except PeerUnreachable as exc:
-                if coll is not None:
-                    coll.fail(i, str(exc))
-                elif reply_to is not None:
-                    rt.reply(raddr, rport, i, _wire.DEAD, f"{what} is unreachable: {exc}")
+                self._unreachable(rt, coll, (raddr, rport) if reply_to is not None else None, [i], what, exc)
+        if plan is not None:  # one message per host through its relay; gathered replies for call()
+            gather = coll is not None and not stream and not single
+            for relay, idx in plan[1].items():
+                try:
+                    relay_cast(rt, relay, idx, targets, name, (raddr, rport), labels, sizes, gather, payload)
+                except PeerUnreachable as exc:
+                    self._unreachable(rt, coll, (raddr, rport) if reply_to is not None else None, idx, what, exc)
         return coll
+
+    @staticmethod
+    def _unreachable(rt: Router, coll: ReplyCollector | None, port: tuple[Any, Any] | None, tags: list[int],
+                     what: str, exc: Exception) -> None:
+        for i in tags:
+            if coll is not None:
+                coll.fail(i, str(exc))
+            elif port is not None:
+                rt.reply(port[0], port[1], i, _wire.DEAD, f"{what} is unreachable: {exc}")
 
     def _one_of(self) -> Shape:
         """A one-point shape: a uniformly random actor of the mesh."""

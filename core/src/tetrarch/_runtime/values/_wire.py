@@ -16,6 +16,7 @@ import pickle
 from typing import Any, NamedTuple
 
 __all__ = [
+    "BATCH",
     "CALL",
     "DEAD",
     "ERR",
@@ -26,6 +27,7 @@ __all__ = [
     "SVC_OUTPUT",
     "SVC_PORT",
     "SVC_PROC",
+    "SVC_RELAY",
     "SVC_SUPERVISE",
     "SVC_WORKER",
     "SYS",
@@ -42,6 +44,7 @@ __all__ = [
     "ProcFrozen",
     "ProcReady",
     "ProcSpec",
+    "RelayCast",
     "SpawnMeta",
     "SpawnProcs",
     "SysHeader",
@@ -62,6 +65,9 @@ SYS = 3  #: control plane, handled on the I/O thread by a registered service
 OK = 0  #: payload: the value
 ERR = 1  #: payload: an :class:`ErrorRecord` (the endpoint raised; the caller gets ActorError)
 DEAD = 2  #: payload: a string saying why the target is gone (the caller gets SupervisionError)
+#: payload: the ``OK`` replies of several ranks, gathered by a relay (:mod:`..services._relay`):
+#: an index frame (``((tags, frame count), ...)``, one group per distinct value) and the groups' frames
+BATCH = 3
 
 # -- SYS services and their ops ------------------------------------------------------
 SVC_PROC = "proc"  #: actors of a process: ``spawn`` (SpawnMeta + class), ``stop_actor`` (key), ``stop``
@@ -77,6 +83,8 @@ SVC_PORT = "port"  #: ports: ``link`` (the sender holds a port of ours; watch it
 #: an idle worker started by ``run_worker_loop_forever``: ``attach`` (:class:`WorkerAttach`), answered
 #: ``OK`` (it then serves the client keyed with its secret and reports ready) or ``DEAD`` and why
 SVC_WORKER = "worker"
+#: a host agent relays mesh calls to its procs: ``cast`` (:class:`RelayCast` + the call's payload)
+SVC_RELAY = "relay"
 
 
 class CallHeader(NamedTuple):
@@ -97,6 +105,11 @@ class CallHeader(NamedTuple):
     labels: tuple[str, ...]
     #: ... and sizes (``current_rank()`` / ``current_size()`` inside the actor).
     sizes: tuple[int, ...]
+    #: The sending router's name as a sender (``Router.origin``) and this message's number in
+    #: its stream to the receiving process (1, 2, ...): the receiver delivers each sender's
+    #: calls in that order whether they came directly or through a relay. 0: unsequenced.
+    origin: str = ""
+    seq: int = 0
 
 
 class PortHeader(NamedTuple):
@@ -148,9 +161,9 @@ def decode(data: Any) -> Header:
 
 
 def call_header(actor: str, method: str, reply_addr: str | None, reply_port: int | None, rank: int,
-         labels: tuple[str, ...], sizes: tuple[int, ...]) -> bytes:
+                labels: tuple[str, ...], sizes: tuple[int, ...], origin: str = "", seq: int = 0) -> bytes:
     """An encoded :class:`CallHeader`."""
-    return pickle.dumps((CALL, actor, method, reply_addr, reply_port, rank, labels, sizes), 5)
+    return pickle.dumps((CALL, actor, method, reply_addr, reply_port, rank, labels, sizes, origin, seq), 5)
 
 
 def port_header(port_id: int, tag: int, status: int) -> bytes:
@@ -306,6 +319,27 @@ class OutputMode(NamedTuple):
     idents: list[str]
     #: True: to their owner, prefixed; False: to the host agent's own stdout and stderr.
     forward: bool
+
+
+class RelayCast(NamedTuple):
+    """First payload frame of ``relay``/``cast``: one mesh call for the procs of the relay's host.
+
+    The relay sends each target a ``CALL`` (the call's payload follows this frame) numbered
+    as its sender numbered it. With ``gather`` the replies come back to the relay, which
+    sends the ``OK`` ones to ``reply_addr``/``reply_port`` as one :data:`BATCH` once every
+    target answered (an error at once, on its own); otherwise each target replies there itself.
+    """
+
+    method: str
+    reply_addr: str | None
+    reply_port: int | None
+    labels: tuple[str, ...]
+    sizes: tuple[int, ...]
+    #: The sender's :attr:`CallHeader.origin`.
+    origin: str
+    #: ``(proc address, actor key, rank, seq)`` per target: the ``CallHeader`` fields that differ.
+    targets: tuple[tuple[str, str, int, int], ...]
+    gather: bool
 
 
 class WorkerAttach(NamedTuple):

@@ -1,0 +1,55 @@
+"""Actor classes for the relay tests (importable by the procs)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from tetrarch import Actor, current_rank, endpoint
+
+
+class Relayed(Actor):
+    """Records what it was sent, in the order it ran it."""
+
+    def __init__(self) -> None:
+        self.log: list[int] = []
+        self.release = threading.Event()
+
+    @endpoint
+    def rank(self) -> int:
+        return current_rank().rank
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def add(self, seq: int) -> int:
+        self.log.append(seq)
+        return seq
+
+    @endpoint
+    def take_log(self) -> list[int]:
+        log, self.log = self.log, []
+        return log
+
+    @endpoint
+    def empty(self) -> list[int]:
+        """The same value from every rank: a relay sends it once."""
+        return []
+
+    @endpoint
+    def fail_at(self, rank: int) -> int:
+        me = current_rank().rank
+        if me == rank:
+            raise ValueError(f"rank {me} fails on purpose")
+        return me
+
+    @endpoint
+    async def hang_at(self, pid: int) -> int:
+        """Never answers in the proc ``pid`` (until it is killed); the others answer at once."""
+        if os.getpid() == pid:
+            import asyncio
+
+            await asyncio.Event().wait()
+        return current_rank().rank
