@@ -179,3 +179,20 @@ def test_the_sequencer_gives_up_a_gap_when_the_senders_connection_drops() -> Non
     seq.admit("a#1", 2, None, out.append, 2)  # late: delivered, never dropped
     seq.admit("a#1", 9, None, out.append, 9)  # after a loss the origin's messages go as they come
     assert out == [1, 3, 2, 9]
+
+
+def test_what_was_broadcast_through_relays_runs_before_the_procs_stop(tmp_path) -> None:
+    """A stop sent straight waits behind the relayed calls its sender made before it."""
+    job = ProcessJob({"hosts": 2})
+    try:
+        procs = job.state().hosts.spawn_procs(per_host={"gpus": 2}, name="relay-stop")
+        with configured(relay_min=2):
+            mesh = procs.spawn("relay_stop", Relayed)
+            mesh.initialized.get(timeout=scaled(60))
+            for i in range(20):
+                mesh.note.broadcast(str(tmp_path), i)
+            procs.stop().get(timeout=scaled(60))
+        for rank in range(4):
+            assert (tmp_path / f"rank{rank}").read_text().split() == [str(i) for i in range(20)]
+    finally:
+        job.kill()

@@ -69,8 +69,12 @@ class ProcService:
         elif op == "stop_actor":  # (key, origin, seq): after every call its sender made before, by any path
             key, origin, seq = pickle.loads(payload[0])
             self.router.admit(origin, seq, conn, self._stop_actor, key, raddr, rport)
-        elif op == "stop":
-            self._stop_all(raddr, rport)
+        elif op == "stop":  # (origin, seq) when its sender numbered it: after that sender's calls
+            if payload:
+                origin, seq = pickle.loads(payload[0])
+                self.router.admit(origin, seq, conn, self._stop_all, raddr, rport)
+            else:
+                self._stop_all(raddr, rport)
         elif op == "exit" and self._on_exit is not None and not self.exit_reason:  # procs only
             self.exit_reason = str(_serial.loads(payload)) or "told to exit"
             _log.warning("proc exiting at once: %s", self.exit_reason)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import signal
 import threading
 import time
@@ -92,8 +93,10 @@ def stop_procs(root: Root, what: str, procs: list[ProcRecord], hosts: list[Any])
 
     waiter = root.launches.expect_exits(alive, reports=True)
     for p in alive:
-        try:
-            rt.send(p.address, [_wire.sys_header(_wire.SVC_PROC, "stop")])
+        try:  # numbered: after every call we sent it before, relayed ones included
+            rt.connect(p.address)
+            rt.send(p.address, [_wire.sys_header(_wire.SVC_PROC, "stop"), pickle.dumps((rt.origin,
+                                                                                       rt.next_seq(p.address)))])
         except PeerUnreachable:
             pass
     waiter.wait_until(over, deadline)
