@@ -6,11 +6,12 @@ broadcast+gather round over every actor, a call on a slice, a proc killed (SIGKI
 call on it fails with ``SupervisionError``, and the stop. It prints the client's resident
 memory per proc and per actor, and the client's CPU time per message of the round.
 
-From that per-message cost it models a 1024-host x 8-proc mesh: the client's work per
-mesh call with a message per proc each way (direct, as tetrarch sends today) and with a
-message per host each way (per-host relays that gather their procs' replies), the
-relays' own work being spread over the hosts. The model is arithmetic on the measured
-figures, printed with its assumptions; nothing of it is timed.
+The round runs twice: with relays off (``relay_min=0``: a message per actor each way) and
+on (the host agent relays: a message per actor mesh each way, replies gathered). From the
+direct round's cost per message and the relayed round's cost per gathered value it models
+a 1024-host x 8-proc mesh: the client's work per mesh call direct and through per-host
+relays, the relays' own work being spread over the hosts. The model is arithmetic on the
+measured figures, printed with its assumptions; nothing of it is timed.
 
 Run: ``python benchmarks/bench_scale.py [--procs 64] [--actors 16] [--json PATH]``.
 """
@@ -34,6 +35,7 @@ from bench_actors import Noop
 
 import tetrarch
 from tetrarch import SupervisionError, this_host
+from tetrarch.config import configured
 
 
 class _Faults:
@@ -73,21 +75,26 @@ def measure(procs_n: int, actors_n: int) -> dict[str, Any]:
         m.initialized.get()
     out["actors_ready_s"] = time.perf_counter() - t
     rss2 = _rss()
-    rounds = []
-    cpu_rounds = []
-    for _ in range(5):
-        c, t = _cpu(), time.perf_counter()
-        futures = [m.noop.call() for m in meshes]
-        replies = sum(len(f.get()) for f in futures)
-        rounds.append(time.perf_counter() - t)
-        cpu_rounds.append(_cpu() - c)
-        assert replies == procs_n * actors_n
-    rounds.sort()
-    cpu_rounds.sort()
-    out["round_s"] = {"min": rounds[0], "median": rounds[len(rounds) // 2], "max": rounds[-1]}
-    out["round_client_cpu_s"] = cpu_rounds[len(cpu_rounds) // 2]
-    messages = 2 * procs_n * actors_n  # one out and one back per actor
+    for mode, minimum in (("direct", 0), ("relayed", 2)):  # relays off, then on (one host: one relay)
+        rounds, cpu_rounds = [], []
+        with configured(relay_min=minimum):
+            for _ in range(5):
+                c, t = _cpu(), time.perf_counter()
+                futures = [m.noop.call() for m in meshes]
+                replies = sum(len(f.get()) for f in futures)
+                rounds.append(time.perf_counter() - t)
+                cpu_rounds.append(_cpu() - c)
+                assert replies == procs_n * actors_n
+        rounds.sort()
+        cpu_rounds.sort()
+        key = "" if mode == "direct" else "relayed_"
+        out[f"{key}round_s"] = {"min": rounds[0], "median": rounds[len(rounds) // 2], "max": rounds[-1]}
+        out[f"{key}round_client_cpu_s"] = cpu_rounds[len(cpu_rounds) // 2]
+    messages = 2 * procs_n * actors_n  # direct: one out and one back per actor
     out["client_cpu_per_message_us"] = out["round_client_cpu_s"] / messages * 1e6
+    # Relayed: one message out and one back per actor mesh (one host), plus a value to decode per actor.
+    value_us = (out["relayed_round_client_cpu_s"] * 1e6 / actors_n - 2 * out["client_cpu_per_message_us"]) / procs_n
+    out["client_cpu_per_gathered_value_us"] = max(value_us, 0.0)
     t = time.perf_counter()
     half = meshes[0].slice(procs=slice(0, procs_n // 2)).noop.call().get()
     out["slice_call_s"] = time.perf_counter() - t
@@ -112,17 +119,17 @@ def measure(procs_n: int, actors_n: int) -> dict[str, Any]:
     return out
 
 
-def model(per_message_us: float, hosts: int = 1024, per_host: int = 8) -> dict[str, Any]:
+def model(per_message_us: float, per_value_us: float, hosts: int = 1024, per_host: int = 8) -> dict[str, Any]:
     """The client's CPU per mesh call over ``hosts`` x ``per_host`` procs, direct and through per-host relays.
 
     Assumptions: a message costs the client ``per_message_us`` whatever its size (measured on
-    small messages); a relay's reply carries its procs' values gathered, whose decoding costs
-    the client about one tenth of a message per value (unpickling a list item vs a message's
-    framing, routing and future); relays work in parallel on their own hosts.
+    small messages, direct rounds); a relay's reply carries its procs' values gathered, each
+    costing the client ``per_value_us`` to decode (measured: a relayed round's CPU less its
+    messages, per value); relays work in parallel on their own hosts.
     """
     procs = hosts * per_host
     direct_us = 2 * procs * per_message_us
-    relay_us = 2 * hosts * per_message_us + procs * per_message_us / 10
+    relay_us = 2 * hosts * per_message_us + procs * per_value_us
     return {"hosts": hosts, "procs_per_host": per_host, "procs": procs,
             "client_cpu_per_call_direct_ms": direct_us / 1e3,
             "client_cpu_per_call_relayed_ms": relay_us / 1e3,
@@ -137,7 +144,7 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     figures = measure(args.procs, args.actors)
-    figures["model_1024x8"] = model(figures["client_cpu_per_message_us"])
+    figures["model_1024x8"] = model(figures["client_cpu_per_message_us"], figures["client_cpu_per_gathered_value_us"])
     width = max(len(k) for k in figures)
     for key, value in figures.items():
         if isinstance(value, float):
