@@ -355,4 +355,6 @@ def dumps_checked(obj: Any, what: str, parts: Sequence[tuple[str, Any]] = ()) ->
 
 def loads(frames: Sequence[Any]) -> Any:
     """Inverse of :func:`dumps`."""
+    if len(frames) == 1:  # no out-of-band buffers (most replies): no list of them to build
+        return pickle.loads(frames[0])
     return pickle.loads(frames[0], buffers=frames[1:])

@@ -23,7 +23,8 @@ __all__ = ["Extent", "MeshTrait", "Point", "Shape"]
 class Extent:
     """Ordered named sizes, e.g. ``Extent(["hosts", "gpus"], [2, 4])``."""
 
-    __slots__ = ("labels", "sizes")
+    # _n and _hash: the element count and the hash, kept (every call on a mesh asks for both)
+    __slots__ = ("labels", "sizes", "_n", "_hash")
 
     def __init__(self, labels: Sequence[str], sizes: Sequence[int]) -> None:
         if len(labels) != len(sizes):
@@ -37,6 +38,11 @@ class Extent:
                 raise ArgumentError(f"size of {label!r} must be a positive integer, got {size!r}")
         self.labels: tuple[str, ...] = tuple(labels)
         self.sizes: tuple[int, ...] = tuple(sizes)
+        n = 1
+        for size in self.sizes:
+            n *= size
+        self._n = n
+        self._hash: int | None = None
 
     @classmethod
     def from_dict(cls, sizes: Mapping[str, int]) -> Extent:
@@ -44,13 +50,10 @@ class Extent:
 
     @property
     def nelements(self) -> int:
-        n = 1
-        for s in self.sizes:
-            n *= s
-        return n
+        return self._n
 
     def __len__(self) -> int:
-        return self.nelements
+        return self._n
 
     def keys(self) -> tuple[str, ...]:
         return self.labels
@@ -75,7 +78,10 @@ class Extent:
         return isinstance(other, Extent) and (self.labels, self.sizes) == (other.labels, other.sizes)
 
     def __hash__(self) -> int:
-        return hash((self.labels, self.sizes))
+        h = self._hash
+        if h is None:
+            h = self._hash = hash((self.labels, self.sizes))
+        return h
 
     def __repr__(self) -> str:
         return "{" + ", ".join(f"'{k}': {v}" for k, v in zip(self.labels, self.sizes, strict=True)) + "}"
@@ -135,7 +141,7 @@ class Point(Mapping[str, int]):
 class Shape:
     """A named strided view ``labels``/``sizes``/``strides`` + ``offset`` over flat ranks."""
 
-    __slots__ = ("extent", "offset", "strides")
+    __slots__ = ("extent", "offset", "strides", "_hash")  # _hash: kept (a mesh's cache looks shapes up per call)
 
     def __init__(self, extent: Extent, offset: int = 0, strides: Sequence[int] | None = None) -> None:
         """A view of ``extent`` at ``offset``; ``strides`` default to dense row-major.
@@ -151,6 +157,7 @@ class Shape:
         if len(strides) != len(extent.labels) or any(st < 1 for st in strides):
             raise ArgumentError(f"shape needs one positive stride per label {list(extent.labels)}, got {list(strides)}")
         self.strides: tuple[int, ...] = strides
+        self._hash: int | None = None
 
     @classmethod
     def dense(cls, sizes: Mapping[str, int]) -> Shape:
@@ -174,7 +181,7 @@ class Shape:
         return self.extent.sizes
 
     def __len__(self) -> int:
-        return self.extent.nelements
+        return self.extent._n
 
     def ranks(self) -> list[int]:
         """Underlying ranks of every point, in row-major order."""
@@ -369,7 +376,10 @@ class Shape:
         )
 
     def __hash__(self) -> int:
-        return hash((self.extent, self.offset, self.strides))
+        h = self._hash
+        if h is None:
+            h = self._hash = hash((self.extent, self.offset, self.strides))
+        return h
 
     def __repr__(self) -> str:
         return f"Shape({self.extent!r}, offset={self.offset}, strides={self.strides})"
