@@ -1,7 +1,8 @@
 """The ``tetrarch`` command line: ``tetrarch plugins [--json] [--verbose]``, ``tetrarch config [--json]``,
 ``tetrarch plugins --explain KIND [ADDRESS] [--require CAP] [--json]`` (how a backend is selected),
 ``tetrarch doctor rdma`` (RDMA backends, probes, devices and the selection here: ``_doctor``),
-``tetrarch run [torchrun flags] train.py ...`` (torchrun's job on a mesh: ``_spmd._cli_run``).
+``tetrarch run [torchrun flags] train.py ...`` (torchrun's job on a mesh: ``_spmd._cli_run``),
+``tetrarch ps [--json] [--mesh M] [--state S] [--pid PID]`` (a running program's actors: ``_cli_admin``).
 
 ``plugins --json`` rows carry the keys of :data:`COLUMNS` plus ``traceback`` (broken
 only); ``config --json`` rows the keys of :data:`CONFIG_KEYS`.
@@ -239,6 +240,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="diagnose a subsystem on this machine: `doctor rdma`")
     doctor.add_argument("topic", choices=["rdma"], help="rdma: backends, probes, devices and the selection here")
     doctor.set_defaults(func=_cmd_doctor)
+    from ._cli_admin import add_commands
+
+    add_commands(sub)
     # `run` takes torchrun's flags verbatim, so main() hands its arguments over before argparse sees them.
     sub.add_parser("run", add_help=False, help="run a torchrun command line on a tetrarch mesh: "
                    "`tetrarch run --nproc-per-node=4 train.py ...` (see `tetrarch run --help`)")

@@ -61,6 +61,7 @@ from ._config_setting import UNSET as _UNSET
 from ._errors import ArgumentTypeError, ConfigError
 
 __all__ = [
+    "ADMIN", "ADMIN_DIR", "ADMIN_HOST", "ADMIN_PORT",
     "AGGREGATE_WINDOW", "ALLOCATOR", "BATCH_IO_THREADS", "CLEANUP_TIMEOUT", "CONFIG_VARS", "CONNECT_TIMEOUT",
     "DISABLE_PLUGINS", "ENV_ALLOC_ID", "ENV_ALLOC_TRANSPORT",
     "ENV_AT_DEFAULT", "ENV_CLIENT_ADDR", "ENV_HOST_AGENT_ADDR", "ENV_HOST_AGENT_PID", "ENV_HOST_INDEX",
@@ -156,6 +157,25 @@ RELAY_MIN: Setting[int] = Setting(
     "actor; 0: never (docs/performance.md, \"Mesh calls through per-host relays\")",
     unit="actors",
 )
+ADMIN: Setting[bool] = Setting(
+    "admin", "TETRARCH_ADMIN", bool, False,
+    "the client serves the admin API (hosts, procs, actors, meshes, failures; `tetrarch ps`) once its runtime "
+    "starts; docs/observability.md",
+)
+ADMIN_HOST: Setting[str] = Setting(
+    "admin_host", "TETRARCH_ADMIN_HOST", str, "127.0.0.1",
+    "the address the admin server binds; one other than loopback is taken only when set here (or "
+    "`admin.serve(host=..., allow_remote=True)`)",
+)
+ADMIN_PORT: Setting[int] = Setting(
+    "admin_port", "TETRARCH_ADMIN_PORT", int, 0,
+    "the admin server's TCP port; 0: a free one (the CLI finds it in the announcement file)",
+)
+ADMIN_DIR: Setting[str] = Setting(
+    "admin_dir", "TETRARCH_ADMIN_DIR", str, "",
+    "the folder of the admin servers' announcement files (URL and token, 0600); empty: "
+    "$XDG_RUNTIME_DIR/tetrarch/admin, else ~/.cache/tetrarch/admin",
+)
 BATCH_IO_THREADS: Setting[bool] = Setting(
     "batch_io_threads", "TETRARCH_BATCH_IO_THREADS", bool, True,
     "libzmq's and nng's own threads run under SCHED_BATCH: a thread that hands them a message is not "
@@ -226,7 +246,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
         FORK_PROCS, PRELOAD, STANDBY, SPIN_US, RELAY_MIN, BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS,
-        SHM_MIN_BYTES, SHM_POOL_BYTES,
+        SHM_MIN_BYTES, SHM_POOL_BYTES, ADMIN, ADMIN_HOST, ADMIN_PORT, ADMIN_DIR,
     )
 })
 

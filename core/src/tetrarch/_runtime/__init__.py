@@ -107,6 +107,12 @@ the actor context)
     ``_proc_main``   one per proc
     ``_worker``      run_worker_loop_forever(): a host agent that serves one client at a time, re-keyed for each
 
+``admin`` (``tetrarch._admin``, public as ``tetrarch.admin``: a running program seen from outside)
+    ``_token``     the 0600 announcement file per client: URL and bearer token, found by the CLI
+    ``_snapshot``  hosts, procs, actors, meshes, failures: the client's books plus each proc asked on demand
+    ``_openapi``   the API's OpenAPI 3.1 document
+    ``_server``    Starlette on Uvicorn in a thread of the client, behind the token
+
 ``api`` (on top: ``import tetrarch``, the CLI and its tools)
     ``tetrarch``      the public package (``tetrarch/__init__``): names load lazily from the layers
     ``_cli``, ``__main__``, ``_doctor``  ``tetrarch`` the command
@@ -143,5 +149,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("meshes", ("tetrarch._runtime.meshes", "tetrarch.job")),
     ("spmd", ("tetrarch._spmd", "tetrarch.spmd", "tetrarch.job.spmd")),
     ("programs", ("tetrarch._runtime.programs",)),
-    ("api", ("tetrarch", "tetrarch._cli", "tetrarch.__main__", "tetrarch._doctor")),
+    ("admin", ("tetrarch._admin", "tetrarch.admin")),
+    ("api", ("tetrarch", "tetrarch._cli", "tetrarch._cli_admin", "tetrarch.__main__", "tetrarch._doctor")),
 )

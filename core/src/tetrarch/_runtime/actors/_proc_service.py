@@ -34,6 +34,7 @@ from ..values import _serial, _wire
 from ..values._context import Instance
 from ..values._outcome import error_record
 from ..values._shape import Extent, Point
+from ._introspect import process_record
 from ._runner import ActorRunner
 
 __all__ = ["ProcService"]
@@ -75,6 +76,10 @@ class ProcService:
                 self.router.admit(origin, seq, conn, self._stop_all, raddr, rport)
             else:
                 self._stop_all(raddr, rport)
+        elif op == "introspect":  # the admin server asks what runs here (actors/_introspect)
+            record = process_record("proc" if self._on_exit is not None else "client", self.router.name,
+                                    self.router.address, self.router.transport.name, self.runners.values())
+            self.router.reply_later(raddr, rport, 0, _wire.OK, record)
         elif op == "exit" and self._on_exit is not None and not self.exit_reason:  # procs only
             self.exit_reason = str(_serial.loads(payload)) or "told to exit"
             _log.warning("proc exiting at once: %s", self.exit_reason)

@@ -301,6 +301,11 @@ class Supervisor:
 
             owned.watches.append((addr, self.router.watch(addr, died)))
 
+    def owned(self) -> list[tuple[str, str, Any, MeshState, MeshState | None, list[tuple[str, int, str, str, int]]]]:
+        """The meshes spawned here and tracked now: ``(key, name, mesh, state, proc state, ranks)`` each."""
+        with self._lock:
+            return [(o.key, o.name, o.mesh, o.state, o.proc_state, list(o.ranks)) for o in self._owned.values()]
+
     def release(self, key: str) -> None:
         """Stop tracking a mesh (it was stopped): later events about it are ignored."""
         with self._lock:

@@ -1,0 +1,163 @@
+"""The admin HTTP server: Starlette on Uvicorn, in a thread of the client, behind a bearer token."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .._errors import ArgumentError
+from .._log import get_logger
+from .._version import __version__
+from ._openapi import API_PREFIX, document
+from ._snapshot import Snapshot
+from ._token import remove_announcement, write_announcement
+
+__all__ = ["AdminServer", "is_loopback", "start_server"]
+
+_log = get_logger("admin")
+
+#: Seconds a request waits for the procs' answers (those that did not answer are "not answering").
+ANSWER_TIMEOUT_S = 1.0
+#: Seconds the server has to start listening.
+START_TIMEOUT_S = 10.0
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an IP or ``localhost``) only reaches this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class AdminServer:
+    """A running admin server; :meth:`stop` ends it (also at the client's exit)."""
+
+    def __init__(self, url: str, token: str, announcement: Path, server: Any, thread: threading.Thread) -> None:
+        #: Where it serves, e.g. ``http://127.0.0.1:41234``.
+        self.url = url
+        #: The bearer token every request must carry (``Authorization: Bearer <token>``).
+        self.token = token
+        #: The 0600 file that announces it to ``tetrarch ps`` and the other tools.
+        self.announcement = announcement
+        self._server = server
+        self._thread = thread
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving and remove the announcement (idempotent)."""
+        remove_announcement(self.announcement)
+        self._server.should_exit = True
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def __repr__(self) -> str:
+        return f"<AdminServer {self.url}{'' if self.running else ' (stopped)'}>"
+
+
+def _app(root: Any, token: str) -> Any:
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    expected = f"Bearer {token}".encode()
+    spec = document(__version__)
+
+    def unauthorized() -> JSONResponse:
+        return JSONResponse({"error": "unauthorized"}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    def snapshot() -> Snapshot:
+        return Snapshot(root, ANSWER_TIMEOUT_S)
+
+    async def openapi(_request: Request) -> JSONResponse:
+        return JSONResponse(spec)
+
+    def listing(fn: Any) -> Any:
+        async def endpoint(request: Request) -> JSONResponse:
+            rows = await run_in_threadpool(lambda: fn(snapshot()))
+            filters = {k: v for k, v in request.query_params.items() if k in ("mesh", "state")}
+            if filters and isinstance(rows, list):
+                rows = [r for r in rows if all(str(r.get(k)) == v for k, v in filters.items())]
+            return JSONResponse(rows)
+
+        return endpoint
+
+    routes = [Route("/openapi.json", openapi)]
+    for name, fn in (("hosts", Snapshot.hosts), ("procs", Snapshot.procs), ("actors", Snapshot.actors),
+                     ("meshes", Snapshot.meshes), ("failures", Snapshot.failures), ("backends", Snapshot.backends)):
+        routes.append(Route(f"{API_PREFIX}/{name}", listing(fn)))
+    app = Starlette(routes=routes)
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await unauthorized()(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def start_server(root: Any, host: str, port: int, allow_remote: bool) -> AdminServer:
+    """Serve the admin API for the client whose runtime is ``root``.
+
+    Raises:
+        ArgumentError: ``host`` is not a loopback address and ``allow_remote`` is False.
+        ImportError: Starlette or Uvicorn is not installed (the message names the pip command).
+        OSError: the address cannot be bound, or the announcement file cannot be written.
+    """
+    if not is_loopback(host) and not allow_remote:
+        raise ArgumentError(f"the admin server binds loopback only unless told otherwise: got host {host!r}; pass "
+                            f"allow_remote=True (or set TETRARCH_ADMIN_HOST) to serve other machines")
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ImportError(f"the admin server needs Starlette and Uvicorn ({exc}): "
+                          f"pip install \"tetrarch[admin]\"") from exc
+    token = secrets.token_urlsafe(32)
+    config = uvicorn.Config(_app(root, token), host=host, port=port, log_level="warning", access_log=False,
+                            lifespan="off", loop="asyncio")
+    server = uvicorn.Server(config)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            server.run()
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller of start_server
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="tetrarch-admin", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        thread.join(0.005)  # uvicorn says it listens through a flag only
+    if not server.started:
+        server.should_exit = True
+        thread.join(START_TIMEOUT_S)
+        why = failed[0] if failed else "it did not start listening"
+        raise OSError(f"the admin server could not listen on {host}:{port}: {why}")
+    bound = server.servers[0].sockets[0].getsockname()
+    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    url = f"http://{shown}:{bound[1]}"
+    try:
+        announcement = write_announcement(url, token)
+    except OSError:
+        server.should_exit = True
+        thread.join(START_TIMEOUT_S)
+        raise
+    _log.info("admin API at %s (token in %s)", url, announcement)
+    return AdminServer(url, token, announcement, server, thread)
+

@@ -1,0 +1,168 @@
+"""What the admin API reports, gathered when a request comes (never before).
+
+The client's own books give hosts, procs, meshes and failures. What only a proc knows
+(its memory, CPU, threads, and its actors' states, queues and running endpoints) comes
+from asking each live proc over the router (``proc``/``introspect``,
+:mod:`tetrarch._runtime.actors._introspect`), all at once, each answer awaited for at most
+``timeout`` seconds: a proc that does not answer in time (stopped, or holding the GIL) is
+reported as not answering, and never holds the request up longer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .._runtime.meshes._shutdown import _live_host_meshes, _live_proc_meshes
+from .._runtime.process._root import Root
+from .._runtime.router._router import PeerUnreachable
+from .._runtime.values import _serial, _wire
+
+__all__ = ["Snapshot"]
+
+
+def _failure(f: Any) -> dict[str, Any]:
+    return {"mesh": f.mesh_name, "mesh_key": f.mesh_key, "rank": f.rank, "actor": f.actor,
+            "class": f.actor_class or None, "endpoint": f.endpoint or None, "host": f.host, "pid": f.pid,
+            "cause": f.cause, "received": bool(getattr(f, "received", False)),
+            "causes": [_failure(c) for c in f.causes]}
+
+
+class Snapshot:
+    """One request's view of the program: the client's books plus, when asked, every proc's answer."""
+
+    def __init__(self, root: Root, timeout: float) -> None:
+        self.root = root
+        self.timeout = timeout
+        self._answers: dict[str, dict[str, Any]] | None = None
+
+    # -- the client's books -------------------------------------------------------
+    def hosts(self) -> list[dict[str, Any]]:
+        dead = self.root.router.dead_peers
+        rows = []
+        for mesh in list(_live_host_meshes):
+            for index, rec in enumerate(getattr(mesh, "_host_records", [])):
+                alive = rec.returncode is None and rec.address not in dead
+                rows.append({"mesh": mesh._name, "index": index, "ident": rec.ident, "address": rec.address,
+                             "pid": rec.pid, "hostname": rec.hostname, "allocator": mesh._allocator,
+                             "state": "running" if alive else "exited", "returncode": rec.returncode})
+        return rows
+
+    def _proc_records(self) -> list[tuple[str, Any]]:
+        seen: set[str] = set()
+        out = []
+        for pm in list(_live_proc_meshes):
+            for rec in pm._procs:
+                if rec.ident not in seen:
+                    seen.add(rec.ident)
+                    out.append((pm._name, rec))
+        return out
+
+    def procs(self) -> list[dict[str, Any]]:
+        answers = self._ask()
+        dead = self.root.router.dead_peers
+        rows = []
+        for mesh, rec in self._proc_records():
+            gone = rec.returncode is not None or rec.address in dead
+            answer = answers.get(rec.address)
+            row: dict[str, Any] = {
+                "ident": rec.ident, "mesh": mesh, "name": rec.what, "address": rec.address, "pid": rec.pid,
+                "host": rec.hostname, "agent": rec.meta.get("agent"), "returncode": rec.returncode,
+                "state": "exited" if gone else ("running" if answer is not None else "not answering"),
+                "rss_bytes": None, "cpu_s": None, "threads": None, "transport": None, "actors": None,
+            }
+            if answer is not None:
+                row.update(rss_bytes=answer["rss_bytes"], cpu_s=answer["cpu_s"], threads=answer["threads"],
+                           transport=answer["transport"], actors=len(answer["actors"]))
+            if gone and dead.get(rec.address):
+                row["reason"] = dead[rec.address]
+            rows.append(row)
+        return rows
+
+    def actors(self) -> list[dict[str, Any]]:
+        answers = self._ask()
+        rows = []
+        for mesh, rec in self._proc_records():
+            answer = answers.get(rec.address)
+            if answer is None:
+                continue
+            for actor in answer["actors"]:
+                rows.append({**actor, "proc": rec.ident, "proc_mesh": mesh, "pid": answer["pid"],
+                             "host": answer["host"]})
+        rows.sort(key=lambda r: (r["mesh"], r["rank"]))
+        return rows
+
+    def meshes(self) -> list[dict[str, Any]]:
+        rows = []
+        for key, name, mesh, state, proc_state, ranks in self.root.supervisor.owned():
+            shape = getattr(mesh, "_shape", None)
+            labels = list(shape.labels) if shape is not None else []
+            sizes = list(shape.sizes) if shape is not None else []
+            cls = getattr(mesh, "_cls", None)
+            pm = getattr(mesh, "_proc_mesh", None)
+            stopped = state.stopped or bool(proc_state is not None and proc_state.stopped)
+            rows.append({"key": key, "name": name, "class": f"{cls.__module__}.{cls.__qualname__}" if cls else None,
+                         "labels": labels, "sizes": sizes, "actors": len(ranks),
+                         "proc_mesh": getattr(pm, "_name", None),
+                         "state": "stopped" if stopped else ("failed" if state.failed else "running"),
+                         "failed_ranks": sorted(state.failed)})
+        return rows
+
+    def failures(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for _key, _name, _mesh, state, _ps, _ranks in self.root.supervisor.owned():
+            rows.extend(_failure(f) for f in state.failed.values())
+        return rows
+
+    def backends(self) -> dict[str, Any]:
+        answers = self._ask()
+        allocators = sorted({getattr(m, "_allocator", "") for m in list(_live_host_meshes)} - {""})
+        return {"client": {"transport": self.root.transport_name, "allocators": allocators},
+                "procs": [{"ident": rec.ident, "transport": answers[rec.address]["transport"]}
+                          for _mesh, rec in self._proc_records() if rec.address in answers]}
+
+    # -- asking the procs -------------------------------------------------------------
+    def _ask(self) -> dict[str, dict[str, Any]]:
+        """Every live proc's introspection record by address (those that answered in time)."""
+        if self._answers is not None:
+            return self._answers
+        rt = self.root.router
+        targets = [rec.address for _m, rec in self._proc_records()
+                   if rec.returncode is None and rec.address and rec.address not in rt.dead_peers]
+        answers: dict[str, dict[str, Any]] = {}
+        lock = threading.Lock()
+        all_in = threading.Event()
+        wanted = set(targets)
+
+        def on_reply(hdr: _wire.PortHeader, payload: list) -> None:
+            if hdr.status != _wire.OK:
+                return
+            try:
+                record = _serial.loads(payload)
+                address = record["address"]
+            except Exception:  # noqa: BLE001 - a malformed answer is no answer
+                return
+            with lock:
+                if address in wanted:
+                    answers[address] = record
+                    if len(answers) == len(wanted):
+                        all_in.set()
+
+        port = rt.open_port(on_reply)
+        try:
+            for address in targets:
+                try:
+                    rt.send(address, [_wire.sys_header(_wire.SVC_PROC, "introspect", rt.address, port)])
+                except PeerUnreachable:
+                    wanted.discard(address)
+            if wanted:
+                all_in.wait(self.timeout)
+        finally:
+            rt.close_port(port)
+        with lock:
+            self._answers = dict(answers)
+        return self._answers
+
+    def __repr__(self) -> str:
+        return f"<Snapshot at {time.strftime('%H:%M:%S')}>"

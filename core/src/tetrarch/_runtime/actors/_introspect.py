@@ -1,0 +1,80 @@
+"""What a process says of itself and its actors when asked (``proc``/``introspect``).
+
+Built on demand from state the process keeps anyway (its runners, their mailboxes, the
+frames of their threads): nothing on the path of a call is counted or timed for it. The
+admin server (:mod:`tetrarch._admin`) asks every proc for this record over the router.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..plumbing._stop_guard import _runner_frame
+
+__all__ = ["actor_record", "process_record"]
+
+_HOST = socket.gethostname()
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def actor_record(runner: Any, frames: dict[int, Any]) -> dict[str, Any]:
+    """One actor (an ``ActorRunner``): its identity, state, queue and what it runs now."""
+    instance = runner.instance
+    tid = getattr(runner._thread, "ident", None)
+    running, _ = _runner_frame(runner, frames.get(tid or -1))
+    if not running:
+        running = getattr(runner, "_running_method", "") or ""
+    if runner.failed:
+        state = "failed"
+    elif runner.stopped:
+        state = "stopped"
+    elif running:
+        state = "busy"
+    else:
+        state = "idle"
+    cls = runner.cls
+    return {
+        "key": runner.key,
+        "mesh": instance.name,
+        "rank": instance.rank.rank,
+        "point": str(instance.rank) if len(instance.rank) else "",
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "state": state,
+        "mailbox": len(runner._mailbox),
+        "endpoint": running or None,
+        "failure": runner.failed,
+    }
+
+
+def process_record(role: str, name: str, address: str, transport: str, runners: Iterable[Any]) -> dict[str, Any]:
+    """This process (listening at ``address``): pid, host, memory, CPU, threads, transport, and each of its actors."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    frames = sys._current_frames()
+    return {
+        "pid": os.getpid(),
+        "host": _HOST,
+        "role": role,
+        "name": name,
+        "address": address,
+        "transport": transport,
+        "rss_bytes": _rss_bytes(),
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "threads": threading.active_count(),
+        "time": time.time(),
+        "actors": [actor_record(r, frames) for r in list(runners)],
+    }

@@ -1,0 +1,24 @@
+"""Actor classes for the admin API tests (importable by the procs)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from tetrarch import Actor, current_rank, endpoint
+
+
+class Watched(Actor):
+    @endpoint
+    def rank(self) -> int:
+        return current_rank().rank
+
+    @endpoint
+    def block_until(self, path: str, limit_s: float) -> bool:
+        """Run until the file ``path`` exists (at most ``limit_s``): the actor is busy meanwhile."""
+        end = time.monotonic() + limit_s
+        while not os.path.exists(path):
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.005)
+        return True

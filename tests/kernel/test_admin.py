@@ -1,0 +1,175 @@
+"""The admin API (``tetrarch.admin``) and ``tetrarch ps`` against a running program.
+
+Every resource answers as its OpenAPI document says (the document itself validates);
+requests without the token, or with a wrong one, get 401 and nothing else; the server binds
+loopback unless told otherwise; ``tetrarch ps`` finds the program by itself and lists its
+actors, a busy one with the endpoint it runs; a proc that cannot answer is shown as such.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from admin_actors import Watched
+from tetrarch import ArgumentError, this_host
+from tetrarch.testing import scaled
+
+pytest.importorskip("starlette", reason="the admin server needs starlette: pip install \"tetrarch[admin]\"")
+pytest.importorskip("uvicorn", reason="the admin server needs uvicorn: pip install \"tetrarch[admin]\"")
+
+import tetrarch.admin as admin
+
+pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(120))]
+
+
+@pytest.fixture(scope="module")
+def admin_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    folder = tmp_path_factory.mktemp("admin")
+    old = os.environ.get("TETRARCH_ADMIN_DIR")
+    os.environ["TETRARCH_ADMIN_DIR"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if old is None:
+            del os.environ["TETRARCH_ADMIN_DIR"]
+        else:
+            os.environ["TETRARCH_ADMIN_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def served(admin_dir: Path, procs: Any) -> Iterator[tuple[Any, Any]]:
+    """The admin server of this test process, with a ``Watched`` mesh on the shared procs."""
+    mesh = procs.spawn("watched", Watched)
+    mesh.initialized.get(timeout=scaled(30))
+    server = admin.serve()
+    try:
+        yield server, mesh
+    finally:
+        server.stop()
+        type(mesh).stop(mesh).get(timeout=scaled(30))
+
+
+def _get(server: Any, path: str, token: str | None = "") -> tuple[int, Any]:
+    headers = {} if token is None else {"Authorization": f"Bearer {token or server.token}"}
+    req = urllib.request.Request(server.url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=scaled(15)) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def _ps(admin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}
+    return subprocess.run([sys.executable, "-m", "tetrarch", "ps", *args], env=env, capture_output=True, text=True,
+                          timeout=scaled(60))
+
+
+def test_the_openapi_document_validates_and_every_resource_answers_as_it_says(served) -> None:
+    from jsonschema import Draft202012Validator
+    from openapi_spec_validator import validate
+
+    server, _mesh = served
+    status, doc = _get(server, "/openapi.json")
+    assert status == 200
+    validate(doc)
+    for path, item in doc["paths"].items():
+        status, body = _get(server, path)
+        assert status == 200, (path, body)
+        schema = {**item["get"]["responses"]["200"]["content"]["application/json"]["schema"],
+                  "components": doc["components"]}
+        errors = list(Draft202012Validator(schema).iter_errors(body))
+        assert not errors, f"{path}: {errors[0].message} at {list(errors[0].absolute_path)}"
+
+
+def test_resources_describe_the_running_program(served) -> None:
+    server, _mesh = served
+    _, actors = _get(server, "/api/v1/actors?mesh=watched")
+    assert sorted(a["rank"] for a in actors) == [0, 1, 2, 3]
+    assert {a["class"] for a in actors} == {"admin_actors.Watched"} and {a["state"] for a in actors} == {"idle"}
+    _, procs = _get(server, "/api/v1/procs")
+    mine = {a["pid"] for a in actors}
+    assert mine <= {p["pid"] for p in procs if p["state"] == "running" and p["rss_bytes"] > 0}
+    _, meshes = _get(server, "/api/v1/meshes")
+    (watched,) = [m for m in meshes if m["name"] == "watched"]
+    assert watched["labels"] == ["gpus"] and watched["sizes"] == [4] and watched["state"] == "running"
+    _, hosts = _get(server, "/api/v1/hosts")
+    assert any(h["state"] == "running" and h["allocator"] == "local" for h in hosts)
+    _, backends = _get(server, "/api/v1/backends")
+    assert backends["client"]["transport"] and backends["procs"]
+
+
+def test_requests_without_the_token_get_401_and_nothing_else(served) -> None:
+    server, _ = served
+    for token in (None, "wrong", server.token[:-1]):
+        for path in ("/api/v1/actors", "/openapi.json", "/", "/nowhere"):
+            status, body = _get(server, path, token=token)
+            assert (status, body) == (401, {"error": "unauthorized"}), (token, path)
+
+
+def test_the_server_binds_loopback_unless_told_otherwise(served) -> None:
+    with pytest.raises(ArgumentError, match="allow_remote=True"):
+        admin.serve(host="0.0.0.0")
+    assert served[0].url.startswith("http://127.0.0.1:")
+    assert oct(Path(served[0].announcement).stat().st_mode & 0o777) == "0o600"
+
+
+def test_ps_lists_the_actors_and_shows_a_busy_one_with_its_endpoint(served, admin_dir: Path, tmp_path) -> None:
+    _server, mesh = served
+    flag = tmp_path / "release"
+    blocked = mesh.slice(gpus=2).block_until.call_one(str(flag), scaled(60))
+    try:
+        deadline = time.monotonic() + scaled(30)
+        while True:
+            res = _ps(admin_dir, "--json", "--mesh", "watched", "--state", "busy")
+            assert res.returncode == 0, res.stderr
+            rows = json.loads(res.stdout)
+            if rows or time.monotonic() > deadline:
+                break
+        assert [(r["rank"], r["endpoint"]) for r in rows] == [(2, "block_until")]
+    finally:
+        flag.touch()
+    assert blocked.get(timeout=scaled(30)) is True
+    res = _ps(admin_dir, "--mesh", "watched")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[:5] == ["MESH", "RANK", "POINT", "CLASS", "STATE"]
+    assert len([ln for ln in lines[1:] if ln.startswith("watched")]) == 4
+
+
+def test_ps_says_when_no_program_serves_the_api(tmp_path) -> None:
+    res = _ps(tmp_path)
+    assert res.returncode == 1 and "no running tetrarch program serves the admin API" in res.stderr
+    assert "configure(admin=True)" in res.stderr
+
+
+def test_a_stopped_proc_is_shown_not_answering_and_never_blocks_the_api(served) -> None:
+    server, _ = served
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, name="frozen")
+    try:
+        (proc,) = pm._procs
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            status, procs = _get(server, "/api/v1/procs")
+            elapsed = time.monotonic() - t0
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert status == 200
+        (row,) = [p for p in procs if p["pid"] == proc.pid]
+        assert row["state"] == "not answering" and row["rss_bytes"] is None
+        assert elapsed < scaled(10), f"the API waited {elapsed:.1f} s for a stopped proc"
+    finally:
+        pm.stop().get(timeout=scaled(60))
