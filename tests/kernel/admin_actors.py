@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 
 from tetrarch import Actor, current_rank, endpoint
@@ -22,3 +23,8 @@ class Watched(Actor):
                 return False
             time.sleep(0.005)
         return True
+
+    @endpoint
+    def hold_gil(self) -> bool:
+        """A C call that never lets go of the GIL for a long while (a regex backtracking: minutes)."""
+        return re.match(r"(a+)+$", "a" * 40 + "b") is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,7 +87,8 @@ def test_the_openapi_document_validates_and_every_resource_answers_as_it_says(se
     assert status == 200
     validate(doc)
     for path, item in doc["paths"].items():
-        status, body = _get(server, path)
+        required = [p["name"] for p in item["get"].get("parameters", []) if p["required"]]
+        status, body = _get(server, path + ("?mesh=watched&rank=0" if required else ""))
         assert status == 200, (path, body)
         schema = {**item["get"]["responses"]["200"]["content"]["application/json"]["schema"],
                   "components": doc["components"]}
@@ -172,4 +174,67 @@ def test_a_stopped_proc_is_shown_not_answering_and_never_blocks_the_api(served) 
         assert row["state"] == "not answering" and row["rss_bytes"] is None
         assert elapsed < scaled(10), f"the API waited {elapsed:.1f} s for a stopped proc"
     finally:
+        pm.stop().get(timeout=scaled(60))
+
+
+def test_stack_marks_the_actor_thread_and_the_endpoint_it_is_in(served, admin_dir: Path, tmp_path) -> None:
+    _server, mesh = served
+    flag = tmp_path / "release"
+    blocked = mesh.slice(gpus=1).block_until.call_one(str(flag), scaled(60))
+    try:
+        deadline = time.monotonic() + scaled(30)
+        while True:
+            res = _ps(admin_dir, "--json", "--mesh", "watched", "--state", "busy")
+            if json.loads(res.stdout or "[]") or time.monotonic() > deadline:
+                break
+        res = subprocess.run([sys.executable, "-m", "tetrarch", "stack", "watched[1]", "--json"],
+                             env={**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}, capture_output=True,
+                             text=True, timeout=scaled(60))
+    finally:
+        flag.touch()
+    assert blocked.get(timeout=scaled(30)) is True
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["state"] == "running" and out["rank"] == 1
+    (actor,) = [t for t in out["threads"] if t["actor"]]
+    assert actor["endpoint"] == "block_until" and "in block_until" in actor["stack"]
+    if shutil.which("py-spy") or (Path(sys.executable).parent / "py-spy").exists():
+        assert out["pyspy"] and "block_until" in out["pyspy"], out["notes"]
+    else:
+        assert any("py-spy is not installed" in n for n in out["notes"])
+    text = subprocess.run([sys.executable, "-m", "tetrarch", "stack", "watched[1]"],
+                          env={**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}, capture_output=True, text=True,
+                          timeout=scaled(60))
+    assert "<- actor watched" in text.stdout and text.returncode == 0
+
+
+def test_stack_says_so_for_an_unknown_actor(served, admin_dir: Path) -> None:
+    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}
+    for actor, says in (("nosuch[0]", "no actor mesh named 'nosuch'"), ("watched[9]", "has no rank 9"),
+                        ("watched", "has 4 actors: say which")):
+        res = subprocess.run([sys.executable, "-m", "tetrarch", "stack", actor], env=env, capture_output=True,
+                             text=True, timeout=scaled(60))
+        assert res.returncode == 1 and says in res.stderr, (actor, res.stderr)
+
+
+def test_stack_sees_a_proc_held_in_a_c_call_with_py_spy(served) -> None:
+    if not (shutil.which("py-spy") or (Path(sys.executable).parent / "py-spy").exists()):
+        pytest.skip("py-spy is not installed (pip install py-spy): a proc that holds its GIL cannot be seen")
+    server, _ = served
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, name="gil")
+    try:
+        mesh = pm.spawn("gil", Watched)
+        mesh.initialized.get(timeout=scaled(30))
+        (proc,) = pm._procs
+        mesh.hold_gil.call_one()
+        deadline = time.monotonic() + scaled(60)
+        while True:
+            status, out = _get(server, "/api/v1/stack?mesh=gil&rank=0")
+            assert status == 200, out
+            if (out["state"] == "not answering" and out["pyspy"]) or time.monotonic() > deadline:
+                break
+        assert out["state"] == "not answering" and out["threads"] is None
+        assert "hold_gil" in out["pyspy"], out
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
         pm.stop().get(timeout=scaled(60))

@@ -1,4 +1,5 @@
-"""``tetrarch ps``: the actors of a running program, through its admin API (:mod:`tetrarch._admin`).
+"""``tetrarch ps`` and ``tetrarch stack``: a running program's actors and stacks, through its admin API
+(:mod:`tetrarch._admin`).
 
 The program is found by its announcement file (``tetrarch.admin.find_servers``): the only
 one running, or the one ``--pid`` names.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import urllib.error
 import urllib.parse
@@ -16,7 +18,7 @@ from typing import Any
 
 from ._admin._token import ServerInfo, admin_dir, find_servers
 
-__all__ = ["PS_COLUMNS", "add_commands", "fetch", "pick_server"]
+__all__ = ["PS_COLUMNS", "add_commands", "fetch", "format_stack", "pick_server"]
 
 #: The columns of ``tetrarch ps`` (keys of the API's Actor records), in order.
 PS_COLUMNS = ("mesh", "rank", "point", "class", "state", "mailbox", "endpoint", "pid", "host")
@@ -62,7 +64,11 @@ def fetch(server: ServerInfo, path: str, query: dict[str, str] | None = None) ->
         with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
             return json.load(resp)
     except urllib.error.HTTPError as exc:
-        raise CliError(f"the admin server of pid {server.pid} answered {exc.code} {exc.reason} for {path}") from exc
+        try:
+            why = json.loads(exc.read() or b"{}").get("error") or exc.reason
+        except ValueError:
+            why = exc.reason
+        raise CliError(f"the admin server of pid {server.pid} answered {exc.code} for {path}: {why}") from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise CliError(f"cannot reach the admin server of pid {server.pid} at {server.url}: {exc}") from exc
 
@@ -96,8 +102,52 @@ def _cmd_ps(args: argparse.Namespace) -> int:
     return 0
 
 
+_ACTOR = re.compile(r"^(?P<mesh>[^\[\]]+)(\[(?P<rank>\d+)\])?$")
+
+
+def format_stack(out: dict[str, Any]) -> str:
+    """``tetrarch stack``'s text for the API's Stack record."""
+    head = f"actor {out['actor']} (rank {out['rank']} of {out['mesh']}), pid {out['pid']} on {out['host']}"
+    lines = [f"{head}: {out['state']}"]
+    if out["threads"]:
+        lines.append("--- its proc's Python threads, as the proc sees them ---")
+        for t in out["threads"]:
+            mark = ""
+            if t["actor"]:
+                mark = f"   <- actor {t['actor']}" + (f", in {t['endpoint']!r}" if t["endpoint"] else ", idle")
+            lines.append(f"Thread {t['id']} \"{t['name']}\"{mark}")
+            lines.append(t["stack"].rstrip("\n"))
+    if out["pyspy"]:
+        lines.append("--- py-spy dump, taken by its host agent ---")
+        lines.append(out["pyspy"].rstrip("\n"))
+    lines.extend(f"note: {n}" for n in out["notes"])
+    return "\n".join(lines)
+
+
+def _cmd_stack(args: argparse.Namespace) -> int:
+    m = _ACTOR.match(args.actor)
+    if m is None:
+        print(f"tetrarch: name the actor as MESH[RANK], e.g. trainer[3]; got {args.actor!r}", file=sys.stderr)
+        return 2
+    try:
+        server = pick_server(args.pid)
+        rank = m.group("rank")
+        if rank is None:
+            sizes = [x["actors"] for x in fetch(server, "/api/v1/meshes") if x["name"] == m.group("mesh")]
+            if sizes and sizes[0] != 1:
+                raise CliError(f"actor mesh {m.group('mesh')!r} has {sizes[0]} actors: say which, e.g. "
+                               f"{m.group('mesh')}[0]")
+            rank = "0"
+        out = fetch(server, "/api/v1/stack", {"mesh": m.group("mesh"), "rank": rank})
+    except CliError as exc:
+        print(f"tetrarch: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(out, indent=2) if args.json else format_stack(out))
+    return 0
+
+
 def add_commands(sub: Any) -> None:
-    """Add ``ps`` to the ``tetrarch`` command line's subcommands."""
+    """Add ``ps`` and ``stack`` to the ``tetrarch`` command line's subcommands."""
     ps = sub.add_parser("ps", help="list the actors of a running program (its admin API): mesh, rank, state, "
                                    "queue, running endpoint")
     ps.add_argument("--json", action="store_true", help="print the API's JSON records")
@@ -105,3 +155,9 @@ def add_commands(sub: Any) -> None:
     ps.add_argument("--state", choices=["idle", "busy", "stopped", "failed"], help="only those in this state")
     ps.add_argument("--pid", type=int, help="the client program's pid, when several run")
     ps.set_defaults(func=_cmd_ps)
+    stack = sub.add_parser("stack", help="print the stacks of an actor's proc (MESH[RANK]): its Python threads, "
+                                         "the actor's marked, and py-spy's dump when py-spy is installed")
+    stack.add_argument("actor", metavar="MESH[RANK]", help="the actor, e.g. trainer[3]")
+    stack.add_argument("--json", action="store_true", help="print the API's JSON record")
+    stack.add_argument("--pid", type=int, help="the client program's pid, when several run")
+    stack.set_defaults(func=_cmd_stack)

@@ -92,6 +92,25 @@ _SCHEMAS: dict[str, Any] = {
                         "allocators": {"type": "array", "items": {"type": "string"}}}),
         "procs": {"type": "array", "items": _obj({"ident": {"type": "string"}, "transport": {"type": "string"}})},
     }),
+    "Thread": _obj({
+        "id": {"type": "integer"},
+        "name": {"type": "string"},
+        "actor": {**_STR_OR_NULL, "description": "the actor this thread runs, if any"},
+        "endpoint": {**_STR_OR_NULL, "description": "what that actor runs now"},
+        "stack": {"type": "string", "description": "the thread's Python stack, innermost last"},
+    }),
+    "Stack": _obj({
+        "mesh": {"type": "string"},
+        "rank": {"type": "integer"},
+        "actor": {"type": "string"},
+        "pid": {"type": "integer"},
+        "host": {"type": "string"},
+        "state": {"enum": ["running", "not answering", "exited"]},
+        "threads": {"type": ["array", "null"], "items": {"$ref": "#/components/schemas/Thread"},
+                    "description": "the proc's own view of its Python threads (null: it did not answer)"},
+        "pyspy": {**_STR_OR_NULL, "description": "py-spy's dump, taken by the proc's host agent (null: none)"},
+        "notes": {"type": "array", "items": {"type": "string"}},
+    }),
     "Error": _obj({"error": {"type": "string"}}),
 }
 
@@ -132,6 +151,23 @@ def document(version: str) -> dict[str, Any]:
                 _query("state", "only those in this state (idle, busy, stopped, failed)")]),
             f"{API_PREFIX}/meshes": _list_of("Mesh", "the actor meshes this client spawned and tracks"),
             f"{API_PREFIX}/failures": _list_of("Failure", "the failures of those meshes, each with its chain"),
+            f"{API_PREFIX}/stack": {"get": {
+                "summary": "the stacks of an actor's proc: its Python threads (the actor's marked) and py-spy's dump",
+                "operationId": "getStack",
+                "parameters": [
+                    {"name": "mesh", "in": "query", "required": True, "schema": {"type": "string"},
+                     "description": "the actor mesh's name"},
+                    {"name": "rank", "in": "query", "required": True, "schema": {"type": "integer", "minimum": 0},
+                     "description": "the actor's rank in it"}],
+                "responses": {
+                    "200": {"description": "stacks", "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Stack"}}}},
+                    "400": {"description": "mesh or rank missing", "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"}}}},
+                    "404": {"description": "no such actor", "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"}}}},
+                    "401": {"$ref": "#/components/responses/Unauthorized"},
+                }}},
             f"{API_PREFIX}/backends": {"get": {
                 "summary": "the transport and allocators in use, per process",
                 "operationId": "getBackends",

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._errors import ArgumentError
 from .._log import get_logger
+from .._runtime.services._stack import DUMP_TIMEOUT_S
 from .._version import __version__
 from ._openapi import API_PREFIX, document
 from ._snapshot import Snapshot
@@ -94,7 +95,17 @@ def _app(root: Any, token: str) -> Any:
 
         return endpoint
 
-    routes = [Route("/openapi.json", openapi)]
+    async def stack(request: Request) -> JSONResponse:
+        mesh, rank = request.query_params.get("mesh"), request.query_params.get("rank", "")
+        if not mesh or not rank.isdigit():
+            return JSONResponse({"error": "name the actor: ?mesh=NAME&rank=N"}, status_code=400)
+        try:
+            out = await run_in_threadpool(lambda: snapshot().stack(mesh, int(rank), DUMP_TIMEOUT_S))
+        except LookupError as exc:
+            return JSONResponse({"error": str(exc.args[0])}, status_code=404)
+        return JSONResponse(out)
+
+    routes = [Route("/openapi.json", openapi), Route(f"{API_PREFIX}/stack", stack)]
     for name, fn in (("hosts", Snapshot.hosts), ("procs", Snapshot.procs), ("actors", Snapshot.actors),
                      ("meshes", Snapshot.meshes), ("failures", Snapshot.failures), ("backends", Snapshot.backends)):
         routes.append(Route(f"{API_PREFIX}/{name}", listing(fn)))

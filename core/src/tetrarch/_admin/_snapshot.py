@@ -10,6 +10,7 @@ reported as not answering, and never holds the request up longer.
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 from typing import Any
@@ -121,6 +122,81 @@ class Snapshot:
         return {"client": {"transport": self.root.transport_name, "allocators": allocators},
                 "procs": [{"ident": rec.ident, "transport": answers[rec.address]["transport"]}
                           for _mesh, rec in self._proc_records() if rec.address in answers]}
+
+    def stack(self, mesh: str, rank: int, dump_timeout: float) -> dict[str, Any]:
+        """The stacks of the proc of actor ``rank`` of the actor mesh ``mesh``: py-spy's dump through its host
+        agent (seen even when the proc holds its GIL) and the proc's own view of its Python threads.
+
+        Raises:
+            LookupError: no tracked actor mesh has that name, or it has no such rank (the message says which).
+        """
+        owned = [o for o in self.root.supervisor.owned() if o[1] == mesh]
+        if not owned:
+            names = sorted({o[1] for o in self.root.supervisor.owned()})
+            raise LookupError(f"no actor mesh named {mesh!r} (meshes: {', '.join(names) or 'none'})")
+        ranks = owned[-1][5]
+        found = [r for r in ranks if r[1] == rank]
+        if not found:
+            raise LookupError(f"actor mesh {mesh!r} has no rank {rank} (ranks 0 to {len(ranks) - 1})")
+        address, _rank, display, host, pid = found[0]
+        agent = next((rec.meta.get("agent") for _m, rec in self._proc_records() if rec.address == address), None)
+        out: dict[str, Any] = {"mesh": mesh, "rank": rank, "actor": display, "pid": pid, "host": host,
+                               "state": "exited" if address in self.root.router.dead_peers else "running",
+                               "threads": None, "pyspy": None, "notes": []}
+        if out["state"] == "exited":
+            out["notes"].append(f"its proc is gone: {self.root.router.dead_peers[address]}")
+            return out
+        results: dict[str, Any] = {}
+        waits = [threading.Thread(target=lambda: results.__setitem__("proc", self._request(
+            address, _wire.SVC_PROC, "stack", [], self.timeout)), daemon=True)]
+        if agent:
+            waits.append(threading.Thread(target=lambda: results.__setitem__("pyspy", self._request(
+                agent, _wire.SVC_STACK, "dump", [pickle.dumps(pid)], dump_timeout)), daemon=True))
+        for t in waits:
+            t.start()
+        for t in waits:
+            t.join()
+        own = results.get("proc")
+        if own is not None:
+            out["threads"] = own["threads"]
+        else:
+            out["state"] = "not answering"
+            out["notes"].append(f"the proc did not answer within {self.timeout:g} s (stopped, or a C call holds its "
+                                f"GIL): only py-spy can show it")
+        spy = results.get("pyspy")
+        if spy is None:
+            out["notes"].append("its host agent did not answer for py-spy" if agent else "its host agent is unknown")
+        else:
+            out["pyspy"] = spy["text"] or None
+            if spy["note"]:
+                out["notes"].append(spy["note"])
+        return out
+
+    def _request(self, address: str, service: str, op: str, payload: list, timeout: float) -> Any:
+        """One ``service``/``op`` request to ``address``; its answer, or None (no answer in ``timeout`` s)."""
+        rt = self.root.router
+        got: list[Any] = []
+        done = threading.Event()
+
+        def on_reply(hdr: _wire.PortHeader, frames: list) -> None:
+            if got:
+                return
+            if hdr.status == _wire.OK:
+                try:
+                    got.append(_serial.loads(frames))
+                except Exception:  # noqa: BLE001 - a malformed answer is no answer
+                    return
+            done.set()  # an error answer (no such service there): no answer, without waiting out the bound
+
+        port = rt.open_port(on_reply)
+        try:
+            rt.send(address, [_wire.sys_header(service, op, rt.address, port), *payload])
+            done.wait(timeout)
+        except PeerUnreachable:
+            pass
+        finally:
+            rt.close_port(port)
+        return got[0] if got else None
 
     # -- asking the procs -------------------------------------------------------------
     def _ask(self) -> dict[str, dict[str, Any]]:

@@ -13,12 +13,13 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterable
 from typing import Any
 
 from ..plumbing._stop_guard import _runner_frame
 
-__all__ = ["actor_record", "process_record"]
+__all__ = ["actor_record", "process_record", "thread_stacks"]
 
 _HOST = socket.gethostname()
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -78,3 +79,23 @@ def process_record(role: str, name: str, address: str, transport: str, runners: 
         "time": time.time(),
         "actors": [actor_record(r, frames) for r in list(runners)],
     }
+
+
+def thread_stacks(runners: Iterable[Any]) -> list[dict[str, Any]]:
+    """Every Python thread of this process: its id, name, stack, and the actor it serves (if any)
+    with what that actor runs; the actors' threads first."""
+    frames = sys._current_frames()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    actor_of = {getattr(r._thread, "ident", None): r for r in list(runners)}
+    rows = []
+    for tid, frame in frames.items():
+        runner = actor_of.get(tid)
+        running = ""
+        if runner is not None:
+            running = _runner_frame(runner, frame)[0] or getattr(runner, "_running_method", "") or ""
+        rows.append({"id": tid, "name": names.get(tid, "?"),
+                     "actor": runner.display if runner is not None else None,
+                     "endpoint": running or None,
+                     "stack": "".join(traceback.format_stack(frame))})
+    rows.sort(key=lambda r: (r["actor"] is None, r["name"]))
+    return rows

@@ -34,7 +34,7 @@ from ..values import _serial, _wire
 from ..values._context import Instance
 from ..values._outcome import error_record
 from ..values._shape import Extent, Point
-from ._introspect import process_record
+from ._introspect import process_record, thread_stacks
 from ._runner import ActorRunner
 
 __all__ = ["ProcService"]
@@ -80,6 +80,9 @@ class ProcService:
             record = process_record("proc" if self._on_exit is not None else "client", self.router.name,
                                     self.router.address, self.router.transport.name, self.runners.values())
             self.router.reply_later(raddr, rport, 0, _wire.OK, record)
+        elif op == "stack":  # the Python stack of every thread, the actors' marked (tetrarch stack)
+            self.router.reply_later(raddr, rport, 0, _wire.OK, {"address": self.router.address, "pid": os.getpid(),
+                                                               "threads": thread_stacks(self.runners.values())})
         elif op == "exit" and self._on_exit is not None and not self.exit_reason:  # procs only
             self.exit_reason = str(_serial.loads(payload)) or "told to exit"
             _log.warning("proc exiting at once: %s", self.exit_reason)

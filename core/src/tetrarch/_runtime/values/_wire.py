@@ -28,6 +28,7 @@ __all__ = [
     "SVC_PORT",
     "SVC_PROC",
     "SVC_RELAY",
+    "SVC_STACK",
     "SVC_SUPERVISE",
     "SVC_WORKER",
     "SYS",
@@ -85,6 +86,8 @@ SVC_PORT = "port"  #: ports: ``link`` (the sender holds a port of ours; watch it
 SVC_WORKER = "worker"
 #: a host agent relays mesh calls to its procs: ``cast`` (:class:`RelayCast` + the call's payload)
 SVC_RELAY = "relay"
+#: a host agent's py-spy dumps of its procs: ``dump`` (a pickled pid), answered with a dict
+SVC_STACK = "stack"
 
 
 class CallHeader(NamedTuple):
