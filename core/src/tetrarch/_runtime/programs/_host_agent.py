@@ -50,6 +50,7 @@ from ..router._router import PeerUnreachable
 from ..services._launch import StateMonitor, announce_ready, report_exit, report_frozen, start_heartbeat
 from ..services._output import OutputForwarder, set_process_title
 from ..services._relay import RelayService
+from ..services._stack import StackService
 from ..values import _serial, _wire
 from ._zygote import Zygote, fork_zygote
 
@@ -86,6 +87,7 @@ class HostAgent:
         self.monitor = StateMonitor(self.frozen)
         self.output = OutputForwarder(root.router)
         self.relay = RelayService(root.router)  # mesh calls to several of our procs come as one message
+        self.stacks = StackService(root.router, self.started)  # py-spy dumps of our procs (tetrarch stack)
 
     def service(self, hdr: _wire.SysHeader, payload: list, _conn: Any) -> None:
         """``host`` messages (I/O thread)."""
@@ -158,6 +160,11 @@ class HostAgent:
                 self.procs[ident] = proc
                 self.owners[ident] = owner
                 self.monitor.add(ident, proc.pid, frozen_s, interval_s)
+
+    def started(self, pid: int) -> bool:
+        """Whether ``pid`` is a live proc this agent started."""
+        with self.lock:
+            return any(p.pid == pid for p in self.procs.values())
 
     def frozen(self, ident: str, report: _wire.ProcFrozen) -> None:
         """The monitor saw the proc ``ident`` stopped past its frozen timeout: tell its owner, then kill it."""
