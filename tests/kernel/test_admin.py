@@ -238,3 +238,20 @@ def test_stack_sees_a_proc_held_in_a_c_call_with_py_spy(served) -> None:
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         pm.stop().get(timeout=scaled(60))
+
+
+def test_the_admin_setting_serves_a_program_without_code_for_it(tmp_path) -> None:
+    env = {**os.environ, "TETRARCH_ADMIN": "1", "TETRARCH_ADMIN_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    prog = subprocess.Popen([sys.executable, str(Path(__file__).parent / "scenarios" / "admin_env.py")], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert prog.stdout is not None and prog.stdout.readline().strip() == "READY"
+        res = _ps(tmp_path, "--json")
+        assert res.returncode == 0, res.stderr
+        assert sorted((r["mesh"], r["rank"]) for r in json.loads(res.stdout)) == [("from_env", 0), ("from_env", 1)]
+        assert list(tmp_path.glob("*.json")) == [tmp_path / f"{prog.pid}.json"]
+    finally:
+        _out, err = prog.communicate("\n", timeout=scaled(60))
+    assert prog.returncode == 0, err
+    assert not list(tmp_path.glob("*.json")), "the announcement is removed when the program ends"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._client_hooks import on_client_start as _on_client_start
 from ._config_plugins import install_provider as _install_provider
 from ._lazy import lazy_exports
 from ._version import __version__
@@ -22,6 +23,22 @@ def _plugin_settings() -> dict:
 
 
 _install_provider(_plugin_settings)
+
+
+def _admin_autostart(_root: object) -> None:
+    """Serve the admin API once the client's runtime starts, when the ``admin`` setting asks for it."""
+    from ._config import ADMIN
+
+    if ADMIN():
+        from .admin import serve
+
+        try:
+            serve()
+        except (ImportError, OSError, ValueError) as exc:
+            raise RuntimeError(f"the admin server (TETRARCH_ADMIN) did not start: {exc}") from exc
+
+
+_on_client_start(_admin_autostart)
 
 _EXPORTS = {
     "Actor": "tetrarch._runtime.actors._actor",

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..._client_hooks import client_started
 from ..._config import (
     ENV_ALLOC_TRANSPORT,
     ENV_CLIENT_ADDR,
@@ -189,12 +190,14 @@ def get_root() -> Root:
     if root is not None:
         return root
     with _lock:
-        if _root is None:
-            _root = Root("client", secrets.token_bytes(32), None, name="client")  # select() reads the setting
-            install_router(_root.router)
-            atexit.register(_shutdown_at_exit)
-            install_exit_path()
-        return _root
+        if _root is not None:
+            return _root
+        _root = Root("client", secrets.token_bytes(32), None, name="client")  # select() reads the setting
+        install_router(_root.router)
+        atexit.register(_shutdown_at_exit)
+        install_exit_path()
+    client_started(_root)  # what starts with the client (the admin server when asked for): outside the lock
+    return _root
 
 
 _exit_hooks: list[Callable[[], None]] = []
