@@ -5,7 +5,6 @@ Everything here is cheap: finding a library never imports it.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import sys
 import types
@@ -16,6 +15,7 @@ from .._config import SETTINGS, Setting, known_settings
 from .._config_monarch import closest
 from .._config_plugins import absent_owner
 from .._errors import ConfigError
+from . import _dists
 from ._specs import ProbeResult
 
 __all__ = ["library_probe", "module_present", "not_implemented_factory", "probe_in_child", "python_library_found",
@@ -70,7 +70,7 @@ def python_library_found(module: str, distribution: str) -> str | None:
     if not module_present(module):
         return None
     try:
-        version = importlib.metadata.version(distribution)
+        version = _dists.version(distribution)  # importlib.metadata.version's answer, without importing it
     except Exception:  # noqa: BLE001 - e.g. a system package without dist metadata
         version = "(unknown version)"
     return f"{distribution} {version}"

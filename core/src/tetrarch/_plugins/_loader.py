@@ -8,22 +8,25 @@ and whatever goes wrong is kept on a :class:`PluginRecord` (reason and traceback
 from __future__ import annotations
 
 import enum
-import importlib.metadata
 import re
 import traceback as _traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 
 from .._config import SETTINGS, TEST_SETTINGS, Setting
 from .._errors import ArgumentError, ArgumentTypeError
+from . import _dists
 from ._api import API_ATTRIBUTE, check_api
 from ._errors import PluginLoadError
 from ._hookspecs import PROJECT
 from ._known import normalize_dist
 from ._specs import BackendKind, BackendSpec, Status
+
+if TYPE_CHECKING:  # pragma: no cover - importing it costs a process's start (see _dists)
+    import importlib.metadata
 
 __all__ = [
     "DISABLED_REASON",
@@ -268,10 +271,9 @@ def load_entry_points(
     Raises:
         PluginLoadError: ``strict`` is set and a plugin failed.
     """
-    if entry_points is None:
-        eps: Iterable[importlib.metadata.EntryPoint] = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    else:
-        eps = entry_points()
+    # _dists lists what importlib.metadata.entry_points(group=...) does, without importing it
+    eps: Iterable[importlib.metadata.EntryPoint | _dists.EntryPoint] = (
+        _dists.entry_points(ENTRY_POINT_GROUP) if entry_points is None else entry_points())
     records: list[PluginRecord] = []
     for ep in sorted(eps, key=lambda e: ((e.dist.name if e.dist else ""), e.name)):
         dist = ep.dist.name if ep.dist is not None else "(unknown distribution)"
