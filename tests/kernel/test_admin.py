@@ -255,3 +255,35 @@ def test_the_admin_setting_serves_a_program_without_code_for_it(tmp_path) -> Non
         _out, err = prog.communicate("\n", timeout=scaled(60))
     assert prog.returncode == 0, err
     assert not list(tmp_path.glob("*.json")), "the announcement is removed when the program ends"
+
+
+def test_doctor_mesh_passes_a_healthy_program_and_fails_a_stopped_proc(served, admin_dir: Path) -> None:
+    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}
+
+    def doctor() -> tuple[int, list[dict[str, Any]]]:
+        res = subprocess.run([sys.executable, "-m", "tetrarch", "doctor", "mesh", "--json", "--slow-ms", "5000"],
+                             env=env, capture_output=True, text=True, timeout=scaled(60))
+        return res.returncode, json.loads(res.stdout or "[]")
+
+    status, checks = doctor()
+    assert status == 0, checks
+    kinds = {c["kind"] for c in checks}
+    assert kinds == {"host agent", "proc", "actor"} and all(c["status"] == "pass" for c in checks)
+    assert len([c for c in checks if c["kind"] == "actor" and c["name"].startswith("watched")]) == 4
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, name="doctored")
+    try:
+        pm.spawn("doctored", Watched).initialized.get(timeout=scaled(30))
+        (proc,) = pm._procs
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            status, checks = doctor()
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert status == 1
+        failed = {(c["kind"], c["pid"]) for c in checks if c["status"] == "fail"}
+        assert failed == {("proc", proc.pid), ("actor", proc.pid)}, checks
+        text = subprocess.run([sys.executable, "-m", "tetrarch", "doctor", "mesh"], env=env, capture_output=True,
+                              text=True, timeout=scaled(60))
+        assert "pass" in text.stdout and text.returncode in (0, 1)
+    finally:
+        pm.stop().get(timeout=scaled(60))

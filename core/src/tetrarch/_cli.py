@@ -1,6 +1,7 @@
 """The ``tetrarch`` command line: ``tetrarch plugins [--json] [--verbose]``, ``tetrarch config [--json]``,
 ``tetrarch plugins --explain KIND [ADDRESS] [--require CAP] [--json]`` (how a backend is selected),
 ``tetrarch doctor rdma`` (RDMA backends, probes, devices and the selection here: ``_doctor``),
+``tetrarch doctor mesh`` (probe a running program's host agents, procs and actors: ``_cli_admin``),
 ``tetrarch run [torchrun flags] train.py ...`` (torchrun's job on a mesh: ``_spmd._cli_run``),
 ``tetrarch ps [--json] [--mesh M] [--state S] [--pid PID]`` (a running program's actors: ``_cli_admin``).
 
@@ -206,6 +207,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    if args.topic == "mesh":
+        from ._cli_admin import doctor_mesh
+
+        return doctor_mesh(args)
     from ._doctor import rdma_report
 
     try:
@@ -237,8 +242,14 @@ def _parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="list settings, their current values and where each came from")
     config.add_argument("--json", action="store_true", help="print a JSON list of rows")
     config.set_defaults(func=_cmd_config)
-    doctor = sub.add_parser("doctor", help="diagnose a subsystem on this machine: `doctor rdma`")
-    doctor.add_argument("topic", choices=["rdma"], help="rdma: backends, probes, devices and the selection here")
+    doctor = sub.add_parser("doctor", help="diagnose: `doctor rdma` (this machine), `doctor mesh` (a running program)")
+    doctor.add_argument("topic", choices=["rdma", "mesh"],
+                        help="rdma: backends, probes, devices and the selection here; mesh: probe every host agent, "
+                             "proc and actor of a running program (its admin API): pass, slow or fail, exit 1 on a "
+                             "failure")
+    doctor.add_argument("--json", action="store_true", help="mesh: print the API's JSON records")
+    doctor.add_argument("--pid", type=int, help="mesh: the client program's pid, when several run")
+    doctor.add_argument("--slow-ms", type=float, default=100.0, help="mesh: answers slower than this are slow")
     doctor.set_defaults(func=_cmd_doctor)
     from ._cli_admin import add_commands
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ._admin._token import ServerInfo, admin_dir, find_servers
 
-__all__ = ["PS_COLUMNS", "add_commands", "fetch", "format_stack", "pick_server"]
+__all__ = ["DOCTOR_COLUMNS", "PS_COLUMNS", "add_commands", "doctor_mesh", "fetch", "format_stack", "pick_server"]
 
 #: The columns of ``tetrarch ps`` (keys of the API's Actor records), in order.
 PS_COLUMNS = ("mesh", "rank", "point", "class", "state", "mailbox", "endpoint", "pid", "host")
@@ -144,6 +144,26 @@ def _cmd_stack(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(out, indent=2) if args.json else format_stack(out))
     return 0
+
+
+DOCTOR_COLUMNS = ("status", "kind", "name", "latency_ms", "pid", "host", "detail")
+
+
+def doctor_mesh(args: argparse.Namespace) -> int:
+    """``tetrarch doctor mesh``: probe a running program's host agents, procs and actors; 1 if any failed."""
+    try:
+        server = pick_server(args.pid)
+        checks = fetch(server, "/api/v1/probe", {"slow_ms": str(args.slow_ms)})
+    except CliError as exc:
+        print(f"tetrarch: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(checks, indent=2))
+    else:
+        print(format_table(checks, DOCTOR_COLUMNS))
+        counts = {s: sum(c["status"] == s for c in checks) for s in ("pass", "slow", "fail")}
+        print(f"{counts['pass']} pass, {counts['slow']} slow (over {args.slow_ms:g} ms), {counts['fail']} fail")
+    return 1 if any(c["status"] == "fail" for c in checks) else 0
 
 
 def add_commands(sub: Any) -> None:

@@ -111,6 +111,15 @@ _SCHEMAS: dict[str, Any] = {
         "pyspy": {**_STR_OR_NULL, "description": "py-spy's dump, taken by the proc's host agent (null: none)"},
         "notes": {"type": "array", "items": {"type": "string"}},
     }),
+    "Check": _obj({
+        "kind": {"enum": ["host agent", "proc", "actor"]},
+        "name": {"type": "string"},
+        "pid": {"type": "integer"},
+        "host": {"type": "string"},
+        "status": {"enum": ["pass", "slow", "fail"]},
+        "latency_ms": {**_NUM_OR_NULL, "description": "how long it took to answer (an actor: its proc)"},
+        "detail": {"type": "string", "description": "why it failed; empty otherwise"},
+    }),
     "Error": _obj({"error": {"type": "string"}}),
 }
 
@@ -168,6 +177,10 @@ def document(version: str) -> dict[str, Any]:
                         "schema": {"$ref": "#/components/schemas/Error"}}}},
                     "401": {"$ref": "#/components/responses/Unauthorized"},
                 }}},
+            f"{API_PREFIX}/probe": _list_of("Check", "probe every host agent, proc and actor now (tetrarch doctor "
+                                                     "mesh): pass, slow or fail, with latencies", [
+                {"name": "slow_ms", "in": "query", "required": False, "schema": {"type": "number", "minimum": 0},
+                 "description": "answers slower than this many milliseconds are slow (default 100)"}]),
             f"{API_PREFIX}/backends": {"get": {
                 "summary": "the transport and allocators in use, per process",
                 "operationId": "getBackends",

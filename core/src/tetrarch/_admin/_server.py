@@ -105,7 +105,16 @@ def _app(root: Any, token: str) -> Any:
             return JSONResponse({"error": str(exc.args[0])}, status_code=404)
         return JSONResponse(out)
 
-    routes = [Route("/openapi.json", openapi), Route(f"{API_PREFIX}/stack", stack)]
+    async def probe(request: Request) -> JSONResponse:
+        slow = request.query_params.get("slow_ms", "100")
+        try:
+            slow_s = float(slow) / 1e3
+        except ValueError:
+            return JSONResponse({"error": f"slow_ms must be a number of milliseconds, got {slow!r}"}, status_code=400)
+        return JSONResponse(await run_in_threadpool(lambda: snapshot().probe(slow_s)))
+
+    routes = [Route("/openapi.json", openapi), Route(f"{API_PREFIX}/stack", stack),
+              Route(f"{API_PREFIX}/probe", probe)]
     for name, fn in (("hosts", Snapshot.hosts), ("procs", Snapshot.procs), ("actors", Snapshot.actors),
                      ("meshes", Snapshot.meshes), ("failures", Snapshot.failures), ("backends", Snapshot.backends)):
         routes.append(Route(f"{API_PREFIX}/{name}", listing(fn)))

@@ -37,6 +37,8 @@ class Snapshot:
         self.root = root
         self.timeout = timeout
         self._answers: dict[str, dict[str, Any]] | None = None
+        #: Seconds each proc (by address) took to answer its introspection.
+        self.latency: dict[str, float] = {}
 
     # -- the client's books -------------------------------------------------------
     def hosts(self) -> list[dict[str, Any]]:
@@ -172,7 +174,54 @@ class Snapshot:
                 out["notes"].append(spy["note"])
         return out
 
-    def _request(self, address: str, service: str, op: str, payload: list, timeout: float) -> Any:
+    def probe(self, slow_s: float) -> list[dict[str, Any]]:
+        """``tetrarch doctor mesh``: every host agent pinged, every live proc asked, every tracked actor found
+        in its proc's answer; each check ``pass``, ``slow`` (answered after ``slow_s``) or ``fail``."""
+        checks: list[dict[str, Any]] = []
+
+        def check(kind: str, name: str, pid: int, host: str, latency: float | None, fail: str = "") -> None:
+            status = "fail" if fail else ("slow" if latency is not None and latency > slow_s else "pass")
+            checks.append({"kind": kind, "name": name, "pid": pid, "host": host, "status": status,
+                           "latency_ms": None if latency is None else round(latency * 1e3, 3), "detail": fail})
+
+        rt = self.root.router
+        for h in self.hosts():
+            if h["state"] != "running":
+                check("host agent", f"{h['mesh']}[{h['index']}]", h["pid"], h["hostname"], None,
+                      f"exited: {rt.dead_peers.get(h['address'], h['returncode'])}")
+                continue
+            t0 = time.monotonic()
+            answered = self._request(h["address"], _wire.SVC_LAUNCH, "ping", [], self.timeout, none_ok=True)
+            latency = time.monotonic() - t0
+            check("host agent", f"{h['mesh']}[{h['index']}]", h["pid"], h["hostname"], latency,
+                  "" if answered else f"did not answer a ping within {self.timeout:g} s")
+        answers = self._ask()
+        procs = {p["address"]: p for p in self.procs()}
+        for p in procs.values():
+            fail = ""
+            if p["state"] == "exited":
+                fail = f"exited: {p.get('reason') or p['returncode']}"
+            elif p["state"] == "not answering":
+                fail = f"did not answer within {self.timeout:g} s (stopped, or a C call holds its GIL)"
+            check("proc", p["name"], p["pid"], p["host"], self.latency.get(p["address"]), fail)
+        for key, _name, _mesh, state, _ps, ranks in self.root.supervisor.owned():
+            for address, rank, display, host, pid in ranks:
+                answer = answers.get(address)
+                found = [a for a in answer["actors"] if a["key"] == key] if answer else []
+                fail = ""
+                if rank in state.failed:
+                    fail = f"failed: {state.failed[rank].cause}"
+                elif answer is None:
+                    fail = "its proc did not answer" if address in procs else "its proc is not tracked"
+                elif not found:
+                    fail = "not found in its proc"
+                elif found[0]["state"] in ("failed", "stopped"):
+                    fail = f"{found[0]['state']}: {found[0]['failure'] or ''}".rstrip(": ")
+                check("actor", display, pid, host, self.latency.get(address), fail)
+        return checks
+
+    def _request(self, address: str, service: str, op: str, payload: list, timeout: float,
+                 none_ok: bool = False) -> Any:
         """One ``service``/``op`` request to ``address``; its answer, or None (no answer in ``timeout`` s)."""
         rt = self.root.router
         got: list[Any] = []
@@ -196,6 +245,8 @@ class Snapshot:
             pass
         finally:
             rt.close_port(port)
+        if none_ok:
+            return bool(got)
         return got[0] if got else None
 
     # -- asking the procs -------------------------------------------------------------
@@ -222,10 +273,12 @@ class Snapshot:
             with lock:
                 if address in wanted:
                     answers[address] = record
+                    self.latency[address] = time.monotonic() - t0
                     if len(answers) == len(wanted):
                         all_in.set()
 
         port = rt.open_port(on_reply)
+        t0 = time.monotonic()
         try:
             for address in targets:
                 try:
