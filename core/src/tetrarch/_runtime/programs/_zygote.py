@@ -60,8 +60,9 @@ _log = get_logger("host")
 
 #: Bytes of one control message (an environment is a few KiB).
 MAX_MESSAGE = 1 << 20
-#: What a proc needs imported; the zygote imports it once for all of them.
-_PROC_MODULES = ("tetrarch._runtime.programs._proc_main",)
+#: What a proc needs imported; the zygote imports it once for all of them. Every actor's
+#: spawn message carries its ProcMesh, pickled: unpickling it imports the mesh layer.
+_PROC_MODULES = ("tetrarch._runtime.programs._proc_main", "tetrarch._runtime.meshes._proc_mesh")
 
 
 def unsafe_to_fork() -> str:
@@ -345,12 +346,15 @@ class _Template:
         os.close(devnull)
 
     def _warm(self) -> str:
-        """Load the plugin registry and select the allocation's transport, as every proc does first;
-        why forking became unsafe ('' if it did not)."""
+        """Load the plugin registry and select the allocation's transport, as every proc does first,
+        and import core's transport module; why forking became unsafe ('' if it did not)."""
         try:
             from ..._plugins import BackendKind, get_registry
 
-            get_registry().select(BackendKind.TRANSPORT, os.environ.get(ENV_ALLOC_TRANSPORT.name) or None)
+            spec = get_registry().select(BackendKind.TRANSPORT, os.environ.get(ENV_ALLOC_TRANSPORT.name) or None)
+            module = spec.factory.partition(":")[0]
+            if module.startswith("tetrarch."):  # core's own transport: its module, not an instance (no thread)
+                preload([module])
         except Exception as exc:  # noqa: BLE001 - each proc selects again and reports what fails
             _log.debug("the zygote could not warm the plugin registry: %s", exc)
         self.registry_inputs = _registry_inputs(os.environ)
