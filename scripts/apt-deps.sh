@@ -15,6 +15,7 @@ PACKAGES=(
     libfabric-dev   # rdma_efa: headers its cffi binding is compiled against on first use
     gcc             # rdma_efa: compiles that binding (fresh bookworm images may lack a compiler)
     libc6-dev       # rdma_efa: C library headers for the same compilation
+    chromium        # tests/kernel/test_admin.py: the admin dashboard checked in a real headless browser
 )
 
 missing=()

@@ -287,3 +287,41 @@ def test_doctor_mesh_passes_a_healthy_program_and_fails_a_stopped_proc(served, a
         assert "pass" in text.stdout and text.returncode in (0, 1)
     finally:
         pm.stop().get(timeout=scaled(60))
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _rendered(url: str, profile: Path) -> str:
+    """The dashboard's body once its script has read the API (headless Chromium's DOM after load)."""
+    browser = _chromium()
+    assert browser is not None
+    res = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                          "--virtual-time-budget=10000", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=scaled(90))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout.split("<script>")[0]
+
+
+def test_the_dashboard_shows_the_actors_and_a_failure_in_a_real_browser(served, faults, tmp_path) -> None:
+    if _chromium() is None:
+        pytest.skip("Chromium is not installed (Debian's chromium package: make deps-apt installs it)")
+    server, _ = served
+    url = f"{server.url}/dashboard?token={server.token}"
+    page = _rendered(url, tmp_path / "profile")
+    assert "updated" in page, page[-2000:]
+    assert page.count('<li class="actor">watched{') == 4, page
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, name="doomed")
+    try:
+        doomed = pm.spawn("doomed", Watched)
+        doomed.initialized.get(timeout=scaled(30))
+        (proc,) = pm._procs
+        os.kill(proc.pid, signal.SIGKILL)
+        faults.wait(1)
+        page = _rendered(url, tmp_path / "profile")
+        assert '<li class="failure"><b>doomed' in page and "SIGKILL" in page, page
+    finally:
+        pm.stop().get(timeout=scaled(60))
+    status, _ = _get(server, "/dashboard", token=None)
+    assert status == 401, "the page itself needs the token"

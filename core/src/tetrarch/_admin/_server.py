@@ -9,11 +9,13 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from .._errors import ArgumentError
 from .._log import get_logger
 from .._runtime.services._stack import DUMP_TIMEOUT_S
 from .._version import __version__
+from ._dashboard import PAGE
 from ._openapi import API_PREFIX, document
 from ._snapshot import Snapshot
 from ._token import remove_announcement, write_announcement
@@ -70,7 +72,7 @@ def _app(root: Any, token: str) -> Any:
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import HTMLResponse, JSONResponse
     from starlette.routing import Route
 
     expected = f"Bearer {token}".encode()
@@ -113,7 +115,10 @@ def _app(root: Any, token: str) -> Any:
             return JSONResponse({"error": f"slow_ms must be a number of milliseconds, got {slow!r}"}, status_code=400)
         return JSONResponse(await run_in_threadpool(lambda: snapshot().probe(slow_s)))
 
-    routes = [Route("/openapi.json", openapi), Route(f"{API_PREFIX}/stack", stack),
+    async def dashboard(_request: Request) -> HTMLResponse:
+        return HTMLResponse(PAGE, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+
+    routes = [Route("/openapi.json", openapi), Route("/dashboard", dashboard), Route(f"{API_PREFIX}/stack", stack),
               Route(f"{API_PREFIX}/probe", probe)]
     for name, fn in (("hosts", Snapshot.hosts), ("procs", Snapshot.procs), ("actors", Snapshot.actors),
                      ("meshes", Snapshot.meshes), ("failures", Snapshot.failures), ("backends", Snapshot.backends)):
@@ -123,6 +128,9 @@ def _app(root: Any, token: str) -> Any:
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if scope.get("path") == "/dashboard" and not given:  # a browser's first load: ?token=...
+                query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+                given = f"Bearer {(query.get('token') or [''])[0]}".encode()
             if not hmac.compare_digest(given, expected):
                 await unauthorized()(scope, receive, send)
                 return
