@@ -28,3 +28,12 @@ class Watched(Actor):
     def hold_gil(self) -> bool:
         """A C call that never lets go of the GIL for a long while (a regex backtracking: minutes)."""
         return re.match(r"(a+)+$", "a" * 40 + "b") is not None
+
+
+class Stepper(Actor):
+    @endpoint
+    def step(self, x: int) -> int:
+        y = x * 2
+        breakpoint()  # noqa: T100 - the debugger test pauses here
+        z = y + 1
+        return z

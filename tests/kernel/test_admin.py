@@ -325,3 +325,61 @@ def test_the_dashboard_shows_the_actors_and_a_failure_in_a_real_browser(served, 
         pm.stop().get(timeout=scaled(60))
     status, _ = _get(server, "/dashboard", token=None)
     assert status == 401, "the page itself needs the token"
+
+
+def _scenario(name: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    env = {**os.environ, **env,
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, str(Path(__file__).parent / "scenarios" / name)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_breakpoint_in_an_endpoint_is_debugged_with_tetrarch_debug(tmp_path) -> None:
+    pexpect = pytest.importorskip("pexpect", reason="the session is driven through a pseudo-terminal: pip install "
+                                                    "pexpect")
+    prog = _scenario("admin_debug.py", {"TETRARCH_ADMIN": "1", "TETRARCH_ADMIN_DIR": str(tmp_path)})
+    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(tmp_path)}
+    try:
+        deadline = time.monotonic() + scaled(60)
+        while True:  # both ranks pause; wait until the client lists them
+            listed = subprocess.run([sys.executable, "-m", "tetrarch", "debug", "--list"], env=env,
+                                    capture_output=True, text=True, timeout=scaled(60))
+            if listed.stdout.count("stepper") >= 2 or time.monotonic() > deadline:
+                break
+        assert "stepper" in listed.stdout and "in step" in listed.stdout, listed.stdout + listed.stderr
+        several = subprocess.run([sys.executable, "-m", "tetrarch", "debug"], env=env, capture_output=True,
+                                 text=True, timeout=scaled(60))
+        assert several.returncode == 1 and "--attach" in several.stderr
+        for rank, x in ((1, 5), (0, 1)):
+            child = pexpect.spawn(sys.executable, ["-m", "tetrarch", "debug", "--attach", f"stepper[{rank}]"],
+                                  env=env, encoding="utf-8", timeout=scaled(30))
+            child.expect(r"\(Pdb\) ")
+            child.sendline("p y")
+            child.expect(str(x * 2))
+            child.expect(r"\(Pdb\) ")
+            child.sendline("n")
+            child.expect(r"\(Pdb\) ")
+            child.sendline("p z")
+            child.expect(str(x * 2 + 1))
+            child.expect(r"\(Pdb\) ")
+            child.sendline("bt")
+            child.expect("step")
+            child.expect(r"\(Pdb\) ")
+            child.sendline("c")
+            child.expect(pexpect.EOF)
+        out, err = prog.communicate(timeout=scaled(60))
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+            prog.communicate()
+    assert prog.returncode == 0, err
+    assert "RESULT 11" in out and "OTHER 3" in out
+    assert "is paused in breakpoint()" in err and "tetrarch debug" in err
+
+
+def test_breakpoint_without_a_debugger_to_attach_is_skipped_with_a_warning(tmp_path) -> None:
+    prog = _scenario("admin_debug.py", {"TETRARCH_ADMIN": "0", "TETRARCH_ADMIN_DIR": str(tmp_path)})
+    out, err = prog.communicate(timeout=scaled(90))
+    assert prog.returncode == 0, err
+    assert "RESULT 11" in out and "OTHER 3" in out
+    assert "skipped: no debugger can attach to this program" in err and "TETRARCH_ADMIN=1" in err

@@ -1,4 +1,4 @@
-"""``tetrarch ps`` and ``tetrarch stack``: a running program's actors and stacks, through its admin API
+"""``tetrarch ps``, ``stack``, ``debug`` and ``doctor mesh``: a running program seen through its admin API
 (:mod:`tetrarch._admin`).
 
 The program is found by its announcement file (``tetrarch.admin.find_servers``): the only
@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import select
+import socket
 import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -146,6 +149,80 @@ def _cmd_stack(args: argparse.Namespace) -> int:
     return 0
 
 
+DEBUG_COLUMNS = ("id", "actor", "mesh", "rank", "where", "pid", "host")
+
+
+def _attach(session: dict[str, Any]) -> int:
+    """Bridge this terminal and the paused actor's pdb until the session ends."""
+    host, _, port = session["address"].rpartition(":")
+    try:
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=REQUEST_TIMEOUT_S)
+    except OSError as exc:
+        print(f"tetrarch: cannot reach {session['actor']} at {session['address']}: {exc}", file=sys.stderr)
+        return 1
+    conn.settimeout(None)
+    conn.sendall(f"{session['token']}\n".encode())
+    done = threading.Event()
+
+    def pump() -> None:
+        while True:
+            try:
+                data = conn.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                done.set()
+                return
+            sys.stdout.write(data.decode("utf-8", "replace"))
+            sys.stdout.flush()
+
+    reader = threading.Thread(target=pump, name="tetrarch-debug", daemon=True)
+    reader.start()
+    try:
+        while not done.is_set():
+            ready, _, _ = select.select([sys.stdin], [], [], 0.2)  # also notice the session's end
+            if not ready:
+                continue
+            line = sys.stdin.readline()
+            if not line:  # no more input: let the actor go on rather than leave it paused
+                conn.sendall(b"c\n")
+                break
+            conn.sendall(line.encode())
+    except (OSError, KeyboardInterrupt):
+        pass
+    reader.join(REQUEST_TIMEOUT_S)
+    conn.close()
+    print(f"\ndetached from {session['actor']}", file=sys.stderr)
+    return 0
+
+
+def _cmd_debug(args: argparse.Namespace) -> int:
+    try:
+        server = pick_server(args.pid)
+        sessions = fetch(server, "/api/v1/debug")
+    except CliError as exc:
+        print(f"tetrarch: {exc}", file=sys.stderr)
+        return 1
+    if args.list or (not sessions and not args.attach):
+        if sessions:
+            print(format_table(sessions, DEBUG_COLUMNS))
+        else:
+            print("no actor is paused in breakpoint()", file=sys.stderr)
+        return 0
+    chosen = sessions
+    if args.attach:
+        chosen = [s for s in sessions if args.attach in (s["id"], f"{s['mesh']}[{s['rank']}]")]
+        if not chosen:
+            paused = ", ".join(f"{s['mesh']}[{s['rank']}]" for s in sessions) or "none"
+            print(f"tetrarch: no paused actor is {args.attach!r}; paused: {paused}", file=sys.stderr)
+            return 1
+    if len(chosen) > 1:
+        print(format_table(chosen, DEBUG_COLUMNS))
+        print("tetrarch: several actors are paused: say which with --attach MESH[RANK] (or its id)", file=sys.stderr)
+        return 1
+    return _attach(chosen[0])
+
+
 DOCTOR_COLUMNS = ("status", "kind", "name", "latency_ms", "pid", "host", "detail")
 
 
@@ -167,7 +244,7 @@ def doctor_mesh(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
-    """Add ``ps`` and ``stack`` to the ``tetrarch`` command line's subcommands."""
+    """Add ``ps``, ``stack`` and ``debug`` to the ``tetrarch`` command line's subcommands."""
     ps = sub.add_parser("ps", help="list the actors of a running program (its admin API): mesh, rank, state, "
                                    "queue, running endpoint")
     ps.add_argument("--json", action="store_true", help="print the API's JSON records")
@@ -181,3 +258,8 @@ def add_commands(sub: Any) -> None:
     stack.add_argument("--json", action="store_true", help="print the API's JSON record")
     stack.add_argument("--pid", type=int, help="the client program's pid, when several run")
     stack.set_defaults(func=_cmd_stack)
+    debug = sub.add_parser("debug", help="attach pdb to an actor paused in breakpoint() (n, s, p, c, bt, ...)")
+    debug.add_argument("--attach", metavar="MESH[RANK]", help="the paused actor (or its id), when several are")
+    debug.add_argument("--list", action="store_true", help="list the paused actors and exit")
+    debug.add_argument("--pid", type=int, help="the client program's pid, when several run")
+    debug.set_defaults(func=_cmd_debug)

@@ -120,6 +120,18 @@ _SCHEMAS: dict[str, Any] = {
         "latency_ms": {**_NUM_OR_NULL, "description": "how long it took to answer (an actor: its proc)"},
         "detail": {"type": "string", "description": "why it failed; empty otherwise"},
     }),
+    "DebugSession": _obj({
+        "id": {"type": "string"},
+        "actor": {"type": "string"},
+        "mesh": {"type": "string"},
+        "rank": {"type": "integer"},
+        "pid": {"type": "integer"},
+        "host": {"type": "string"},
+        "address": {"type": "string", "description": "host:port where the paused actor waits for its debugger"},
+        "token": {"type": "string", "description": "the line a debugger sends first"},
+        "where": {"type": "string", "description": "file:line in function"},
+        "since": {"type": "number"},
+    }),
     "Error": _obj({"error": {"type": "string"}}),
 }
 
@@ -181,6 +193,8 @@ def document(version: str) -> dict[str, Any]:
                                                      "mesh): pass, slow or fail, with latencies", [
                 {"name": "slow_ms", "in": "query", "required": False, "schema": {"type": "number", "minimum": 0},
                  "description": "answers slower than this many milliseconds are slow (default 100)"}]),
+            f"{API_PREFIX}/debug": _list_of("DebugSession", "actors paused in breakpoint(), waiting for `tetrarch "
+                                                            "debug`"),
             f"{API_PREFIX}/backends": {"get": {
                 "summary": "the transport and allocators in use, per process",
                 "operationId": "getBackends",

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs
 
 from .._errors import ArgumentError
 from .._log import get_logger
+from .._runtime.actors._debug import SESSIONS
 from .._runtime.services._stack import DUMP_TIMEOUT_S
 from .._version import __version__
 from ._dashboard import PAGE
@@ -55,6 +56,7 @@ class AdminServer:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving and remove the announcement (idempotent)."""
+        SESSIONS.unavailable = "the program's admin server was stopped: no debugger can attach"
         remove_announcement(self.announcement)
         self._server.should_exit = True
         if self._thread is not threading.current_thread():
@@ -118,7 +120,11 @@ def _app(root: Any, token: str) -> Any:
     async def dashboard(_request: Request) -> HTMLResponse:
         return HTMLResponse(PAGE, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
+    async def debug(_request: Request) -> JSONResponse:
+        return JSONResponse(SESSIONS.list())
+
     routes = [Route("/openapi.json", openapi), Route("/dashboard", dashboard), Route(f"{API_PREFIX}/stack", stack),
+              Route(f"{API_PREFIX}/debug", debug),
               Route(f"{API_PREFIX}/probe", probe)]
     for name, fn in (("hosts", Snapshot.hosts), ("procs", Snapshot.procs), ("actors", Snapshot.actors),
                      ("meshes", Snapshot.meshes), ("failures", Snapshot.failures), ("backends", Snapshot.backends)):
@@ -187,5 +193,6 @@ def start_server(root: Any, host: str, port: int, allow_remote: bool) -> AdminSe
         thread.join(START_TIMEOUT_S)
         raise
     _log.info("admin API at %s (token in %s)", url, announcement)
+    SESSIONS.unavailable = ""  # breakpoint() in actors now waits for `tetrarch debug`
     return AdminServer(url, token, announcement, server, thread)
 

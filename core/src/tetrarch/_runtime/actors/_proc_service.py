@@ -34,6 +34,7 @@ from ..values import _serial, _wire
 from ..values._context import Instance
 from ..values._outcome import error_record
 from ..values._shape import Extent, Point
+from ._debug import SESSIONS, install_breakpoint_hook
 from ._introspect import process_record, thread_stacks
 from ._runner import ActorRunner
 
@@ -80,6 +81,10 @@ class ProcService:
             record = process_record("proc" if self._on_exit is not None else "client", self.router.name,
                                     self.router.address, self.router.transport.name, self.runners.values())
             self.router.reply_later(raddr, rport, 0, _wire.OK, record)
+        elif op == "debug_wait":  # an actor of a mesh we own paused in breakpoint() (actors/_debug)
+            self.router.reply_later(raddr, rport, 0, _wire.OK, SESSIONS.waiting(_serial.loads(payload)))
+        elif op == "debug_end":
+            SESSIONS.ended(str(_serial.loads(payload)))
         elif op == "stack":  # the Python stack of every thread, the actors' marked (tetrarch stack)
             self.router.reply_later(raddr, rport, 0, _wire.OK, {"address": self.router.address, "pid": os.getpid(),
                                                                "threads": thread_stacks(self.runners.values())})
@@ -89,6 +94,8 @@ class ProcService:
             self._on_exit()
 
     def _spawn(self, payload: list, raddr: str | None, rport: int | None) -> None:
+        if self._on_exit is not None:  # a proc: breakpoint() in its actors pauses them for `tetrarch debug`
+            install_breakpoint_hook()
         meta: _wire.SpawnMeta = pickle.loads(payload[0])
         key, name, rank, labels, sizes = meta.key, meta.name, meta.rank, meta.labels, meta.sizes
         owner_address = meta.owner_address
