@@ -86,6 +86,10 @@ def format_table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
+def _print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bool) -> None:
+    print(json.dumps(rows, indent=2) if as_json else format_table(rows, columns))
+
+
 def _cmd_ps(args: argparse.Namespace) -> int:
     try:
         server = pick_server(args.pid)
@@ -95,10 +99,7 @@ def _cmd_ps(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"tetrarch: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        print(format_table(rows, PS_COLUMNS))
+    _print_rows(rows, PS_COLUMNS, args.json)
     for p in silent:
         print(f"tetrarch: {p['name']} (pid {p['pid']} on {p['host']}) did not answer in time (stopped, or a C call "
               f"holds its GIL): its actors are not listed", file=sys.stderr)
@@ -234,10 +235,8 @@ def doctor_mesh(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"tetrarch: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(checks, indent=2))
-    else:
-        print(format_table(checks, DOCTOR_COLUMNS))
+    _print_rows(checks, DOCTOR_COLUMNS, args.json)
+    if not args.json:
         counts = {s: sum(c["status"] == s for c in checks) for s in ("pass", "slow", "fail")}
         print(f"{counts['pass']} pass, {counts['slow']} slow (over {args.slow_ms:g} ms), {counts['fail']} fail")
     return 1 if any(c["status"] == "fail" for c in checks) else 0

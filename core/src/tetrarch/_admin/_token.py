@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._config import ADMIN_DIR
+from .._runtime.plumbing._proc_state import process_gone
 
 __all__ = ["ServerInfo", "admin_dir", "find_servers", "remove_announcement", "write_announcement"]
 
@@ -74,16 +75,6 @@ def remove_announcement(path: Path) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def find_servers() -> list[ServerInfo]:
     """The admin servers of running clients, oldest first (stale files are removed)."""
     folder = admin_dir()
@@ -99,7 +90,7 @@ def find_servers() -> list[ServerInfo]:
                               float(data["started"]), path)
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if not _alive(info.pid):
+        if process_gone(info.pid):
             remove_announcement(path)
             continue
         found.append(info)

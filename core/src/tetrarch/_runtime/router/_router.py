@@ -257,12 +257,7 @@ class Router:
         if address in self._own_addresses:
             self.dispatch([memoryview(f) if not isinstance(f, memoryview) else f for f in frames], None)
             return
-        conn = self._routes.get(address)
-        if conn is None or conn.closed:
-            dead = self.dead_peers.get(address)
-            if dead is not None:
-                raise PeerUnreachable(dead)
-            conn = self._dial(address)
+        conn = self._route(address)
         if len(frames) > 2:  # out-of-band buffers: shared memory on this host, reused memory on another
             frames = _shm_wire.prepare(frames, conn.context.peer, self._info.host_key,  # type: ignore[attr-defined]
                                       conn.supports_sinks)
@@ -282,14 +277,18 @@ class Router:
             PeerRefused: the peer refused (or failed) the handshake.
             PeerUnreachable: the peer cannot be reached, or is known dead.
         """
-        if address in self._own_addresses:
-            return
+        if address not in self._own_addresses:
+            self._route(address)
+
+    def _route(self, address: str) -> Connection:
+        """The connection to ``address``, dialed if there is none (raises as :meth:`connect`)."""
         conn = self._routes.get(address)
         if conn is None or conn.closed:
             dead = self.dead_peers.get(address)
             if dead is not None:
                 raise PeerUnreachable(dead)
-            self._dial(address)
+            conn = self._dial(address)
+        return conn
 
     def next_seq(self, address: str) -> int:
         """The number of our next sequenced message to the process at ``address`` (1, 2, ...).
