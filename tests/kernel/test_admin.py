@@ -383,3 +383,26 @@ def test_breakpoint_without_a_debugger_to_attach_is_skipped_with_a_warning(tmp_p
     assert prog.returncode == 0, err
     assert "RESULT 11" in out and "OTHER 3" in out
     assert "skipped: no debugger can attach to this program" in err and "TETRARCH_ADMIN=1" in err
+
+
+def test_top_draws_the_busiest_actors_and_endpoints(served, admin_dir: Path, tmp_path) -> None:
+    pytest.importorskip("rich", reason="tetrarch top draws with Rich: pip install \"tetrarch[admin]\"")
+    _server, mesh = served
+    flag = tmp_path / "release"
+    blocked = mesh.slice(gpus=3).block_until.call_one(str(flag), scaled(60))
+    try:
+        deadline = time.monotonic() + scaled(30)
+        while True:
+            res = subprocess.run([sys.executable, "-m", "tetrarch", "top", "--once", "--interval", "0.2"],
+                                 env={**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir), "COLUMNS": "200"},
+                                 capture_output=True, text=True, timeout=scaled(60))
+            assert res.returncode == 0, res.stderr
+            if "block_until" in res.stdout or time.monotonic() > deadline:
+                break
+    finally:
+        flag.touch()
+    assert blocked.get(timeout=scaled(30)) is True
+    out = res.stdout
+    assert "procs (" in out and "actors (" in out and "endpoints running now" in out
+    busiest = [ln for ln in out.splitlines() if "watched{" in ln]
+    assert "block_until" in busiest[0] and "busy" in busiest[0], out

@@ -3,7 +3,8 @@
 ``tetrarch doctor rdma`` (RDMA backends, probes, devices and the selection here: ``_doctor``),
 ``tetrarch doctor mesh`` (probe a running program's host agents, procs and actors: ``_cli_admin``),
 ``tetrarch run [torchrun flags] train.py ...`` (torchrun's job on a mesh: ``_spmd._cli_run``),
-``tetrarch ps [--json] [--mesh M] [--state S] [--pid PID]`` (a running program's actors: ``_cli_admin``).
+``tetrarch ps [--json] [--mesh M] [--state S] [--pid PID]``, ``stack``, ``debug`` (a running program:
+``_cli_admin``), ``tetrarch top`` (its busiest procs and actors, refreshing: ``_cli_top``).
 
 ``plugins --json`` rows carry the keys of :data:`COLUMNS` plus ``traceback`` (broken
 only); ``config --json`` rows the keys of :data:`CONFIG_KEYS`.
@@ -252,8 +253,10 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--slow-ms", type=float, default=100.0, help="mesh: answers slower than this are slow")
     doctor.set_defaults(func=_cmd_doctor)
     from ._cli_admin import add_commands
+    from ._cli_top import add_top
 
     add_commands(sub)
+    add_top(sub)
     # `run` takes torchrun's flags verbatim, so main() hands its arguments over before argparse sees them.
     sub.add_parser("run", add_help=False, help="run a torchrun command line on a tetrarch mesh: "
                    "`tetrarch run --nproc-per-node=4 train.py ...` (see `tetrarch run --help`)")

@@ -150,5 +150,5 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("spmd", ("tetrarch._spmd", "tetrarch.spmd", "tetrarch.job.spmd")),
     ("programs", ("tetrarch._runtime.programs",)),
     ("admin", ("tetrarch._admin", "tetrarch.admin")),
-    ("api", ("tetrarch", "tetrarch._cli", "tetrarch._cli_admin", "tetrarch.__main__", "tetrarch._doctor")),
+    ("api", ("tetrarch", "tetrarch._cli", "tetrarch._cli_admin", "tetrarch._cli_top", "tetrarch.__main__", "tetrarch._doctor")),
 )
