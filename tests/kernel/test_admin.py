@@ -97,9 +97,13 @@ def test_the_openapi_document_validates_and_every_resource_answers_as_it_says(se
 
 
 def test_resources_describe_the_running_program(served) -> None:
-    server, _mesh = served
+    server, mesh = served
+    before = {a["rank"]: a["handled"] for a in _get(server, "/api/v1/actors?mesh=watched")[1]}
+    mesh.rank.call().get(timeout=scaled(30))
     _, actors = _get(server, "/api/v1/actors?mesh=watched")
     assert sorted(a["rank"] for a in actors) == [0, 1, 2, 3]
+    assert all(a["handled"] == before[a["rank"]] + 1 and a["last_endpoint"] == "rank" for a in actors)
+    assert all(a["endpoints"]["rank"]["calls"] >= 1 and a["busy_s"] > 0 for a in actors)
     assert {a["class"] for a in actors} == {"admin_actors.Watched"} and {a["state"] for a in actors} == {"idle"}
     _, procs = _get(server, "/api/v1/procs")
     mine = {a["pid"] for a in actors}
@@ -141,6 +145,7 @@ def test_ps_lists_the_actors_and_shows_a_busy_one_with_its_endpoint(served, admi
             if rows or time.monotonic() > deadline:
                 break
         assert [(r["rank"], r["endpoint"]) for r in rows] == [(2, "block_until")]
+        assert rows[0]["running_for_s"] > 0
     finally:
         flag.touch()
     assert blocked.get(timeout=scaled(30)) is True
@@ -309,9 +314,12 @@ def test_the_dashboard_shows_the_actors_and_a_failure_in_a_real_browser(served, 
         pytest.skip("Chromium is not installed (Debian's chromium package: make deps-apt installs it)")
     server, _ = served
     url = f"{server.url}/dashboard?token={server.token}"
+    _get(server, "/api/v1/actors")  # the procs count calls from the first look on
+    served[1].rank.call().get(timeout=scaled(30))
     page = _rendered(url, tmp_path / "profile")
     assert "updated" in page, page[-2000:]
     assert page.count('<li class="actor">watched{') == 4, page
+    assert '<tr class="endpoint"><td>watched.rank</td>' in page, page
     pm = this_host().spawn_procs(per_host={"gpus": 1}, name="doomed")
     try:
         doomed = pm.spawn("doomed", Watched)
@@ -403,6 +411,6 @@ def test_top_draws_the_busiest_actors_and_endpoints(served, admin_dir: Path, tmp
         flag.touch()
     assert blocked.get(timeout=scaled(30)) is True
     out = res.stdout
-    assert "procs (" in out and "actors (" in out and "endpoints running now" in out
+    assert "procs (" in out and "actors (" in out and "endpoints" in out
     busiest = [ln for ln in out.splitlines() if "watched{" in ln]
     assert "block_until" in busiest[0] and "busy" in busiest[0], out

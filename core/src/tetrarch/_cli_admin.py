@@ -24,7 +24,7 @@ from ._admin._token import ServerInfo, admin_dir, find_servers
 __all__ = ["DOCTOR_COLUMNS", "PS_COLUMNS", "add_commands", "doctor_mesh", "fetch", "format_stack", "pick_server"]
 
 #: The columns of ``tetrarch ps`` (keys of the API's Actor records), in order.
-PS_COLUMNS = ("mesh", "rank", "point", "class", "state", "mailbox", "endpoint", "pid", "host")
+PS_COLUMNS = ("mesh", "rank", "point", "class", "state", "mailbox", "endpoint", "for_s", "handled", "pid", "host")
 #: Seconds a request to the admin server may take.
 REQUEST_TIMEOUT_S = 15.0
 
@@ -99,6 +99,9 @@ def _cmd_ps(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"tetrarch: {exc}", file=sys.stderr)
         return 1
+    if not args.json:
+        for r in rows:
+            r["for_s"] = None if r.get("running_for_s") is None else f"{r['running_for_s']:.1f}"
     _print_rows(rows, PS_COLUMNS, args.json)
     for p in silent:
         print(f"tetrarch: {p['name']} (pid {p['pid']} on {p['host']}) did not answer in time (stopped, or a C call "

@@ -1,7 +1,8 @@
-"""``tetrarch top``: a refreshing terminal view of a running program's busiest procs and actors.
+"""``tetrarch top``: a refreshing terminal view of a running program's busiest procs, actors and endpoints.
 
-Each frame asks the admin API for procs and actors (:mod:`._cli_admin`); a proc's CPU share is
-its CPU seconds' growth between two frames. Drawn with Rich's ``Live`` display; ``--once``
+Each frame asks the admin API for procs and actors (:mod:`._cli_admin`); rates are growths
+between two frames: a proc's CPU share, an actor's calls per second and share of time in its
+handlers, an endpoint's calls per second and mean time per call. Drawn with Rich's ``Live`` display; ``--once``
 prints one frame (two samples ``--interval`` apart) and exits, for scripts and tests.
 """
 
@@ -45,21 +46,41 @@ def frame(before: tuple[float, list[dict[str, Any]], list[dict[str, Any]]],
         pt.add_row(p["name"], str(p["pid"]), p["host"], p["state"], "-" if cpu is None else f"{cpu:.0f}",
                    "-" if p["rss_bytes"] is None else f"{p['rss_bytes'] / 1048576:.0f}",
                    str(p["threads"] or "-"), str(p["actors"] or "-"))
-    rank = {"busy": 0, "failed": 1, "idle": 2, "stopped": 3}
-    busiest = sorted(actors, key=lambda a: (-a["mailbox"], rank.get(a["state"], 4), -share.get(a["proc"], 0.0)))
+    _, _, actors0 = before
+    ident = lambda a: (a["key"], a["rank"])  # noqa: E731 - a key function
+    def busy(a: dict[str, Any]) -> float:  # seconds in handlers, the one running now included
+        return a.get("busy_s", 0.0) + (a.get("running_for_s") or 0.0)
+
+    handled0 = {ident(a): (a.get("handled", 0), busy(a), a.get("endpoints", {})) for a in actors0}
+    rate = {ident(a): (a.get("handled", 0) - handled0.get(ident(a), (0, 0.0, {}))[0]) / span for a in actors}
+    load = {ident(a): (busy(a) - handled0.get(ident(a), (0, busy(a), {}))[1]) / span for a in actors}
+    order = {"busy": 0, "failed": 1, "idle": 2, "stopped": 3}
+    busiest = sorted(actors, key=lambda a: (-load[ident(a)], -a["mailbox"], order.get(a["state"], 4)))
     at = Table(title=f"actors ({len(actors)}; {sum(a['state'] == 'busy' for a in actors)} busy)")
-    for col in ("actor", "class", "state", "mailbox", "endpoint", "proc CPU %"):
-        at.add_column(col, justify="right" if col in ("mailbox", "proc CPU %") else "left")
+    for col in ("actor", "class", "state", "mailbox", "endpoint", "for s", "calls/s", "busy %"):
+        at.add_column(col, justify="right" if col in ("mailbox", "for s", "calls/s", "busy %") else "left")
     for a in busiest[:limit]:
-        cpu = share.get(a["proc"])
+        running = a.get("running_for_s")
         at.add_row(f"{a['mesh']}{a['point']}", a["class"], a["state"], str(a["mailbox"]), a["endpoint"] or "-",
-                   "-" if cpu is None else f"{cpu:.0f}")
-    running = Counter(a["endpoint"] for a in actors if a["endpoint"])
-    et = Table(title="endpoints running now")
-    et.add_column("endpoint")
-    et.add_column("actors in it", justify="right")
-    for name, n in running.most_common(limit):
-        et.add_row(name, str(n))
+                   "-" if running is None else f"{running:.1f}", f"{rate[ident(a)]:.0f}",
+                   f"{100 * load[ident(a)]:.0f}")
+    # Per endpoint over the interval: calls that ended, and their mean time (all actors together).
+    calls: Counter[str] = Counter()
+    seconds: Counter[str] = Counter()
+    for a in actors:
+        old = handled0.get(ident(a), (0, 0.0, {}))[2]
+        for name, row in a.get("endpoints", {}).items():
+            was = old.get(name, {"calls": 0, "total_s": 0.0})
+            calls[name] += row["calls"] - was["calls"]
+            seconds[name] += row["total_s"] - was["total_s"]
+    running_now = Counter(a["endpoint"] for a in actors if a["endpoint"])
+    et = Table(title="endpoints")
+    for col in ("endpoint", "calls/s", "mean ms", "running now"):
+        et.add_column(col, justify="left" if col == "endpoint" else "right")
+    names = sorted(set(calls) | set(running_now), key=lambda n: (-seconds[n], -running_now[n], n))
+    for name in names[:limit]:
+        mean = f"{1e3 * seconds[name] / calls[name]:.2f}" if calls[name] else "-"
+        et.add_row(name, f"{calls[name] / span:.0f}", mean, str(running_now[name]))
     return Group(pt, at, et)
 
 

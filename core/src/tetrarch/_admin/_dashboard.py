@@ -23,6 +23,7 @@ ul.tree { list-style: none; padding-left: 1.2em; } #status { color: #888; }
 <h1>tetrarch <span id="status">loading...</span></h1>
 <h2>Hosts, procs and actors</h2><ul class="tree" id="tree"></ul>
 <h2>Actor meshes</h2><table id="meshes"></table>
+<h2>Endpoints</h2><table id="endpoints"></table>
 <h2>Failures</h2><div id="failures">none</div>
 <script>
 const params = new URLSearchParams(location.search);
@@ -60,6 +61,16 @@ async function refresh() {
         <td>${m.labels.map((l, i) => esc(l) + "=" + m.sizes[i]).join(" ")}</td>
         <td class="${cls(m.state)}">${esc(m.state)}</td>
         <td>${esc(m.failed_ranks.join(", ") || "")}</td></tr>`).join("");
+    const eps = {};
+    for (const a of actors) for (const [name, r] of Object.entries(a.endpoints || {})) {
+      const k = a.mesh + "." + name, e = eps[k] || (eps[k] = {calls: 0, total: 0, max: 0});
+      e.calls += r.calls; e.total += r.total_s; e.max = Math.max(e.max, r.max_s);
+    }
+    document.getElementById("endpoints").innerHTML =
+      "<tr><th>endpoint</th><th>calls</th><th>mean ms</th><th>max ms</th></tr>" +
+      Object.entries(eps).sort((x, y) => y[1].total - x[1].total).map(([k, e]) =>
+        `<tr class="endpoint"><td>${esc(k)}</td><td>${e.calls}</td><td>${(1e3 * e.total / e.calls).toFixed(2)}</td>
+         <td>${(1e3 * e.max).toFixed(2)}</td></tr>`).join("");
     document.getElementById("failures").innerHTML = failures.length ? "<ul>" + failures.map(f =>
       `<li class="failure"><b>${esc(f.actor)}</b> (${esc(f.mesh)} rank ${f.rank}): ${esc(f.cause)}` +
       (f.causes.length ? "<br>caused by " + f.causes.map(c => esc(c.actor) + ": " + esc(c.cause)).join("; ") : "") +

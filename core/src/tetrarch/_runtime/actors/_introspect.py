@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..plumbing._stop_guard import _runner_frame
+from ._stats import EMPTY, counting, start_counting
 
 __all__ = ["actor_record", "process_record", "thread_stacks"]
 
@@ -59,11 +60,15 @@ def actor_record(runner: Any, frames: dict[int, Any]) -> dict[str, Any]:
         "mailbox": len(runner._mailbox),
         "endpoint": running or None,
         "failure": runner.failed,
+        **(runner.stats.snapshot() if runner.stats is not None else EMPTY),
     }
 
 
 def process_record(role: str, name: str, address: str, transport: str, runners: Iterable[Any]) -> dict[str, Any]:
     """This process (listening at ``address``): pid, host, memory, CPU, threads, transport, and each of its actors."""
+    runners = list(runners)
+    if not counting():  # someone looks: count the actors' calls from now on
+        start_counting(runners)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     frames = sys._current_frames()
     return {

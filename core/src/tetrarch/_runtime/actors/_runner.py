@@ -57,6 +57,7 @@ from ..values._outcome import error_record
 from ._actor import Actor, endpoints_of
 from ._stall import StallWatch
 from ._standby import ActorStandby
+from ._stats import EndpointStats, counting
 
 __all__ = ["ActorRunner", "Stoppable", "current_actor"]
 
@@ -130,6 +131,8 @@ class ActorRunner:
         self._starting: asyncio.Task | None = None  # a concurrent handler yet to reach its first await
         self._running: tuple[CallKey, asyncio.Task] | None = None  # the plain async handler running now
         self._running_method = ""  # its endpoint's name
+        # Calls handled and time in handlers, per endpoint, once the admin API looked at this process.
+        self.stats: EndpointStats | None = EndpointStats() if counting() else None
         self._cancelled: set[CallKey] = set()  # queued calls their callers cancelled
         self._cancelling: set[CallKey] = set()  # running async handlers cancelled by their callers
         self._loop = _new_loop()
@@ -382,12 +385,16 @@ class ActorRunner:
             return self._call_async(info, ep.fn, args, kwargs, raddr, rport, rank, method, explicit)
         token = _current.set(info)
         _set_running_loop(None)
+        stats = self.stats
+        t0 = stats.start(method) if stats is not None else 0.0
         try:
             result = ep.fn(self.obj, *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - see _raised
             self._raised(exc, explicit, raddr, rport, rank, method)
             return None
         finally:
+            if stats is not None:
+                stats.end(method, t0)
             _set_running_loop(self._loop)
             _current.reset(token)
         self._answer(result, explicit, raddr, rport, rank, method)
@@ -397,6 +404,9 @@ class ActorRunner:
                           rport: int | None, rank: int, method: str, explicit: bool = False) -> None:
         _current.set(info)  # the task runs in its own copy of the context
         key = (raddr, rport, rank)
+        plain = method not in self._concurrent
+        stats = self.stats
+        t0 = stats.start(method, plain) if stats is not None else 0.0
         if self._starting is not None and self._starting is asyncio.current_task():
             self._starting = None
             self._loop.call_soon(self._pump)  # after this first step: the next message may start
@@ -416,6 +426,8 @@ class ActorRunner:
             self._raised(exc, explicit, raddr, rport, rank, method)
             return
         finally:
+            if stats is not None:
+                stats.end(method, t0, plain)
             if self._cancelling:
                 self._cancelling.discard(key)
         self._answer(result, explicit, raddr, rport, rank, method)
