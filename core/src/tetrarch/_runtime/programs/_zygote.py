@@ -54,7 +54,7 @@ from ..plumbing._secret import secret_pipe
 from ..plumbing._spawn import ExitInfo, ForkedChild, OutputCallback, WatchedProcess, become_child, die_with_parent
 from ..process._root import adopt_client_sys_path
 
-__all__ = ["MAX_MESSAGE", "Zygote", "fork_zygote", "unsafe_to_fork"]
+__all__ = ["MAX_MESSAGE", "Zygote", "fork_zygote", "unsafe_to_fork", "warm_for_procs"]
 
 _log = get_logger("host")
 
@@ -85,6 +85,25 @@ def unsafe_to_fork() -> str:
     except Exception:  # noqa: BLE001 - a partial torch: nothing initialized
         pass
     return ""
+
+
+def warm_for_procs() -> str:
+    """Load the plugin registry and select the allocation's transport, as every proc does first, import
+    core's transport module, and compute this host's key for shared memory; why forking became unsafe
+    ('' if it did not). Never raises: each proc selects again and reports what fails."""
+    try:
+        from ..._plugins import BackendKind, get_registry
+        from ..plumbing._segments import host_key
+
+        spec = get_registry().select(BackendKind.TRANSPORT, os.environ.get(ENV_ALLOC_TRANSPORT.name) or None)
+        module = spec.factory.partition(":")[0]
+        if module.startswith("tetrarch."):  # core's own transport: its module, not an instance (no thread)
+            preload([module])
+        host_key()  # the same in every proc of this host (boot, user, namespaces): cached
+    except Exception as exc:  # noqa: BLE001 - each proc selects again and reports what fails
+        _log.debug("could not warm the plugin registry for the procs: %s", exc)
+    why = unsafe_to_fork()
+    return f"after loading the plugin registry, {why}" if why else ""
 
 
 def _platform_lacks() -> str:
@@ -255,16 +274,22 @@ class Zygote:
 def fork_zygote() -> Zygote | None:
     """Fork this host's zygote; in the host agent's main thread, before it starts any thread.
 
-    Returns its handle in the host agent; None where procs start as fresh interpreters
-    (``TETRARCH_FORK_PROCS=0``, a platform without fork/pidfds, threads already
-    running). In the zygote it never returns; in each proc forked from it, it raises
-    ``SystemExit`` with the proc's exit status once the proc's main returned.
+    First it loads what the host agent and every proc need alike (:func:`warm_for_procs`),
+    so the zygote inherits it instead of loading it again. Returns its handle in the host
+    agent; None where procs start as fresh interpreters (``TETRARCH_FORK_PROCS=0``, a
+    platform without fork/pidfds, threads running). In the zygote it never returns; in
+    each proc forked from it, it raises ``SystemExit`` with the proc's exit status once
+    the proc's main returned.
     """
     if not FORK_PROCS():
         return None
     lacking, unsafe = _platform_lacks(), unsafe_to_fork()
     if lacking or unsafe:
         _log.debug("procs start as fresh interpreters: %s", f"no {lacking} here" if lacking else unsafe)
+        return None
+    unsafe = warm_for_procs()  # once, here: the zygote and every proc inherit it
+    if unsafe:
+        _log.warning("procs on this host start as fresh interpreters: %s", unsafe)
         return None
     agent_sock, zygote_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     for stream in (sys.stdout, sys.stderr):
@@ -346,20 +371,11 @@ class _Template:
         os.close(devnull)
 
     def _warm(self) -> str:
-        """Load the plugin registry and select the allocation's transport, as every proc does first,
-        and import core's transport module; why forking became unsafe ('' if it did not)."""
-        try:
-            from ..._plugins import BackendKind, get_registry
-
-            spec = get_registry().select(BackendKind.TRANSPORT, os.environ.get(ENV_ALLOC_TRANSPORT.name) or None)
-            module = spec.factory.partition(":")[0]
-            if module.startswith("tetrarch."):  # core's own transport: its module, not an instance (no thread)
-                preload([module])
-        except Exception as exc:  # noqa: BLE001 - each proc selects again and reports what fails
-            _log.debug("the zygote could not warm the plugin registry: %s", exc)
+        """What :func:`warm_for_procs` loaded before the fork (again only if it failed there), and the
+        settings it was loaded with; why forking became unsafe ('' if it did not)."""
+        why = warm_for_procs()
         self.registry_inputs = _registry_inputs(os.environ)
-        why = unsafe_to_fork()
-        return f"after loading the plugin registry, {why}" if why else ""
+        return why
 
     def _import(self, modules: Sequence[str]) -> str:
         """Import ``modules`` not imported yet; why forking became unsafe ('' if it did not)."""
@@ -411,8 +427,7 @@ class _Template:
         os.close(out_w)
         os.close(err_w)
         os.set_inheritable(secret_r, False)
-        os.environ.clear()
-        os.environ.update(env)
+        _replace_environ(env)
         os.environ.pop(ENV_SECRET_FILE.name, None)
         os.environ[ENV_SECRET_FD.name] = str(secret_r)
         for entry in reversed([p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]):
@@ -421,7 +436,8 @@ class _Template:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
         _reseed()
-        if _registry_inputs(os.environ) != self.registry_inputs:  # this proc's settings load it otherwise
+        inputs = {key: os.environ.get(key) for key in self.registry_inputs}
+        if inputs != self.registry_inputs:  # this proc's settings load it otherwise
             from ..._plugins import reset_registry
 
             reset_registry()
@@ -429,6 +445,16 @@ class _Template:
 
         sys.argv = [_proc_main.__file__ or "-m"]
         return _proc_main.main
+
+
+def _replace_environ(env: Mapping[str, str]) -> None:
+    """Make ``os.environ`` (and the C environment) exactly ``env``, touching only the variables that differ
+    (a proc's environment is mostly its zygote's: a ``putenv`` for each of a hundred costs a millisecond)."""
+    for key in [k for k in os.environ if k not in env]:
+        del os.environ[key]
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
 
 
 def _registry_inputs(env: Mapping[str, str]) -> dict[str, str | None]:

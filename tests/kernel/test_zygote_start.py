@@ -1,0 +1,49 @@
+"""What the zygote does for a proc's start, piece by piece: its environment made exactly the
+proc's, and what the host agent loads once before forking it (the registry, the transport's
+module, the host key) inherited instead of loaded again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tetrarch._plugins import BackendKind, get_registry
+from tetrarch._runtime.plumbing import _segments
+from tetrarch._runtime.programs import _zygote
+from tetrarch.testing import scaled
+
+pytestmark = [pytest.mark.transport_independent,  # no message crosses a transport here
+              pytest.mark.timeout(scaled(60))]
+
+
+def test_replace_environ_makes_it_exactly_the_procs() -> None:
+    saved = dict(os.environ)
+    wanted = {k: v for k, v in saved.items() if not k.startswith("TETRARCH_")}
+    wanted.update({"ZYGOTE_NEW": "1", "PATH": saved.get("PATH", "") + os.pathsep + "/nowhere"})
+    os.environ["ZYGOTE_GONE"] = "x"
+    try:
+        _zygote._replace_environ(wanted)
+        assert dict(os.environ) == wanted
+        # what a child process inherits is the C environment: it must match too
+        shown = subprocess.run([sys.executable, "-c", "import os, json; print(json.dumps(dict(os.environ)))"],
+                               capture_output=True, text=True, check=True, env=None).stdout
+        inherited = json.loads(shown)
+        assert inherited.get("ZYGOTE_NEW") == "1" and "ZYGOTE_GONE" not in inherited
+        assert inherited["PATH"] == wanted["PATH"]
+    finally:
+        _zygote._replace_environ(saved)
+    assert dict(os.environ) == saved
+
+
+def test_warm_for_procs_loads_what_procs_need() -> None:
+    assert _zygote.warm_for_procs() == ""
+    assert _segments._key is not None  # cached: a forked proc inherits it
+    spec = get_registry().select(BackendKind.TRANSPORT)
+    module = spec.factory.partition(":")[0]
+    if module.startswith("tetrarch."):
+        assert module in sys.modules
