@@ -20,7 +20,7 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 __all__ = ["EntryPoint", "entry_points", "version"]
@@ -28,6 +28,8 @@ __all__ = ["EntryPoint", "entry_points", "version"]
 _INFO_EXTS = (".dist-info", ".egg-info")
 _ENTRY_RE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")  # importlib's
 _HEADER_RE = re.compile(r"([\041-\071\073-\176]+):[ \t]*(.*)")
+_LINE_END_RE = re.compile(r"\r\n|\r|\n")  # email's line ends
+_SEPARATORS_RE = re.compile(r"[-_.]+")
 
 
 class _Fallback(Exception):
@@ -36,7 +38,7 @@ class _Fallback(Exception):
 
 def _normalize(name: str) -> str:
     """PEP 503 normalisation, dashes as underscores (``importlib.metadata.Prepared.normalize``)."""
-    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
+    return _SEPARATORS_RE.sub("-", name).lower().replace("-", "_")
 
 
 class _Dist:
@@ -81,9 +83,7 @@ def _name_and_version(text: str) -> dict[str, str | None]:
     """The ``Name`` and ``Version`` headers of a metadata file, as ``email`` would read them."""
     found: dict[str, str | None] = {"name": None, "version": None}
     last = ""  # the header the previous line started
-    for line in re.split(r"\r\n|\r|\n", text):
-        if not line:
-            break  # the end of the headers
+    for line in _header_lines(text):
         if line[0] in " \t":  # a continuation of the previous header
             if last in found:
                 raise _Fallback  # folded Name or Version: email's rules, not ours
@@ -97,6 +97,19 @@ def _name_and_version(text: str) -> dict[str, str | None]:
         elif last in found:
             last = ""  # a second Name: email reads the first one only
     return found
+
+
+def _header_lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` up to its first empty one (the body, often long, is not read)."""
+    start = 0
+    for end in _LINE_END_RE.finditer(text):
+        line = text[start:end.start()]
+        if not line:
+            return
+        yield line
+        start = end.end()
+    if start < len(text):
+        yield text[start:]
 
 
 class EntryPoint:
