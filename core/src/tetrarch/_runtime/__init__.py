@@ -116,6 +116,7 @@ the actor context)
 ``api`` (on top: ``import tetrarch``, the CLI and its tools)
     ``tetrarch``      the public package (``tetrarch/__init__``): names load lazily from the layers
     ``_cli``, ``__main__``, ``_doctor``  ``tetrarch`` the command
+    ``_cli_admin``, ``_cli_top``  ``ps``, ``stack``, ``debug``, ``doctor mesh``, ``top``: a running program
 
 ``tetrarch.testing`` is not part of the stack: the test kit of plugin authors and of our suite uses
 the public API and the kernel alike.
@@ -150,5 +151,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("spmd", ("tetrarch._spmd", "tetrarch.spmd", "tetrarch.job.spmd")),
     ("programs", ("tetrarch._runtime.programs",)),
     ("admin", ("tetrarch._admin", "tetrarch.admin")),
-    ("api", ("tetrarch", "tetrarch._cli", "tetrarch._cli_admin", "tetrarch._cli_top", "tetrarch.__main__", "tetrarch._doctor")),
+    ("api", ("tetrarch", "tetrarch._cli", "tetrarch._cli_admin", "tetrarch._cli_top", "tetrarch.__main__",
+             "tetrarch._doctor")),
 )
