@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -52,7 +53,7 @@ from ..services._output import OutputForwarder, set_process_title
 from ..services._relay import RelayService
 from ..services._stack import StackService
 from ..values import _serial, _wire
-from ._zygote import Zygote, fork_zygote
+from ._zygote import ForkRequest, Zygote, fork_zygote
 
 __all__ = ["HostAgent", "main", "proc_visible_devices"]
 
@@ -117,9 +118,14 @@ class HostAgent:
         self.root.router.reply(hdr.reply_addr, hdr.reply_port, 0, _wire.OK, None)
 
     def spawn(self, request: _wire.SpawnProcs) -> None:
-        """Start the procs of ``request``; each reports ready to ``request.owner``, and we report its exit."""
+        """Start the procs of ``request``; each reports ready to ``request.owner``, and we report its exit.
+
+        The zygote gets every fork request of ``request`` at once (:meth:`Zygote.spawn_many`);
+        the procs it cannot fork start as fresh interpreters.
+        """
         owner = request.owner
         host_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        plans: list[tuple[str, dict[str, str], list[str], Callable[[ExitInfo], None], bool]] = []
         for ident, extra, gpu, command in request.specs:
             env = child_env(self.root, extra)
             env.update({ENV_OWNER_ADDR.name: owner, ENV_PROC_ID.name: ident,
@@ -141,13 +147,21 @@ class HostAgent:
 
             self.output.add(ident, owner, env.get(ENV_PROC_MESH.name, ident), env.get(ENV_PROC_COORDS.name, ""),
                             FORWARD_OUTPUT.value_in(env))
-            proc = None
-            if command is None and self.zygote is not None and FORK_PROCS.value_in(env):
-                proc = self.zygote.spawn(env, on_exit, secret=self.root.secret, output=partial(self.output.line, ident),
-                                         preload=PRELOAD.value_in(env), timeout=PROC_START_TIMEOUT.value_in(env))
+            forkable = command is None and self.zygote is not None and FORK_PROCS.value_in(env)
+            plans.append((ident, env, argv, on_exit, forkable))
+        forked: dict[str, WatchedProcess] = {}
+        if self.zygote is not None and any(plan[4] for plan in plans):
+            batch = [plan for plan in plans if plan[4]]
+            made = self.zygote.spawn_many(
+                [ForkRequest(env, ended, partial(self.output.line, ident), PRELOAD.value_in(env),
+                             PROC_START_TIMEOUT.value_in(env)) for ident, env, _argv, ended, _ in batch],
+                secret=self.root.secret)
+            forked = {plan[0]: proc for plan, proc in zip(batch, made, strict=True) if proc is not None}
+        for ident, env, argv, ended, _ in plans:
+            proc = forked.get(ident)
             if proc is None:
                 try:
-                    proc = spawn_watched(argv, env, on_exit, secret=self.root.secret,
+                    proc = spawn_watched(argv, env, ended, secret=self.root.secret,
                                          output=partial(self.output.line, ident))
                 except OSError as exc:
                     self.output.finish(ident)

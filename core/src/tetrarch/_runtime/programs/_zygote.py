@@ -35,7 +35,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..._config import (
     DISABLE_PLUGINS,
@@ -54,7 +54,7 @@ from ..plumbing._secret import secret_pipe
 from ..plumbing._spawn import ExitInfo, ForkedChild, OutputCallback, WatchedProcess, become_child, die_with_parent
 from ..process._root import adopt_client_sys_path
 
-__all__ = ["MAX_MESSAGE", "Zygote", "fork_zygote", "unsafe_to_fork", "warm_for_procs"]
+__all__ = ["MAX_MESSAGE", "ForkRequest", "Zygote", "fork_zygote", "unsafe_to_fork", "warm_for_procs"]
 
 _log = get_logger("host")
 
@@ -123,6 +123,16 @@ def _send(sock: socket.socket, message: dict[str, Any], fds: Sequence[int] = ())
         sock.send(data)
 
 
+def _kill_and_close(pidfds: Sequence[int]) -> None:
+    """Kill the procs of a late answer (their spawner started fresh interpreters instead) and close their pidfds."""
+    for fd in pidfds:
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        os.close(fd)
+
+
 def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     """One message and the descriptors that came with it; ``(None, [])`` at the end of the channel."""
     data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 4)
@@ -142,6 +152,16 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 # -- the host agent's side ---------------------------------------------------------------
+class ForkRequest(NamedTuple):
+    """One proc to fork (:meth:`Zygote.spawn_many`)."""
+
+    env: dict[str, str]  # its whole environment
+    on_exit: Callable[[ExitInfo], None]  # called once with how it ended
+    output: OutputCallback  # gets each line it writes to stdout or stderr
+    preload: Sequence[str] = ()  # modules the zygote imports first (once)
+    timeout: float = 60.0  # seconds the zygote may take to answer
+
+
 class Zygote:
     """The host agent's handle on its zygote: fork procs through it, learn how they end."""
 
@@ -165,42 +185,74 @@ class Zygote:
         zygote's sake: a zygote that is gone, refuses or does not answer within
         ``timeout`` seconds is given up with one warning (a proc it forks late is killed).
         """
-        if self._gone:
-            return None
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        secret_r = secret_pipe(secret)
-        mine = [out_r, err_r]
+        return self.spawn_many([ForkRequest(env, on_exit, output, tuple(preload), timeout)], secret=secret)[0]
+
+    def spawn_many(self, requests: Sequence[ForkRequest], *, secret: bytes) -> list[WatchedProcess | None]:
+        """Fork a proc per request (as :meth:`spawn`), all requests sent before the first answer is awaited.
+
+        So the zygote forks them one after the other while this thread is not scheduled:
+        on a busy machine, waiting for each answer before the next request let the procs
+        already forked hold the CPUs, and the next fork waited behind them. A None in the
+        result: the zygote could not fork that one, nor any after it (start fresh interpreters).
+        """
+        results: list[WatchedProcess | None] = [None] * len(requests)
+        if self._gone or not requests:
+            return results
+        theirs: list[list[int]] = []  # per request sent: the write ends and the secret's read end
+        ours: list[list[int]] = []  # per request sent: the read ends of its output (the proc's, once forked)
         try:
             with self._lock:
                 if self._gone:
-                    return None
-                try:
-                    _send(self._sock, {"op": "fork", "env": env, "preload": list(preload)}, [out_w, err_w, secret_r])
-                except OSError as exc:
-                    self._give_up(f"the zygote's channel failed: {exc}")
-                    return None
-                reply = self._next_reply(timeout)
-            if reply is None:
-                self._give_up(self._gone or f"the zygote did not answer within {timeout:g} s")
-                return None
-            message, fds = reply
-            if message.get("op") != "forked" or len(fds) != 1:
-                for fd in fds:
-                    os.close(fd)
-                self._give_up(str(message.get("why") or f"the zygote answered {message.get('op')!r}"))
-                return None
-            child = ForkedChild(int(message["pid"]), fds[0], out_r, err_r)
-            mine = []  # the child owns them now
-            with self._cond:
-                self._children[child.pid] = child
-                early = self._early_exits.pop(child.pid, None)
-            if early is not None:
-                child.ended(early)
-            return WatchedProcess(child, on_exit, output)
+                    return results
+                for request in requests:
+                    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+                    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+                    theirs.append([out_w, err_w, secret_pipe(secret)])
+                    ours.append([out_r, err_r])
+                    try:
+                        _send(self._sock, {"op": "fork", "env": request.env, "preload": list(request.preload)},
+                              theirs[-1])
+                    except OSError as exc:
+                        self._give_up(f"the zygote's channel failed: {exc}")
+                        break
+                    for fd in theirs[-1]:  # sent: the zygote holds its copies
+                        os.close(fd)
+                    theirs[-1] = []
+                for i, request in enumerate(requests[:len(ours)]):
+                    reply = self._next_reply(request.timeout)
+                    if reply is None:
+                        self._give_up(self._gone or f"the zygote did not answer within {request.timeout:g} s")
+                        break  # the answers still to come are late: their procs are killed (_read)
+                    child = self._child(reply, *ours[i])
+                    if child is None:
+                        break
+                    ours[i] = []  # the child owns them now
+                    results[i] = WatchedProcess(child, request.on_exit, request.output)
+                if self._gone:  # answers of this batch that came before it gave up are late too
+                    with self._cond:
+                        pending, self._replies = self._replies, []
+                    for _message, fds in pending:
+                        _kill_and_close(fds)
+            return results
         finally:
-            for fd in (out_w, err_w, secret_r, *mine):
+            for fd in (fd for fds in (*theirs, *ours) for fd in fds):
                 os.close(fd)
+
+    def _child(self, reply: tuple[dict[str, Any], list[int]], out_r: int, err_r: int) -> ForkedChild | None:
+        """The proc an answer reports forked (None, and the zygote given up, for any other answer)."""
+        message, fds = reply
+        if message.get("op") != "forked" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            self._give_up(str(message.get("why") or f"the zygote answered {message.get('op')!r}"))
+            return None
+        child = ForkedChild(int(message["pid"]), fds[0], out_r, err_r)
+        with self._cond:
+            self._children[child.pid] = child
+            early = self._early_exits.pop(child.pid, None)
+        if early is not None:
+            child.ended(early)
+        return child
 
     def _next_reply(self, timeout: float) -> tuple[dict[str, Any], list[int]] | None:
         with self._cond:
@@ -240,12 +292,7 @@ class Zygote:
                         self._replies.append((message, fds))
                         self._cond.notify_all()
                 if late:  # its spawner gave up waiting and started a fresh interpreter instead
-                    for fd in fds:
-                        try:
-                            signal.pidfd_send_signal(fd, signal.SIGKILL)
-                        except OSError:
-                            pass
-                        os.close(fd)
+                    _kill_and_close(fds)
 
     def _ended(self, why: str) -> None:
         """The zygote is gone: its children died with it (parent-death signal, SIGKILL)."""
