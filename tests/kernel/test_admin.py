@@ -414,3 +414,26 @@ def test_top_draws_the_busiest_actors_and_endpoints(served, admin_dir: Path, tmp
     assert "procs (" in out and "actors (" in out and "endpoints" in out
     busiest = [ln for ln in out.splitlines() if "watched{" in ln]
     assert "block_until" in busiest[0] and "busy" in busiest[0], out
+
+
+def test_breakpoint_in_a_script_run_through_spmd_is_debugged_too(tmp_path) -> None:
+    prog = _scenario("admin_spmd.py", {"TETRARCH_ADMIN": "1", "TETRARCH_ADMIN_DIR": str(tmp_path)})
+    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(tmp_path)}
+    try:
+        deadline = time.monotonic() + scaled(60)
+        while True:
+            listed = subprocess.run([sys.executable, "-m", "tetrarch", "debug", "--list"], env=env,
+                                    capture_output=True, text=True, timeout=scaled(60))
+            if "admin_spmd_script.py" in listed.stdout or time.monotonic() > deadline:
+                break
+        session = subprocess.run([sys.executable, "-m", "tetrarch", "debug"], env=env, input="p x\nc\n",
+                                 capture_output=True, text=True, timeout=scaled(60))
+        out, err = prog.communicate(timeout=scaled(60))
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+            prog.communicate()
+    assert "admin_spmd_script.py" in listed.stdout, listed.stdout + listed.stderr
+    assert "(Pdb) 40" in session.stdout, session.stdout + session.stderr
+    assert prog.returncode == 0, err
+    assert "RESULT [True]" in out and "after 41" in out
