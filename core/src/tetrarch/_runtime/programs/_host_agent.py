@@ -205,8 +205,10 @@ class HostAgent:
 
 
 def main() -> int:
-    zygote = fork_zygote()  # first, while this process runs one thread; in a forked proc it raises SystemExit
-    secret = take_secret()  # from the inherited pipe or the 0600 file; never the environment
+    secret = take_secret()  # from the inherited pipe or the 0600 file; never the environment; before plugins load
+    # While this process runs one thread: it loads the plugin registry, then forks the zygote,
+    # which holds only the secret its procs get too. In a forked proc it raises SystemExit.
+    zygote = fork_zygote()
     client = os.environ[ENV_CLIENT_ADDR.name]
     alloc_id = os.environ[ENV_ALLOC_ID.name]
     index = int(os.environ.get(ENV_HOST_INDEX.name) or os.environ.get("SLURM_PROCID") or 0)

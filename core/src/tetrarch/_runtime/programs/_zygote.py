@@ -405,7 +405,8 @@ class _Template:
                 _send(self.sock, {"op": "refused", "why": refused})
 
     def _close_inherited(self) -> None:
-        """Drop what the host agent held at the fork and procs must not inherit (its secret's pipe)."""
+        """Drop what procs must not inherit from the host agent: its secret's pipe and variables (it takes
+        them before the fork; this makes sure), and its stdin."""
         fd_text = os.environ.pop(ENV_SECRET_FD.name, "")
         os.environ.pop(ENV_SECRET_FILE.name, None)  # the host agent reads (and deletes) that file
         if fd_text.strip().isdigit():
