@@ -28,6 +28,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Coroutine, Generator
+from types import MethodType as _MethodType
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..._errors import ArgumentError, ArgumentTypeError, FutureTimeoutError
@@ -87,8 +88,8 @@ def use_loop(loop: _Loop | None) -> None:
 class Future(Generic[R]):
     """The eventual result of an operation on a mesh. Not constructible by users."""
 
-    __slots__ = ("_latch", "_state", "_value", "_error", "_decode", "_callbacks", "_asked", "_waiter", "_poll",
-                 "_call", "__weakref__")
+    __slots__ = ("_latch", "_state", "_value", "_error", "_decode", "_decode_self", "_callbacks", "_asked",
+                 "_waiter", "_poll", "_call", "__weakref__")
 
     def __init__(self, _token: object = None) -> None:
         if _token is not _TOKEN:
@@ -100,7 +101,10 @@ class Future(Generic[R]):
         self._state = _PENDING
         self._value: Any = None
         self._error: BaseException | None = None
-        self._decode: Callable[[], Any] | None = None
+        #: What computes the outcome on first access (:meth:`_set_lazy`): called with no argument,
+        #: or with ``_decode_self`` when that is not None (a bound method, kept as its two halves).
+        self._decode: Callable[..., Any] | None = None
+        self._decode_self: Any = None
         self._callbacks: list[Callable[[Future[R]], None]] | None = None
         #: Some code asked for the outcome (``get``, ``await``) and will receive it: the
         #: supervisor counts a failure this future reports as seen by the user.
@@ -132,14 +136,22 @@ class Future(Generic[R]):
         return self._finish(None, error, None)
 
     def _set_lazy(self, decode: Callable[[], Any]) -> bool:
-        """Complete with ``decode()``'s outcome, computed on first access."""
+        """Complete with ``decode()``'s outcome, computed on first access.
+
+        A bound method is kept as its function and its object: the method object goes at once
+        instead of living until the future is read (one object less per done future for the
+        garbage collector to walk; a pipeline holds many).
+        """
+        if type(decode) is _MethodType:
+            return self._finish(None, None, decode.__func__, decode.__self__)
         return self._finish(None, None, decode)
 
-    def _finish(self, value: Any, error: BaseException | None, decode: Callable[[], Any] | None) -> bool:
+    def _finish(self, value: Any, error: BaseException | None, decode: Callable[..., Any] | None,
+                bound: Any = None) -> bool:
         with _CB_LOCK:
             if self._state is not _PENDING:
                 return False
-            self._value, self._error, self._decode = value, error, decode
+            self._value, self._error, self._decode, self._decode_self = value, error, decode, bound
             self._state = _DONE
             callbacks, self._callbacks = self._callbacks, None
             waiter, self._waiter = self._waiter, None
@@ -162,13 +174,17 @@ class Future(Generic[R]):
         return True
 
     def _resolve(self) -> Any:
+        bound = self._decode_self  # read before _decode, which is cleared before it
         decode = self._decode
         if decode is not None:
-            self._decode = None
             try:
-                self._value = decode()
+                self._value = decode() if bound is None else decode(bound)
             except BaseException as exc:  # noqa: BLE001 - the decoded outcome may be an error
                 self._error = exc
+            # Cleared once the outcome is in place: a thread that reads the future meanwhile
+            # either decodes too (the same outcome) or finds it.
+            self._decode = None
+            self._decode_self = None
         if self._error is not None:
             raise self._error
         return self._value
