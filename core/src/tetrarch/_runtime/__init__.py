@@ -135,7 +135,7 @@ EXACT = frozenset({"tetrarch", "tetrarch._runtime"})
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_launch", "tetrarch._config_monarch",
                     "tetrarch._config_plugins", "tetrarch._config_doc", "tetrarch._config_setting", "tetrarch._log",
-                    "tetrarch._lazy", "tetrarch._client_hooks",
+                    "tetrarch._lazy", "tetrarch._client_hooks", "tetrarch._events",
                     "tetrarch._version", "tetrarch._runtime", "tetrarch.config")),
     ("values", ("tetrarch._runtime.values",)),
     ("plumbing", ("tetrarch._runtime.plumbing",)),

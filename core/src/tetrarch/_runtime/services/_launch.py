@@ -37,6 +37,7 @@ from typing import Any
 
 from ..._config import FROZEN_TIMEOUT, HEARTBEAT_INTERVAL, HOST_TIMEOUT, ORPHAN_TIMEOUT
 from ..._errors import ProcessStartError, _describe_exit
+from ..._events import emit
 from ..._log import get_logger
 from ..plumbing._proc_state import StateMonitor, Ticker, proc_state, process_gone
 from ..router._router import PeerUnreachable, Router
@@ -298,6 +299,10 @@ class LaunchTracker:
             self.router.revive(address)  # a new process may reuse a dead one's tcp port
             for w in self._waiters.get(ident, ()):
                 w._update(rec)
+            if rec.kind == "host agent":
+                emit("host.ready", ident=ident, address=address, host=hostname, host_pid=pid)
+            else:
+                emit("proc.ready", ident=ident, name=rec.what, address=address, host=hostname, proc_pid=pid)
             if self._watchdog is None:
                 self._watchdog = threading.Thread(target=self._watch_heartbeats, name="tetrarch-liveness",
                                                   daemon=True)
@@ -312,6 +317,10 @@ class LaunchTracker:
             for w in self._waiters.get(ident, ()):
                 w._update(rec)
             address = rec.address
+        if rec.kind == "host agent":
+            emit("host.exited", ident=ident, returncode=returncode, why=rec.describe_exit())
+        else:
+            emit("proc.exited", ident=ident, name=rec.what, returncode=returncode, why=rec.describe_exit())
         if address:
             self.router.mark_dead(address, f"{rec.what} ({rec.where()}) died: {rec.describe_exit()}"
                                             f"{stderr_note(stderr_tail)}")

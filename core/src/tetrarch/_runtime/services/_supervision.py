@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ..._events import emit
 from ..._log import get_logger
 from ..plumbing._stop_guard import class_name
 from ..router._router import Router
@@ -258,6 +259,18 @@ class _Owned:
         self.reported: set[int] = set()
 
 
+def _brief(r: FailureRecord) -> dict[str, Any]:
+    return {"actor": r.actor, "mesh": r.mesh_name, "rank": r.rank, "cause": r.cause}
+
+
+def _failure_event(r: FailureRecord) -> None:
+    """The ``actor.failed`` lifecycle event, marked as its cascade's root cause or naming that root."""
+    emit("actor.failed", mesh=r.mesh_name, key=r.mesh_key, rank=r.rank, actor=r.actor, endpoint=r.endpoint,
+         host=r.host, actor_pid=r.pid, cause=r.cause, root_cause=not r.causes,
+         root=_brief(r.causes[0] if r.causes else r), chain=[_brief(c) for c in r.causes],
+         **{"class": r.actor_class})
+
+
 class Supervisor:
     """Failures of the meshes spawned in this process, and their delivery to owners."""
 
@@ -288,6 +301,10 @@ class Supervisor:
         owned = _Owned(key, name, mesh, state, owner, proc_state, ranks)
         with self._lock:
             self._owned[key] = owned
+        cls = getattr(mesh, "_cls", None)
+        emit("mesh.spawned", mesh=name, key=key, actors=len(ranks),
+             owner=getattr(owner, "display", None) or self.role,
+             **{"class": class_name(cls) if isinstance(cls, type) else ""})
         by_addr: dict[str, list[int]] = {}
         for addr, rank, *_ in ranks:
             by_addr.setdefault(addr, []).append(rank)
@@ -312,6 +329,7 @@ class Supervisor:
             owned = self._owned.pop(key, None)
             self._received = {t for t in self._received if t[0] != key}
         if owned is not None:
+            emit("mesh.stopped", mesh=owned.name, key=key)
             for addr, token in owned.watches:
                 self.router.unwatch(addr, token)
 
@@ -347,6 +365,7 @@ class Supervisor:
             owned.reported.add(rank)
         failure = MeshFailure._from_record(record, owned.mesh)
         state.failed[rank] = failure
+        _failure_event(record)
         if owned.owner is not None:
             owned.owner.supervise(failure)
         elif self.role == "client":
