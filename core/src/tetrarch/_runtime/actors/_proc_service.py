@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..._config import STOP_TIMEOUT
+from ..._config import METRICS, STOP_TIMEOUT
 from ..._log import get_logger
 from ..plumbing import _stdio
 from ..plumbing._stop_guard import bound_stop
@@ -36,6 +36,7 @@ from ..values._outcome import error_record
 from ..values._shape import Extent, Point
 from ._debug import SESSIONS, install_breakpoint_hook
 from ._introspect import process_record, thread_stacks
+from ._metrics import start_metrics
 from ._runner import ActorRunner
 
 __all__ = ["ProcService"]
@@ -62,6 +63,8 @@ class ProcService:
         self._owner_watches: dict[str, tuple[str, int]] = {}  # actor key -> its owner's death watch
         self._gone_hooks: list[Callable[[str], None]] = []
         router.add_service(_wire.SVC_PROC, self.service)
+        if METRICS():  # OpenTelemetry metrics of this process and its actors (actors/_metrics)
+            start_metrics("proc" if on_exit is not None else "client", router.name, lambda: self.runners.values())
 
     def service(self, hdr: _wire.SysHeader, payload: list, conn: Any) -> None:
         """``proc`` messages (I/O thread)."""
@@ -70,11 +73,11 @@ class ProcService:
             self._spawn(payload, raddr, rport)
         elif op == "stop_actor":  # (key, origin, seq): after every call its sender made before, by any path
             key, origin, seq = pickle.loads(payload[0])
-            self.router.admit(origin, seq, conn, self._stop_actor, key, raddr, rport)
+            self.router.admit(origin, seq, self._stop_actor, key, raddr, rport)
         elif op == "stop":  # (origin, seq) when its sender numbered it: after that sender's calls
             if payload:
                 origin, seq = pickle.loads(payload[0])
-                self.router.admit(origin, seq, conn, self._stop_all, raddr, rport)
+                self.router.admit(origin, seq, self._stop_all, raddr, rport)
             else:
                 self._stop_all(raddr, rport)
         elif op == "introspect":  # the admin server asks what runs here (actors/_introspect)

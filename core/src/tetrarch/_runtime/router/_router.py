@@ -163,7 +163,7 @@ class Router:
         self.address = self._listener.address
         self._own_addresses = {self.address}
         #: How this process names itself as the sender of sequenced messages (:mod:`._sequencer`).
-        self.origin = f"{self.address}#{os.urandom(6).hex()}"
+        self.origin = f"{self.address}#{os.urandom(4).hex()}"
 
     # -- registration ---------------------------------------------------
     def open_port(self, handler: PortHandler, sink: PortSink | None = None) -> int:
@@ -460,7 +460,7 @@ class Router:
                 handler(hdr, frames[1:])
         elif type(hdr) is _CallHeader:
             if hdr.seq:
-                self.admit(hdr.origin, hdr.seq, conn, self._deliver_call, hdr, frames[1:])
+                self.sequencer.admit(hdr.origin, hdr.seq, self._deliver_call, hdr, frames[1:])
             else:
                 self._deliver_call(hdr, frames[1:])
         elif type(hdr) is _wire.SysHeader:
@@ -471,11 +471,9 @@ class Router:
             else:
                 service(hdr, frames[1:], conn)
 
-    def admit(self, origin: str, seq: int, conn: Connection | None, fn: Callable[..., None], *args: Any) -> None:
-        """Run ``fn(*args)`` in ``origin``'s order: message ``seq`` of its sequenced ones to us,
-        which came over ``conn`` (None: sent by this process) (:mod:`._sequencer`)."""
-        via = None if conn is None else conn.context.peer_address  # type: ignore[attr-defined]
-        self.sequencer.admit(origin, seq, via if via and origin.startswith(via) else None, fn, *args)
+    def admit(self, origin: str, seq: int, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` in ``origin``'s order: message ``seq`` of its sequenced ones to us (:mod:`._sequencer`)."""
+        self.sequencer.admit(origin, seq, fn, *args)
 
     def _deliver_call(self, hdr: _wire.CallHeader, payload: list) -> None:
         mailbox = self.mailboxes.get(hdr.actor)
