@@ -233,6 +233,11 @@ ADMIN_DIR: Setting[str] = Setting(
     "the folder of the admin servers' announcement files (URL and token, 0600); empty: "
     "$XDG_RUNTIME_DIR/tetrarch/admin, else ~/.cache/tetrarch/admin",
 )
+METRICS: Setting[bool] = Setting(
+    "metrics", "TETRARCH_METRICS", bool, False,
+    "every process exports its actors' calls, time in handlers and mailboxes and its memory and CPU through "
+    "OpenTelemetry's OTLP exporter, configured by the standard OTEL_* variables (docs/telemetry.md)",
+)
 EVENT_LOG: Setting[str] = Setting(
     "event_log", "TETRARCH_EVENT_LOG", str, "",
     "lifecycle events (hosts, procs, meshes, actors, failures with their root cause) as one line each on "
@@ -309,7 +314,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
         FORK_PROCS, PRELOAD, STANDBY, SPIN_US, RELAY_MIN, BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS,
-        SHM_MIN_BYTES, SHM_POOL_BYTES, ADMIN, ADMIN_HOST, ADMIN_PORT, ADMIN_DIR, EVENT_LOG,
+        SHM_MIN_BYTES, SHM_POOL_BYTES, ADMIN, ADMIN_HOST, ADMIN_PORT, ADMIN_DIR, EVENT_LOG, METRICS,
     )
 })
 
