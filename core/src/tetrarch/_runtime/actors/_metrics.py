@@ -21,6 +21,7 @@ exports run on the reader's thread, and at exit the last one gets :data:`FLUSH_T
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import resource
 import socket
@@ -30,12 +31,15 @@ from typing import Any
 from ..._log import get_logger
 from ._stats import start_counting
 
-__all__ = ["FLUSH_TIMEOUT_MS", "start_metrics"]
+__all__ = ["DROPPED", "FLUSH_TIMEOUT_MS", "start_metrics", "track_actor"]
 
 _log = get_logger("metrics")
 #: Milliseconds the exit's last export may take.
 FLUSH_TIMEOUT_MS = 1000
 _started: list[Any] = []
+#: Every actor of this process since metrics started: its attributes and counters (kept after it stops,
+#: so a short-lived actor's calls are still exported, at the latest by the exit's last export).
+_tracked: dict[tuple[str, int], tuple[dict[str, Any], Any]] = {}
 
 
 def _rss() -> int:
@@ -44,6 +48,42 @@ def _rss() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _attrs(runner: Any) -> dict[str, Any]:
+    cls = runner.cls
+    return {"mesh": runner.instance.name, "rank": runner.instance.rank.rank,
+            "class": f"{cls.__module__}.{cls.__qualname__}"}
+
+
+def track_actor(runner: Any) -> None:
+    """Export ``runner``'s counters from now on, also once it stopped (a no-op while metrics are off)."""
+    if _started and runner.stats is not None:
+        _tracked[(runner.key, runner.instance.rank.rank)] = (_attrs(runner), runner.stats)
+
+
+#: Exports that did not reach the collector (this process); the first one is warned about, the others counted.
+DROPPED = [0]
+
+
+def _counting_exporter(base: type) -> type:
+    """``base`` (the OTLP exporter) counting, and warning once about, the exports that failed."""
+    from opentelemetry.sdk.metrics.export import MetricExportResult
+
+    # Its own log says the same at every retry of every export: one warning of ours instead.
+    logging.getLogger("opentelemetry.exporter.otlp.proto.http").setLevel(logging.CRITICAL)
+
+    class Counting(base):
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+            result = super().export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            if result is not MetricExportResult.SUCCESS:
+                DROPPED[0] += 1
+                if DROPPED[0] == 1:
+                    _log.warning("metrics could not be exported to %s (the collector is down or slow): they are "
+                                 "dropped and counted, and the program goes on", getattr(self, "_endpoint", "?"))
+            return result
+
+    return Counting
 
 
 def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) -> bool:
@@ -67,33 +107,30 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
         resource_ = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "tetrarch"),
                                      "tetrarch.role": role, "tetrarch.process": name,
                                      "host.name": socket.gethostname(), "process.pid": os.getpid()})
-        reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+        reader = PeriodicExportingMetricReader(_counting_exporter(OTLPMetricExporter)())
     except Exception as exc:  # noqa: BLE001 - a malformed OTEL_* setting: one warning, no metrics
         _log.warning("TETRARCH_METRICS: the OTLP exporter could not be set up from the OTEL_* settings: %s", exc)
         return False
     provider = MeterProvider(resource=resource_, metric_readers=[reader])
     meter = provider.get_meter("tetrarch")
     start_counting(runners())
+    _started.append(provider)
 
-    def actors() -> list[tuple[dict[str, Any], Any]]:
-        out = []
-        for r in list(runners()):
-            cls = r.cls
-            attrs = {"mesh": r.instance.name, "rank": r.instance.rank.rank,
-                     "class": f"{cls.__module__}.{cls.__qualname__}"}
-            out.append((attrs, r))
-        return out
+    for runner in list(runners()):
+        track_actor(runner)
+
+    def rows(column: int) -> list[Observation]:
+        return [Observation(row[column], {**attrs, "endpoint": ep}) for attrs, stats in list(_tracked.values())
+                for ep, row in list(stats.by_endpoint.items())]
 
     def calls(_options: CallbackOptions) -> list[Observation]:
-        return [Observation(row[0], {**attrs, "endpoint": ep}) for attrs, r in actors() if r.stats is not None
-                for ep, row in list(r.stats.by_endpoint.items())]
+        return rows(0)
 
     def handler_time(_options: CallbackOptions) -> list[Observation]:
-        return [Observation(row[1], {**attrs, "endpoint": ep}) for attrs, r in actors() if r.stats is not None
-                for ep, row in list(r.stats.by_endpoint.items())]
+        return rows(1)
 
     def mailbox(_options: CallbackOptions) -> list[Observation]:
-        return [Observation(len(r._mailbox), attrs) for attrs, r in actors()]
+        return [Observation(len(r._mailbox), _attrs(r)) for r in list(runners())]
 
     def memory(_options: CallbackOptions) -> list[Observation]:
         return [Observation(_rss())]
@@ -110,6 +147,5 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
                                   description="messages waiting for an actor")
     meter.create_observable_gauge("tetrarch.proc.memory", [memory], unit="By", description="resident memory")
     meter.create_observable_counter("tetrarch.proc.cpu_time", [cpu], unit="s", description="CPU time")
-    _started.append(provider)
     atexit.register(provider.shutdown, timeout_millis=FLUSH_TIMEOUT_MS)
     return True

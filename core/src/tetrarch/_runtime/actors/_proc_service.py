@@ -36,7 +36,7 @@ from ..values._outcome import error_record
 from ..values._shape import Extent, Point
 from ._debug import SESSIONS, install_breakpoint_hook
 from ._introspect import process_record, thread_stacks
-from ._metrics import start_metrics
+from ._metrics import start_metrics, track_actor
 from ._runner import ActorRunner
 
 __all__ = ["ProcService"]
@@ -139,7 +139,8 @@ class ProcService:
             else:
                 rt.reply(raddr, rport, rank, _wire.ERR, error_record(exc, display, "__init__"))
 
-        self.runners[key] = ActorRunner(rt, key, instance, cls, args, kwargs, on_init, owner_address)
+        self.runners[key] = runner = ActorRunner(rt, key, instance, cls, args, kwargs, on_init, owner_address)
+        track_actor(runner)  # its calls stay in the metrics after it stops (when metrics are on)
         if owner_address and owner_address != rt.address:
             # A mesh cannot outlive its owner: if the owner's process dies, stop the actor.
             token = rt.watch(owner_address, lambda why: self._stop_actor(key, None, None,
