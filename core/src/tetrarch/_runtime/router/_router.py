@@ -240,6 +240,14 @@ class Router:
                 cb(reason)
             except Exception:  # noqa: BLE001 - one faulty watcher must not starve the others
                 _log.exception("a death watcher of %s failed", address)
+        # Reply collectors register nothing per call: each open port whose handler has targets is asked.
+        for handler in list(self._ports.values()):
+            died = getattr(handler, "target_died", None)
+            if died is not None:
+                try:
+                    died(address, reason)
+                except Exception:  # noqa: BLE001 - as above
+                    _log.exception("a reply collector failed on the death of %s", address)
 
     def revive(self, address: str) -> None:
         """Forget that ``address`` was dead (a new process listens there now)."""
@@ -274,8 +282,7 @@ class Router:
         """Make sure a connection to ``address`` is up, dialing it if needed (not from the I/O thread).
 
         Raises:
-            PeerRefused: the peer refused (or failed) the handshake.
-            PeerUnreachable: the peer cannot be reached, or is known dead.
+            PeerRefused, PeerUnreachable: as :meth:`send`.
         """
         if address not in self._own_addresses:
             self._route(address)
@@ -291,11 +298,8 @@ class Router:
         return conn
 
     def next_seq(self, address: str) -> int:
-        """The number of our next sequenced message to the process at ``address`` (1, 2, ...).
-
-        Take it once the connection is up (:meth:`connect`), right before sending: a number
-        taken and never sent stalls the messages after it until that connection drops.
-        """
+        """Our next sequenced message's number to ``address`` (1, 2, ...); take it once connected, right before
+        sending: a number never sent stalls the messages after it until that connection drops."""
         counter = self._seqs.get(address)
         if counter is None:
             counter = self._seqs.setdefault(address, itertools.count(1))

@@ -55,23 +55,6 @@ def group_by_address(targets: list[tuple[str, str]]) -> dict[str, list[int]]:
 _LOCK = threading.Lock()
 
 
-class _Watch:
-    """Fails a collector's tags of one process when that process dies (a router death watch)."""
-
-    __slots__ = ("coll", "tags")
-
-    def __init__(self, coll: ReplyCollector, tags: list[int]) -> None:
-        self.coll = coll
-        self.tags = tags
-
-    def __call__(self, reason: str) -> None:
-        coll = self.coll
-        ranks = coll.shape.ranks()
-        mesh = coll.what.rsplit(".", 1)[0]
-        for t in self.tags:
-            coll.fail(t, f"actor {mesh} rank {ranks[t]} is gone: {reason}")
-
-
 class ReplyCollector:
     """Gathers the replies of one call on its reply port (I/O thread); the port's handler is
     the collector itself (:meth:`on_reply`).
@@ -80,7 +63,7 @@ class ReplyCollector:
     each of them (a quarter of the pipeline's time with 15 objects a call).
     """
 
-    __slots__ = ("rt", "port", "futures", "n", "frames", "count", "shape", "what", "watches", "single",
+    __slots__ = ("rt", "port", "futures", "n", "frames", "count", "shape", "what", "by_addr", "single",
                  "stream_next", "claims", "targets", "deadly", "observed")
 
     def __init__(self, rt: Router, n: int, shape: Shape, what: str, single: bool, stream: bool,
@@ -100,9 +83,9 @@ class ReplyCollector:
         if n == 1:
             self.futures[0]._poll = True  # one reply: its waiter may poll for it (Future._poll)
         self.stream_next = 0 if stream else -1
-        #: address, death watch token, address, token, ...: a tuple of strings and ints, which
-        #: the garbage collector stops tracking (a list it would walk at every collection).
-        self.watches: tuple[Any, ...] = ()
+        #: The tags to fail per process address if that process dies before answering
+        #: (:meth:`watch_targets`; the router asks every open port's collector on a death).
+        self.by_addr: dict[str, list[int]] | None = None
         self.claims = claims
         self.targets = targets
         self.deadly = deadly
@@ -165,21 +148,32 @@ class ReplyCollector:
         payload = _serial.dumps(reason)
         self.on_reply(_wire.PortHeader(_wire.PORT, self.port, tag, _wire.DEAD), payload)
 
-    def watch(self, address: str, tags: list[int]) -> None:
-        """Fail ``tags`` if the process at ``address`` dies before they answered."""
-        token = self.rt.watch(address, _Watch(self, tags))
-        self.watches += (address, token)
-
     def watch_targets(self, by_addr: dict[str, list[int]]) -> None:
-        """Fail the tags of every process in ``by_addr`` that dies before replying."""
-        for address, tags in by_addr.items():
-            self.watch(address, tags)
+        """Fail the tags of every process in ``by_addr`` that dies before replying.
+
+        Nothing is registered per call: on a death the router asks each open port's handler
+        (:meth:`target_died`). A process already known dead fails its tags now.
+        """
+        self.by_addr = by_addr  # first: a death recorded from now on finds them (Router.mark_dead)
+        dead = self.rt.dead_peers
+        if dead:
+            for address in by_addr:
+                why = dead.get(address)
+                if why is not None:
+                    self.target_died(address, why)
+
+    def target_died(self, address: str, reason: str) -> None:
+        """The process at ``address`` died: fail the tags it had not answered (any thread)."""
+        tags = self.by_addr.get(address) if self.by_addr is not None else None
+        if not tags:
+            return
+        ranks = self.shape.ranks()
+        mesh = self.what.rsplit(".", 1)[0]
+        for t in tags:
+            self.fail(t, f"actor {mesh} rank {ranks[t]} is gone: {reason}")
 
     def finish(self) -> None:
         self.rt.close_port(self.port)
-        watches = self.watches
-        for i in range(0, len(watches), 2):
-            self.rt.unwatch(watches[i], watches[i + 1])
         if self.claims is not None:
             dead = [t for t, (status, _) in zip(self.targets, self.frames, strict=True) if status in self.deadly]
             self.claims.calls_ended(self.targets, dead, any(f._asked for f in self.observed))
