@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -48,3 +49,33 @@ def test_warm_for_procs_loads_what_procs_need() -> None:
     module = spec.factory.partition(":")[0]
     if module.startswith("tetrarch."):
         assert module in sys.modules
+
+
+@pytest.mark.isolated  # a fresh client, with a large environment its procs inherit
+def test_requests_larger_than_the_window_are_all_forked(
+        run_isolated: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    """Each fork request here is about half of ``WINDOW``: few wait unanswered at once, and all are forked."""
+    res = run_isolated(
+        """
+        import json, os
+        import psutil
+        from tetrarch import Actor, endpoint, this_host
+
+        class Env(Actor):
+            @endpoint
+            def facts(self):
+                parent = " ".join(psutil.Process(os.getppid()).cmdline())
+                return parent, len(os.environ.get("ZYGOTE_BIG", ""))
+
+        pm = this_host().spawn_procs(per_host={"procs": 6})
+        facts = list(pm.spawn("env", Env).facts.call().get(timeout=60).values())
+        print(json.dumps({"parents": sorted({p for p, _ in facts}), "big": [n for _, n in facts]}))
+        pm.stop().get(timeout=60)
+        """,
+        timeout=120,
+        env={"ZYGOTE_BIG": "x" * (_zygote.WINDOW // 2)},
+    )
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(out["parents"]) == 1 and out["parents"][0].startswith("tetrarch zygote"), f"one zygote forked all: {out}"
+    assert out["big"] == [_zygote.WINDOW // 2] * 6

@@ -26,6 +26,7 @@ pickle), at most :data:`MAX_MESSAGE` bytes.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import selectors
@@ -60,6 +61,9 @@ _log = get_logger("host")
 
 #: Bytes of one control message (an environment is a few KiB).
 MAX_MESSAGE = 1 << 20
+#: Bytes of fork requests that may wait for their answers at once (and always one): well
+#: under a socket's default send buffer, so sending the next one never blocks.
+WINDOW = 64 * 1024
 #: What a proc needs imported; the zygote imports it once for all of them. Every actor's
 #: spawn message carries its ProcMesh, pickled: unpickling it imports the mesh layer.
 _PROC_MODULES = ("tetrarch._runtime.programs._proc_main", "tetrarch._runtime.meshes._proc_mesh")
@@ -115,8 +119,12 @@ def _platform_lacks() -> str:
     return ""
 
 
+def _encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode()
+
+
 def _send(sock: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
-    data = json.dumps(message).encode()
+    data = _encode(message)
     if fds:
         socket.send_fds(sock, [data], list(fds))
     else:
@@ -188,46 +196,33 @@ class Zygote:
         return self.spawn_many([ForkRequest(env, on_exit, output, tuple(preload), timeout)], secret=secret)[0]
 
     def spawn_many(self, requests: Sequence[ForkRequest], *, secret: bytes) -> list[WatchedProcess | None]:
-        """Fork a proc per request (as :meth:`spawn`), all requests sent before the first answer is awaited.
+        """Fork a proc per request (as :meth:`spawn`), the next requests sent before an answer is awaited.
 
         So the zygote forks them one after the other while this thread is not scheduled:
         on a busy machine, waiting for each answer before the next request let the procs
-        already forked hold the CPUs, and the next fork waited behind them. A None in the
-        result: the zygote could not fork that one, nor any after it (start fresh interpreters).
+        already forked hold the CPUs, and the next fork waited behind them. At most
+        :data:`WINDOW` bytes of requests wait unanswered (and always one), so a zygote stuck
+        in a ``preload`` import never leaves this thread blocked in a send: its answer's
+        timeout gives it up. A None in the result: the zygote could not fork that one, nor
+        any after it (start fresh interpreters).
         """
         results: list[WatchedProcess | None] = [None] * len(requests)
         if self._gone or not requests:
             return results
-        theirs: list[list[int]] = []  # per request sent: the write ends and the secret's read end
         ours: list[list[int]] = []  # per request sent: the read ends of its output (the proc's, once forked)
         try:
             with self._lock:
-                if self._gone:
-                    return results
-                for request in requests:
-                    out_r, out_w = os.pipe2(os.O_CLOEXEC)
-                    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-                    theirs.append([out_w, err_w, secret_pipe(secret)])
-                    ours.append([out_r, err_r])
-                    try:
-                        _send(self._sock, {"op": "fork", "env": request.env, "preload": list(request.preload)},
-                              theirs[-1])
-                    except OSError as exc:
-                        self._give_up(f"the zygote's channel failed: {exc}")
+                waiting: collections.deque[tuple[int, int]] = collections.deque()  # sent, unanswered: (index, size)
+                room = True
+                for i, request in enumerate(requests):
+                    data = _encode({"op": "fork", "env": request.env, "preload": list(request.preload)})
+                    while room and waiting and sum(size for _, size in waiting) + len(data) > WINDOW:
+                        room = self._answered(waiting.popleft()[0], requests, ours, results)
+                    if not room or self._gone or not self._request(data, secret, ours):
                         break
-                    for fd in theirs[-1]:  # sent: the zygote holds its copies
-                        os.close(fd)
-                    theirs[-1] = []
-                for i, request in enumerate(requests[:len(ours)]):
-                    reply = self._next_reply(request.timeout)
-                    if reply is None:
-                        self._give_up(self._gone or f"the zygote did not answer within {request.timeout:g} s")
-                        break  # the answers still to come are late: their procs are killed (_read)
-                    child = self._child(reply, *ours[i])
-                    if child is None:
-                        break
-                    ours[i] = []  # the child owns them now
-                    results[i] = WatchedProcess(child, request.on_exit, request.output)
+                    waiting.append((i, len(data)))
+                while room and waiting:
+                    room = self._answered(waiting.popleft()[0], requests, ours, results)
                 if self._gone:  # answers of this batch that came before it gave up are late too
                     with self._cond:
                         pending, self._replies = self._replies, []
@@ -235,8 +230,39 @@ class Zygote:
                         _kill_and_close(fds)
             return results
         finally:
-            for fd in (fd for fds in (*theirs, *ours) for fd in fds):
+            for fd in (fd for fds in ours for fd in fds):
                 os.close(fd)
+
+    def _request(self, data: bytes, secret: bytes, ours: list[list[int]]) -> bool:
+        """Send one fork request with the descriptors of its proc; False (the zygote given up) if it failed."""
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ours.append([out_r, err_r])
+        theirs = [out_w, err_w, secret_pipe(secret)]
+        try:
+            socket.send_fds(self._sock, [data], theirs)
+        except OSError as exc:
+            self._give_up(f"the zygote's channel failed: {exc}")
+            return False
+        finally:
+            for fd in theirs:  # the zygote holds its copies (or never will)
+                os.close(fd)
+        return True
+
+    def _answered(self, i: int, requests: Sequence[ForkRequest], ours: list[list[int]],
+                  results: list[WatchedProcess | None]) -> bool:
+        """Take the answer to request ``i`` into ``results``; False (the zygote given up) if it forked none."""
+        request = requests[i]
+        reply = self._next_reply(request.timeout)
+        if reply is None:
+            self._give_up(self._gone or f"the zygote did not answer within {request.timeout:g} s")
+            return False  # the answers still to come are late: their procs are killed (_read)
+        child = self._child(reply, *ours[i])
+        if child is None:
+            return False
+        ours[i] = []  # the child owns them now
+        results[i] = WatchedProcess(child, request.on_exit, request.output)
+        return True
 
     def _child(self, reply: tuple[dict[str, Any], list[int]], out_r: int, err_r: int) -> ForkedChild | None:
         """The proc an answer reports forked (None, and the zygote given up, for any other answer)."""
