@@ -11,7 +11,6 @@ descriptor next to its wake-up ``eventfd``. ``os.timerfd_create`` exists from Py
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import time
 
@@ -30,6 +29,21 @@ class _Itimerspec(ctypes.Structure):
     _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
 
 
+_LIBC: list[ctypes.CDLL] = []
+
+
+def _libc() -> ctypes.CDLL:
+    """The C library this interpreter is linked with, loaded once per process.
+
+    ``CDLL(None)`` is the running program's own symbol table (libc included): no library search.
+    ``ctypes.util.find_library("c")`` ran ``/sbin/ldconfig -p`` and a regex in every process that
+    made a timer (a few ms of each proc's start before Python 3.13).
+    """
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
 class Timer:
     """A one-shot monotonic timer readable as :meth:`fileno` once it expired.
 
@@ -43,7 +57,7 @@ class Timer:
         if self._os:
             self._fd = os.timerfd_create(time.CLOCK_MONOTONIC, flags=os.TFD_NONBLOCK | os.TFD_CLOEXEC)  # type: ignore[attr-defined]
             return
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = _libc()
         self._settime = libc.timerfd_settime  # no argtypes: plain ints and a byref convert fastest
         fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
         if fd < 0:

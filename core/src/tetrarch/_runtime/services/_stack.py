@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ..router._router import Router
@@ -30,18 +27,21 @@ DUMP_TIMEOUT_S = 15.0
 
 def pyspy_path() -> str | None:
     """Where py-spy is on this host, or None."""
+    import shutil  # here: a host agent imports this module at its start, and rarely dumps
     given = os.environ.get("PYSPY_BIN")
     if given:
         return given if os.access(given, os.X_OK) else None
     found = shutil.which("py-spy")
     if found:
         return found
-    beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if os.access(beside, os.X_OK) else None
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return beside if os.access(beside, os.X_OK) else None
 
 
 def dump(pid: int) -> dict[str, Any]:
     """``{"tool", "text", "note"}``: py-spy's dump of ``pid`` (``tool`` None when py-spy is missing)."""
+    import subprocess
+
     tool = pyspy_path()
     if tool is None:
         return {"tool": None, "text": "", "note": "py-spy is not installed on this proc's host (pip install py-spy): "
