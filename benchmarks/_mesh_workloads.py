@@ -14,7 +14,7 @@ from typing import Any
 
 from _timing import p50, payload_gbps, per_round, rate
 from _workloads import split_size
-from bench_actors import Noop, Sink
+from bench_actors import AsyncNoop, Noop, Sink
 
 MESH_WORKLOADS = ("call", "call_async", "pipelined", "pipelined_async", "fanout", "spawn", "payload")
 
@@ -32,8 +32,7 @@ def _measure(procs: Any, workload: str, size: str, p: dict[str, Any]) -> float:
                 f.get()
 
         return per_round(round_trip, p)
-    actor = procs.spawn("noop", Noop)
-    noop = actor.anoop if workload.endswith("_async") else actor.noop
+    noop = procs.spawn("noop", AsyncNoop if workload.endswith("_async") else Noop).noop
     if workload in ("call", "call_async"):
         return p50(lambda: noop.call_one().get(), p["calls"], warmup=p["warmup"])
     for _ in range(p["warmup"]):

@@ -23,8 +23,12 @@ class Noop(Actor):
     def noop(self) -> None:
         return None
 
+
+class AsyncNoop(Actor):
+    """``Noop`` with an ``async def`` endpoint (a class of its own: Monarch refuses one that mixes both)."""
+
     @endpoint
-    async def anoop(self) -> None:
+    async def noop(self) -> None:
         return None
 
 
