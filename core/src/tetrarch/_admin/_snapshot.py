@@ -11,14 +11,13 @@ reported as not answering, and never holds the request up longer.
 from __future__ import annotations
 
 import pickle
-import threading
-import time
 from typing import Any
 
 from .._runtime.meshes._shutdown import _live_host_meshes, _live_proc_meshes
+from .._runtime.plumbing._stop_guard import class_name
 from .._runtime.process._root import Root
-from .._runtime.router._router import PeerUnreachable
-from .._runtime.values import _serial, _wire
+from .._runtime.services._ask import Request, ask
+from .._runtime.values import _wire
 
 __all__ = ["Snapshot"]
 
@@ -105,7 +104,7 @@ class Snapshot:
             cls = getattr(mesh, "_cls", None)
             pm = getattr(mesh, "_proc_mesh", None)
             stopped = state.stopped or bool(proc_state is not None and proc_state.stopped)
-            rows.append({"key": key, "name": name, "class": f"{cls.__module__}.{cls.__qualname__}" if cls else None,
+            rows.append({"key": key, "name": name, "class": class_name(cls) if cls else None,
                          "labels": labels, "sizes": sizes, "actors": len(ranks),
                          "proc_mesh": getattr(pm, "_name", None),
                          "state": "stopped" if stopped else ("failed" if state.failed else "running"),
@@ -148,24 +147,18 @@ class Snapshot:
         if out["state"] == "exited":
             out["notes"].append(f"its proc is gone: {self.root.router.dead_peers[address]}")
             return out
-        results: dict[str, Any] = {}
-        waits = [threading.Thread(target=lambda: results.__setitem__("proc", self._request(
-            address, _wire.SVC_PROC, "stack", [], self.timeout)), daemon=True)]
+        requests = [Request(address, _wire.SVC_PROC, "stack")]
         if agent:
-            waits.append(threading.Thread(target=lambda: results.__setitem__("pyspy", self._request(
-                agent, _wire.SVC_STACK, "dump", [pickle.dumps(pid)], dump_timeout)), daemon=True))
-        for t in waits:
-            t.start()
-        for t in waits:
-            t.join()
-        own = results.get("proc")
+            requests.append(Request(agent, _wire.SVC_STACK, "dump", (pickle.dumps(pid),)))
+        answers = [a.value if a.ok else None
+                   for a in ask(self.root.router, requests, [self.timeout, dump_timeout][:len(requests)])]
+        own, spy = answers[0], answers[1] if agent else None
         if own is not None:
             out["threads"] = own["threads"]
         else:
             out["state"] = "not answering"
             out["notes"].append(f"the proc did not answer within {self.timeout:g} s (stopped, or a C call holds its "
                                 f"GIL): only py-spy can show it")
-        spy = results.get("pyspy")
         if spy is None:
             out["notes"].append("its host agent did not answer for py-spy" if agent else "its host agent is unknown")
         else:
@@ -185,16 +178,19 @@ class Snapshot:
                            "latency_ms": None if latency is None else round(latency * 1e3, 3), "detail": fail})
 
         rt = self.root.router
-        for h in self.hosts():
-            if h["state"] != "running":
-                check("host agent", f"{h['mesh']}[{h['index']}]", h["pid"], h["hostname"], None,
+        hosts = self.hosts()
+        running = [h for h in hosts if h["state"] == "running"]
+        pings = dict(zip((h["address"] for h in running), ask(rt, [Request(h["address"], _wire.SVC_LAUNCH, "ping")
+                                                                    for h in running], self.timeout), strict=True))
+        for h in hosts:
+            name = f"{h['mesh']}[{h['index']}]"
+            ping = pings.get(h["address"])
+            if ping is None:
+                check("host agent", name, h["pid"], h["hostname"], None,
                       f"exited: {rt.dead_peers.get(h['address'], h['returncode'])}")
-                continue
-            t0 = time.monotonic()
-            answered = self._request(h["address"], _wire.SVC_LAUNCH, "ping", [], self.timeout, none_ok=True)
-            latency = time.monotonic() - t0
-            check("host agent", f"{h['mesh']}[{h['index']}]", h["pid"], h["hostname"], latency,
-                  "" if answered else f"did not answer a ping within {self.timeout:g} s")
+            else:
+                check("host agent", name, h["pid"], h["hostname"], ping.seconds,
+                      "" if ping.ok else f"did not answer a ping within {self.timeout:g} s")
         answers = self._ask()
         procs = {p["address"]: p for p in self.procs()}
         for p in procs.values():
@@ -220,35 +216,6 @@ class Snapshot:
                 check("actor", display, pid, host, self.latency.get(address), fail)
         return checks
 
-    def _request(self, address: str, service: str, op: str, payload: list, timeout: float,
-                 none_ok: bool = False) -> Any:
-        """One ``service``/``op`` request to ``address``; its answer, or None (no answer in ``timeout`` s)."""
-        rt = self.root.router
-        got: list[Any] = []
-        done = threading.Event()
-
-        def on_reply(hdr: _wire.PortHeader, frames: list) -> None:
-            if got:
-                return
-            if hdr.status == _wire.OK:
-                try:
-                    got.append(_serial.loads(frames))
-                except Exception:  # noqa: BLE001 - a malformed answer is no answer
-                    return
-            done.set()  # an error answer (no such service there): no answer, without waiting out the bound
-
-        port = rt.open_port(on_reply)
-        try:
-            rt.send(address, [_wire.sys_header(service, op, rt.address, port), *payload])
-            done.wait(timeout)
-        except PeerUnreachable:
-            pass
-        finally:
-            rt.close_port(port)
-        if none_ok:
-            return bool(got)
-        return got[0] if got else None
-
     # -- asking the procs -------------------------------------------------------------
     def _ask(self) -> dict[str, dict[str, Any]]:
         """Every live proc's introspection record by address (those that answered in time)."""
@@ -257,41 +224,8 @@ class Snapshot:
         rt = self.root.router
         targets = [rec.address for _m, rec in self._proc_records()
                    if rec.returncode is None and rec.address and rec.address not in rt.dead_peers]
-        answers: dict[str, dict[str, Any]] = {}
-        lock = threading.Lock()
-        all_in = threading.Event()
-        wanted = set(targets)
-
-        def on_reply(hdr: _wire.PortHeader, payload: list) -> None:
-            if hdr.status != _wire.OK:
-                return
-            try:
-                record = _serial.loads(payload)
-                address = record["address"]
-            except Exception:  # noqa: BLE001 - a malformed answer is no answer
-                return
-            with lock:
-                if address in wanted:
-                    answers[address] = record
-                    self.latency[address] = time.monotonic() - t0
-                    if len(answers) == len(wanted):
-                        all_in.set()
-
-        port = rt.open_port(on_reply)
-        t0 = time.monotonic()
-        try:
-            for address in targets:
-                try:
-                    rt.send(address, [_wire.sys_header(_wire.SVC_PROC, "introspect", rt.address, port)])
-                except PeerUnreachable:
-                    wanted.discard(address)
-            if wanted:
-                all_in.wait(self.timeout)
-        finally:
-            rt.close_port(port)
-        with lock:
-            self._answers = dict(answers)
+        answers = ask(rt, [Request(address, _wire.SVC_PROC, "introspect") for address in targets], self.timeout)
+        self._answers = {address: a.value for address, a in zip(targets, answers, strict=True) if a.ok}
+        self.latency = {address: a.seconds for address, a in zip(targets, answers, strict=True)
+                        if a.ok and a.seconds is not None}
         return self._answers
-
-    def __repr__(self) -> str:
-        return f"<Snapshot at {time.strftime('%H:%M:%S')}>"

@@ -25,7 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._log import get_logger
+from ..._transport._route import host_of
 from ..router._router import PeerUnreachable, Router
+from ..services._ask import Request, ask
 from ..values import _serial, _wire
 from ..values._context import _current
 
@@ -104,33 +106,16 @@ class _RemotePdb(pdb.Pdb):
 
 
 def _listen_host(router: Router) -> str:
-    host = router.address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]") if router.spans_hosts else ""
-    return host or "127.0.0.1"
+    return (host_of(router.address) if router.spans_hosts else None) or "127.0.0.1"
 
 
 def _ask_owner(router: Router, owner: str, session: dict[str, Any]) -> str:
     """'' if the owner records the session (a debugger may attach), else why not."""
-    answer: list[str] = []
-    got = threading.Event()
-
-    def on_reply(hdr: _wire.PortHeader, payload: list) -> None:
-        try:
-            answer.append(str(_serial.loads(payload)) if hdr.status == _wire.OK else "the owner refused")
-        except Exception:  # noqa: BLE001 - malformed: refused
-            answer.append("the owner's answer was unreadable")
-        got.set()
-
-    port = router.open_port(on_reply)
-    try:
-        router.send(owner, [_wire.sys_header(_wire.SVC_PROC, "debug_wait", router.address, port),
-                            *_serial.dumps(session)])
-        if not got.wait(ASK_TIMEOUT_S):
-            return f"the owner did not answer within {ASK_TIMEOUT_S:g} s"
-    except PeerUnreachable as exc:
-        return f"the owner is unreachable: {exc}"
-    finally:
-        router.close_port(port)
-    return answer[0]
+    (answer,) = ask(router, [Request(owner, _wire.SVC_PROC, "debug_wait", tuple(_serial.dumps(session)))],
+                    ASK_TIMEOUT_S)
+    if answer.status is None:
+        return f"the owner did not answer within {ASK_TIMEOUT_S:g} s (or cannot be reached)"
+    return str(answer.value) if answer.ok else f"the owner refused: {answer.value}"
 
 
 def _first_line(conn: socket.socket, limit: int = 256) -> str:

@@ -17,16 +17,17 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
-from ..plumbing._stop_guard import _runner_frame
+from ..plumbing._stop_guard import _runner_frame, class_name
 from ._stats import EMPTY, counting, start_counting
 
-__all__ = ["actor_record", "process_record", "thread_stacks"]
+__all__ = ["actor_record", "process_record", "rss_bytes", "thread_stacks"]
 
 _HOST = socket.gethostname()
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
+    """This process's resident memory."""
     try:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[1]) * _PAGE
@@ -49,13 +50,12 @@ def actor_record(runner: Any, frames: dict[int, Any]) -> dict[str, Any]:
         state = "busy"
     else:
         state = "idle"
-    cls = runner.cls
     return {
         "key": runner.key,
         "mesh": instance.name,
         "rank": instance.rank.rank,
         "point": str(instance.rank) if len(instance.rank) else "",
-        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "class": class_name(runner.cls),
         "state": state,
         "mailbox": len(runner._mailbox),
         "endpoint": running or None,
@@ -64,8 +64,8 @@ def actor_record(runner: Any, frames: dict[int, Any]) -> dict[str, Any]:
     }
 
 
-def process_record(role: str, name: str, address: str, transport: str, runners: Iterable[Any]) -> dict[str, Any]:
-    """This process (listening at ``address``): pid, host, memory, CPU, threads, transport, and each of its actors."""
+def process_record(role: str, name: str, transport: str, runners: Iterable[Any]) -> dict[str, Any]:
+    """This process: pid, host, memory, CPU, threads, transport, and each of its actors."""
     runners = list(runners)
     if not counting():  # someone looks: count the actors' calls from now on
         start_counting(runners)
@@ -76,9 +76,8 @@ def process_record(role: str, name: str, address: str, transport: str, runners: 
         "host": _HOST,
         "role": role,
         "name": name,
-        "address": address,
         "transport": transport,
-        "rss_bytes": _rss_bytes(),
+        "rss_bytes": rss_bytes(),
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "threads": threading.active_count(),
         "time": time.time(),

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..._log import get_logger
+from ..plumbing._stop_guard import class_name
+from ._introspect import rss_bytes
 from ._stats import start_counting
 
 __all__ = ["DROPPED", "FLUSH_TIMEOUT_MS", "start_metrics", "track_actor"]
@@ -42,18 +44,8 @@ _started: list[Any] = []
 _tracked: dict[tuple[str, int], tuple[dict[str, Any], Any]] = {}
 
 
-def _rss() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _attrs(runner: Any) -> dict[str, Any]:
-    cls = runner.cls
-    return {"mesh": runner.instance.name, "rank": runner.instance.rank.rank,
-            "class": f"{cls.__module__}.{cls.__qualname__}"}
+    return {"mesh": runner.instance.name, "rank": runner.instance.rank.rank, "class": class_name(runner.cls)}
 
 
 def track_actor(runner: Any) -> None:
@@ -133,7 +125,7 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
         return [Observation(len(r._mailbox), _attrs(r)) for r in list(runners())]
 
     def memory(_options: CallbackOptions) -> list[Observation]:
-        return [Observation(_rss())]
+        return [Observation(rss_bytes())]
 
     def cpu(_options: CallbackOptions) -> list[Observation]:
         usage = resource.getrusage(resource.RUSAGE_SELF)

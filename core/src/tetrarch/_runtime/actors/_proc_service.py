@@ -73,23 +73,23 @@ class ProcService:
             self._spawn(payload, raddr, rport)
         elif op == "stop_actor":  # (key, origin, seq): after every call its sender made before, by any path
             key, origin, seq = pickle.loads(payload[0])
-            self.router.admit(origin, seq, self._stop_actor, key, raddr, rport)
+            self.router.sequencer.admit(origin, seq, self._stop_actor, key, raddr, rport)
         elif op == "stop":  # (origin, seq) when its sender numbered it: after that sender's calls
             if payload:
                 origin, seq = pickle.loads(payload[0])
-                self.router.admit(origin, seq, self._stop_all, raddr, rport)
+                self.router.sequencer.admit(origin, seq, self._stop_all, raddr, rport)
             else:
                 self._stop_all(raddr, rport)
         elif op == "introspect":  # the admin server asks what runs here (actors/_introspect)
             record = process_record("proc" if self._on_exit is not None else "client", self.router.name,
-                                    self.router.address, self.router.transport.name, self.runners.values())
+                                    self.router.transport.name, self.runners.values())
             self.router.reply_later(raddr, rport, 0, _wire.OK, record)
         elif op == "debug_wait":  # an actor of a mesh we own paused in breakpoint() (actors/_debug)
             self.router.reply_later(raddr, rport, 0, _wire.OK, SESSIONS.waiting(_serial.loads(payload)))
         elif op == "debug_end":
             SESSIONS.ended(str(_serial.loads(payload)))
         elif op == "stack":  # the Python stack of every thread, the actors' marked (tetrarch stack)
-            self.router.reply_later(raddr, rport, 0, _wire.OK, {"address": self.router.address, "pid": os.getpid(),
+            self.router.reply_later(raddr, rport, 0, _wire.OK, {"pid": os.getpid(),
                                                                "threads": thread_stacks(self.runners.values())})
         elif op == "exit" and self._on_exit is not None and not self.exit_reason:  # procs only
             self.exit_reason = str(_serial.loads(payload)) or "told to exit"
