@@ -225,9 +225,9 @@ class ActorMesh(MeshTrait, Generic[T]):
         coll.watch_targets(by_addr)
         for i, (addr, key) in enumerate(targets):
             try:
-                rt.connect(addr)  # numbered after the calls before it, which may have gone through a relay
+                stamp = rt.stamp(addr)  # numbered after the calls before it, which may have gone through a relay
                 rt.send(addr, [_wire.sys_header(_wire.SVC_PROC, "stop_actor", rt.address, coll.port),
-                               pickle.dumps((key, rt.origin, rt.next_seq(addr)))])
+                               pickle.dumps((key, *stamp))])
             except PeerUnreachable:
                 coll.fail(i, "proc unreachable")
         fut: Future[None] = Future._new()

@@ -94,9 +94,7 @@ def stop_procs(root: Root, what: str, procs: list[ProcRecord], hosts: list[Any])
     waiter = root.launches.expect_exits(alive, reports=True)
     for p in alive:
         try:  # numbered: after every call we sent it before, relayed ones included
-            rt.connect(p.address)
-            rt.send(p.address, [_wire.sys_header(_wire.SVC_PROC, "stop"), pickle.dumps((rt.origin,
-                                                                                       rt.next_seq(p.address)))])
+            rt.send(p.address, [_wire.sys_header(_wire.SVC_PROC, "stop"), pickle.dumps(rt.stamp(p.address))])
         except PeerUnreachable:
             pass
     waiter.wait_until(over, deadline)

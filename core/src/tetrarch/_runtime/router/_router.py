@@ -312,10 +312,14 @@ class Router:
         Raises:
             PeerRefused, PeerUnreachable: as :meth:`send`.
         """
-        self.connect(address)
-        hdr = _wire.call_header(actor, method, reply_addr, reply_port, rank, labels, sizes, self.origin,
-                                self.next_seq(address))
+        hdr = _wire.call_header(actor, method, reply_addr, reply_port, rank, labels, sizes, *self.stamp(address))
         self.send(address, [hdr, *payload])
+
+    def stamp(self, address: str) -> tuple[str, int]:
+        """``(origin, number)`` for a sequenced message to ``address``, once a connection is up (raises as
+        :meth:`connect`): a number is never taken for a message that cannot leave."""
+        self.connect(address)
+        return self.origin, self.next_seq(address)
 
     def reply(self, address: str | None, port: int | None, tag: int, status: int, value: Any,
               origin: tuple[str, str] = ("", "")) -> None:
@@ -475,10 +479,6 @@ class Router:
             else:
                 service(hdr, frames[1:], conn)
 
-    def admit(self, origin: str, seq: int, fn: Callable[..., None], *args: Any) -> None:
-        """Run ``fn(*args)`` in ``origin``'s order: message ``seq`` of its sequenced ones to us (:mod:`._sequencer`)."""
-        self.sequencer.admit(origin, seq, fn, *args)
-
     def _deliver_call(self, hdr: _wire.CallHeader, payload: list) -> None:
         mailbox = self.mailboxes.get(hdr.actor)
         if mailbox is not None:
@@ -534,15 +534,12 @@ class Router:
         """Whether ``address`` is one this router listens on."""
         return address in self._own_addresses
 
-    def connected(self, address: str) -> bool:
-        """Whether a message to ``address`` would go out without dialing (a route is up, or it is ours)."""
-        return self._reachable_now(address)
-
     def on_io_thread(self) -> bool:
         """Whether the calling thread is dispatching a message (it must not dial: use the ``*_later`` sends)."""
         return getattr(self._dialing, "in_dispatch", False)
 
-    def _reachable_now(self, address: str) -> bool:
+    def connected(self, address: str) -> bool:
+        """Whether a message to ``address`` would go out without dialing (a route is up, or it is ours)."""
         conn = self._routes.get(address)
         return (conn is not None and not conn.closed) or address in self._own_addresses
 
@@ -550,7 +547,7 @@ class Router:
         """:meth:`reply`, from a handler on the I/O thread (dials on a helper thread if needed)."""
         if address is None or port is None:
             return
-        if self._reachable_now(address):
+        if self.connected(address):
             self.reply(address, port, tag, status, value)
         else:
             threading.Thread(target=self.reply, args=(address, port, tag, status, value), daemon=True).start()
@@ -565,7 +562,7 @@ class Router:
             except PeerUnreachable:
                 pass
 
-        if self._reachable_now(address):
+        if self.connected(address):
             go()
         else:
             threading.Thread(target=go, daemon=True).start()
