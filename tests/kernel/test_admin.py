@@ -17,14 +17,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from admin_actors import Watched
 from tetrarch import ArgumentError, this_host
+from tetrarch._runtime.services._stack import pyspy_path
 from tetrarch.testing import scaled
 
 pytest.importorskip("starlette", reason="the admin server needs starlette: pip install \"tetrarch[admin]\"")
@@ -72,10 +73,38 @@ def _get(server: Any, path: str, token: str | None = "") -> tuple[int, Any]:
         return exc.code, json.loads(exc.read() or b"null")
 
 
+def _tetrarch(admin_dir: Path, *args: str, stdin: str | None = None,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The command line ``tetrarch ARGS``, finding running programs through ``admin_dir`` (``env``: added)."""
+    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "tetrarch", *args], env=env, input=stdin, capture_output=True,
+                          text=True, timeout=scaled(60))
+
+
 def _ps(admin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}
-    return subprocess.run([sys.executable, "-m", "tetrarch", "ps", *args], env=env, capture_output=True, text=True,
-                          timeout=scaled(60))
+    return _tetrarch(admin_dir, "ps", *args)
+
+
+T = TypeVar("T")
+
+
+def _until(probe: Callable[[], T], done: Callable[[T], Any], limit_s: float) -> T:
+    """``probe()`` again until ``done`` says its result will do, or ``limit_s`` (scaled) passed: the last result."""
+    deadline = time.monotonic() + scaled(limit_s)
+    while True:
+        result = probe()
+        if done(result) or time.monotonic() > deadline:
+            return result
+
+
+def _busy_watched(admin_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``ps`` of the busy actors of the ``watched`` mesh, once one is busy (or the bound passed)."""
+    return _until(lambda: _ps(admin_dir, "--json", "--mesh", "watched", "--state", "busy"),
+                  lambda res: res.returncode != 0 or json.loads(res.stdout or "[]"), 30)
+
+
+#: Whether py-spy is where the host agents look for it.
+HAVE_PYSPY = pyspy_path() is not None
 
 
 def test_the_openapi_document_validates_and_every_resource_answers_as_it_says(served) -> None:
@@ -137,13 +166,9 @@ def test_ps_lists_the_actors_and_shows_a_busy_one_with_its_endpoint(served, admi
     flag = tmp_path / "release"
     blocked = mesh.slice(gpus=2).block_until.call_one(str(flag), scaled(60))
     try:
-        deadline = time.monotonic() + scaled(30)
-        while True:
-            res = _ps(admin_dir, "--json", "--mesh", "watched", "--state", "busy")
-            assert res.returncode == 0, res.stderr
-            rows = json.loads(res.stdout)
-            if rows or time.monotonic() > deadline:
-                break
+        res = _busy_watched(admin_dir)
+        assert res.returncode == 0, res.stderr
+        rows = json.loads(res.stdout)
         assert [(r["rank"], r["endpoint"]) for r in rows] == [(2, "block_until")]
         assert rows[0]["running_for_s"] > 0
     finally:
@@ -187,14 +212,8 @@ def test_stack_marks_the_actor_thread_and_the_endpoint_it_is_in(served, admin_di
     flag = tmp_path / "release"
     blocked = mesh.slice(gpus=1).block_until.call_one(str(flag), scaled(60))
     try:
-        deadline = time.monotonic() + scaled(30)
-        while True:
-            res = _ps(admin_dir, "--json", "--mesh", "watched", "--state", "busy")
-            if json.loads(res.stdout or "[]") or time.monotonic() > deadline:
-                break
-        res = subprocess.run([sys.executable, "-m", "tetrarch", "stack", "watched[1]", "--json"],
-                             env={**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}, capture_output=True,
-                             text=True, timeout=scaled(60))
+        _busy_watched(admin_dir)
+        res = _tetrarch(admin_dir, "stack", "watched[1]", "--json")
     finally:
         flag.touch()
     assert blocked.get(timeout=scaled(30)) is True
@@ -203,27 +222,23 @@ def test_stack_marks_the_actor_thread_and_the_endpoint_it_is_in(served, admin_di
     assert out["state"] == "running" and out["rank"] == 1
     (actor,) = [t for t in out["threads"] if t["actor"]]
     assert actor["endpoint"] == "block_until" and "in block_until" in actor["stack"]
-    if shutil.which("py-spy") or (Path(sys.executable).parent / "py-spy").exists():
+    if HAVE_PYSPY:
         assert out["pyspy"] and "block_until" in out["pyspy"], out["notes"]
     else:
         assert any("py-spy is not installed" in n for n in out["notes"])
-    text = subprocess.run([sys.executable, "-m", "tetrarch", "stack", "watched[1]"],
-                          env={**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}, capture_output=True, text=True,
-                          timeout=scaled(60))
+    text = _tetrarch(admin_dir, "stack", "watched[1]")
     assert "<- actor watched" in text.stdout and text.returncode == 0
 
 
 def test_stack_says_so_for_an_unknown_actor(served, admin_dir: Path) -> None:
-    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}
     for actor, says in (("nosuch[0]", "no actor mesh named 'nosuch'"), ("watched[9]", "has no rank 9"),
                         ("watched", "has 4 actors: say which")):
-        res = subprocess.run([sys.executable, "-m", "tetrarch", "stack", actor], env=env, capture_output=True,
-                             text=True, timeout=scaled(60))
+        res = _tetrarch(admin_dir, "stack", actor)
         assert res.returncode == 1 and says in res.stderr, (actor, res.stderr)
 
 
 def test_stack_sees_a_proc_held_in_a_c_call_with_py_spy(served) -> None:
-    if not (shutil.which("py-spy") or (Path(sys.executable).parent / "py-spy").exists()):
+    if not HAVE_PYSPY:
         pytest.skip("py-spy is not installed (pip install py-spy): a proc that holds its GIL cannot be seen")
     server, _ = served
     pm = this_host().spawn_procs(per_host={"gpus": 1}, name="gil")
@@ -232,12 +247,9 @@ def test_stack_sees_a_proc_held_in_a_c_call_with_py_spy(served) -> None:
         mesh.initialized.get(timeout=scaled(30))
         (proc,) = pm._procs
         mesh.hold_gil.call_one()
-        deadline = time.monotonic() + scaled(60)
-        while True:
-            status, out = _get(server, "/api/v1/stack?mesh=gil&rank=0")
-            assert status == 200, out
-            if (out["state"] == "not answering" and out["pyspy"]) or time.monotonic() > deadline:
-                break
+        status, out = _until(lambda: _get(server, "/api/v1/stack?mesh=gil&rank=0"),
+                             lambda got: got[0] != 200 or (got[1]["state"] == "not answering" and got[1]["pyspy"]), 60)
+        assert status == 200, out
         assert out["state"] == "not answering" and out["threads"] is None
         assert "hold_gil" in out["pyspy"], out
     finally:
@@ -263,11 +275,8 @@ def test_the_admin_setting_serves_a_program_without_code_for_it(tmp_path) -> Non
 
 
 def test_doctor_mesh_passes_a_healthy_program_and_fails_a_stopped_proc(served, admin_dir: Path) -> None:
-    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir)}
-
     def doctor() -> tuple[int, list[dict[str, Any]]]:
-        res = subprocess.run([sys.executable, "-m", "tetrarch", "doctor", "mesh", "--json", "--slow-ms", "5000"],
-                             env=env, capture_output=True, text=True, timeout=scaled(60))
+        res = _tetrarch(admin_dir, "doctor", "mesh", "--json", "--slow-ms", "5000")
         return res.returncode, json.loads(res.stdout or "[]")
 
     status, checks = doctor()
@@ -287,8 +296,7 @@ def test_doctor_mesh_passes_a_healthy_program_and_fails_a_stopped_proc(served, a
         assert status == 1
         failed = {(c["kind"], c["pid"]) for c in checks if c["status"] == "fail"}
         assert failed == {("proc", proc.pid), ("actor", proc.pid)}, checks
-        text = subprocess.run([sys.executable, "-m", "tetrarch", "doctor", "mesh"], env=env, capture_output=True,
-                              text=True, timeout=scaled(60))
+        text = _tetrarch(admin_dir, "doctor", "mesh")
         assert "pass" in text.stdout and text.returncode in (0, 1)
     finally:
         pm.stop().get(timeout=scaled(60))
@@ -348,15 +356,10 @@ def test_breakpoint_in_an_endpoint_is_debugged_with_tetrarch_debug(tmp_path) -> 
     prog = _scenario("admin_debug.py", {"TETRARCH_ADMIN": "1", "TETRARCH_ADMIN_DIR": str(tmp_path)})
     env = {**os.environ, "TETRARCH_ADMIN_DIR": str(tmp_path)}
     try:
-        deadline = time.monotonic() + scaled(60)
-        while True:  # both ranks pause; wait until the client lists them
-            listed = subprocess.run([sys.executable, "-m", "tetrarch", "debug", "--list"], env=env,
-                                    capture_output=True, text=True, timeout=scaled(60))
-            if listed.stdout.count("stepper") >= 2 or time.monotonic() > deadline:
-                break
+        listed = _until(lambda: _tetrarch(tmp_path, "debug", "--list"),  # both ranks pause: until both are listed
+                        lambda res: res.stdout.count("stepper") >= 2, 60)
         assert "stepper" in listed.stdout and "in step" in listed.stdout, listed.stdout + listed.stderr
-        several = subprocess.run([sys.executable, "-m", "tetrarch", "debug"], env=env, capture_output=True,
-                                 text=True, timeout=scaled(60))
+        several = _tetrarch(tmp_path, "debug")
         assert several.returncode == 1 and "--attach" in several.stderr
         for rank, x in ((1, 5), (0, 1)):
             child = pexpect.spawn(sys.executable, ["-m", "tetrarch", "debug", "--attach", f"stepper[{rank}]"],
@@ -399,14 +402,9 @@ def test_top_draws_the_busiest_actors_and_endpoints(served, admin_dir: Path, tmp
     flag = tmp_path / "release"
     blocked = mesh.slice(gpus=3).block_until.call_one(str(flag), scaled(60))
     try:
-        deadline = time.monotonic() + scaled(30)
-        while True:
-            res = subprocess.run([sys.executable, "-m", "tetrarch", "top", "--once", "--interval", "0.2"],
-                                 env={**os.environ, "TETRARCH_ADMIN_DIR": str(admin_dir), "COLUMNS": "200"},
-                                 capture_output=True, text=True, timeout=scaled(60))
-            assert res.returncode == 0, res.stderr
-            if "block_until" in res.stdout or time.monotonic() > deadline:
-                break
+        res = _until(lambda: _tetrarch(admin_dir, "top", "--once", "--interval", "0.2", env={"COLUMNS": "200"}),
+                     lambda res: res.returncode != 0 or "block_until" in res.stdout, 30)
+        assert res.returncode == 0, res.stderr
     finally:
         flag.touch()
     assert blocked.get(timeout=scaled(30)) is True
@@ -418,16 +416,10 @@ def test_top_draws_the_busiest_actors_and_endpoints(served, admin_dir: Path, tmp
 
 def test_breakpoint_in_a_script_run_through_spmd_is_debugged_too(tmp_path) -> None:
     prog = _scenario("admin_spmd.py", {"TETRARCH_ADMIN": "1", "TETRARCH_ADMIN_DIR": str(tmp_path)})
-    env = {**os.environ, "TETRARCH_ADMIN_DIR": str(tmp_path)}
     try:
-        deadline = time.monotonic() + scaled(60)
-        while True:
-            listed = subprocess.run([sys.executable, "-m", "tetrarch", "debug", "--list"], env=env,
-                                    capture_output=True, text=True, timeout=scaled(60))
-            if "admin_spmd_script.py" in listed.stdout or time.monotonic() > deadline:
-                break
-        session = subprocess.run([sys.executable, "-m", "tetrarch", "debug"], env=env, input="p x\nc\n",
-                                 capture_output=True, text=True, timeout=scaled(60))
+        listed = _until(lambda: _tetrarch(tmp_path, "debug", "--list"),
+                        lambda res: "admin_spmd_script.py" in res.stdout, 60)
+        session = _tetrarch(tmp_path, "debug", stdin="p x\nc\n")
         out, err = prog.communicate(timeout=scaled(60))
     finally:
         if prog.poll() is None:
