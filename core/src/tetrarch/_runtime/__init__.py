@@ -63,6 +63,8 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_port``         Port and PortReceiver
     ``_collect``      gathering the replies of one operation
     ``_relay``        mesh calls through each host's agent: one message per host each way
+    ``_ask``          questions to other processes' services, each answer awaited within its own bound
+    ``_stack``        a host agent's py-spy dumps of its procs
     ``_endpoint``     Endpoint[P, R] and its adverbs over a mesh
     ``_output``       procs' stdout and stderr at their owner, prefixed with mesh and rank; process titles
 
