@@ -49,6 +49,7 @@ from tetrarch.plugins.transport import (
     batch_helper_threads,
     consume,
     header,
+    helper_thread_policy,
     nbytes,
     receive_buffers,
 )
@@ -97,13 +98,41 @@ _THREAD_LOOKS = 8
 _looks = 0
 
 
+_first_socket = threading.Lock()
+_nng_started = False
+
+
+def _open_pair(recv_buffer: int) -> pynng.Pair0:
+    return pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=recv_buffer, send_buffer_size=_SEND_BUFFER)
+
+
+def _first_pair(recv_buffer: int) -> pynng.Pair0:
+    """The process's first socket, opened under the helper threads' policy: nng starts all its threads
+    (task queue, reaper, timers, resolver, poller) while it opens its first socket, and a new thread
+    takes its creator's policy, so every one of them is born with it, however late it names itself."""
+    global _nng_started
+    with _first_socket:
+        if _nng_started:
+            return _open_pair(recv_buffer)
+        policy = helper_thread_policy()
+        mine = os.sched_getscheduler(0) if policy is not None else None
+        try:
+            if policy is not None and mine == os.SCHED_OTHER:
+                os.sched_setscheduler(0, policy, os.sched_param(0))
+            return _open_pair(recv_buffer)
+        finally:
+            _nng_started = True
+            if policy is not None and mine == os.SCHED_OTHER:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
 def pair_socket(recv_buffer: int = RECV_BUFFER) -> pynng.Pair0:
     """A fresh ``pair0`` socket for one connection (its descriptor comes with :func:`hand_over`)."""
     global _looks
-    sock = pynng.Pair0(recv_max_size=CHUNK, recv_buffer_size=recv_buffer, send_buffer_size=_SEND_BUFFER)
-    # nng starts its threads with its first socket, and each names itself once it runs: one not
-    # yet named at the first look is caught at one of the next few sockets. Only the first few:
-    # a flood of connections must not cost a /proc scan each.
+    sock = _open_pair(recv_buffer) if _nng_started else _first_pair(recv_buffer)
+    # Threads nng may start later (and any a policy change missed) are caught by a look at the
+    # process's next few sockets. Only the first few: a flood of connections must not cost a
+    # /proc scan each.
     if _looks < _THREAD_LOOKS:
         _looks += 1
         batch_helper_threads("nng:")
