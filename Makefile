@@ -79,11 +79,11 @@ $(STAMP): $(PYPROJECTS) Makefile | deps-apt
 	$(PIP) install "$(TORCH)"
 	$(PIP) install $(THIRD_PARTY) $(LINT_TOOLS)
 	@# Register all seven local distributions first (no dependencies), then resolve
-	@# core[test,admin,otel]: requirements of core's extras that name plugin distributions are then
+	@# core[test,admin,otel,trace,sql]: requirements of core's extras that name plugin distributions are then
 	@# satisfied by these folders, never looked up on an index. Plugins stay --no-deps:
 	@# their third-party dependencies are installed above.
 	$(PIP) install --no-deps -e core $(foreach p,$(PLUGIN_DIRS),-e $(p))
-	$(PIP) install -e "core[test,admin,otel]"
+	$(PIP) install -e "core[test,admin,otel,trace,sql]"
 	touch $@
 
 # The repository's own sources are installed editable, so nothing compiled them to bytecode the

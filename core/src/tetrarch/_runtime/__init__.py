@@ -129,7 +129,7 @@ from __future__ import annotations
 __all__ = ["EXACT", "LAYERS"]
 
 #: Packages that hold layers of their own: their names in ``LAYERS`` mean their ``__init__`` only.
-EXACT = frozenset({"tetrarch", "tetrarch._runtime"})
+EXACT = frozenset({"tetrarch", "tetrarch._runtime", "tetrarch._telemetry"})
 
 #: The stack, bottom first: ``(layer, modules)``. Module names are absolute; a package name
 #: stands for every module in it (the longest name that matches a module wins), except the
@@ -137,7 +137,7 @@ EXACT = frozenset({"tetrarch", "tetrarch._runtime"})
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_launch", "tetrarch._config_monarch",
                     "tetrarch._config_plugins", "tetrarch._config_doc", "tetrarch._config_setting", "tetrarch._log",
-                    "tetrarch._lazy", "tetrarch._client_hooks", "tetrarch._events",
+                    "tetrarch._lazy", "tetrarch._client_hooks", "tetrarch._events", "tetrarch._telemetry",
                     "tetrarch._version", "tetrarch._runtime", "tetrarch.config")),
     ("values", ("tetrarch._runtime.values",)),
     ("plumbing", ("tetrarch._runtime.plumbing",)),

@@ -1,0 +1,60 @@
+"""Telemetry records inside one process, and who listens to them.
+
+The call path, spawn and the lifecycle code *publish* finished records here; exporters
+*subscribe* (the Perfetto trace-file writer, the OTLP span exporter, the forwarder to the
+host's SQL store). Publishing with no subscriber costs one list check, and nothing is
+built before :data:`TRACING` says a span is wanted at all.
+
+A span is a :class:`SpanRecord`; ids are ints (128-bit trace, 64-bit span), 0 meaning none.
+Span names: ``send`` (the caller, from the call until its outcome is known), ``receive``
+(the actor's process, from the message's arrival until its handler starts), ``handle``
+(the handler), ``spawn`` (a mesh's spawn, on the caller). ``attrs`` carries ``mesh``,
+``endpoint``, ``rank``, ``status`` (``ok``/``error``/``dead``) as they apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+__all__ = ["SPAN_LISTENERS", "SpanRecord", "publish_span", "subscribe_spans", "unsubscribe_spans"]
+
+
+class SpanRecord(NamedTuple):
+    """One finished span of this process."""
+
+    trace_id: int
+    span_id: int
+    parent_id: int
+    name: str
+    start_ns: int  #: ``time.time_ns()`` at the start
+    end_ns: int
+    pid: int
+    tid: int  #: ``threading.get_native_id()`` of the thread that ran it
+    attrs: dict[str, Any]
+
+
+#: The subscribers; each is called with every span this process finishes, on the finishing
+#: thread: it must be quick and must not raise (buffer, then export elsewhere).
+SPAN_LISTENERS: list[Callable[[SpanRecord], None]] = []
+
+
+def subscribe_spans(fn: Callable[[SpanRecord], None]) -> None:
+    """Call ``fn`` with every span this process finishes from now on."""
+    if fn not in SPAN_LISTENERS:
+        SPAN_LISTENERS.append(fn)
+
+
+def unsubscribe_spans(fn: Callable[[SpanRecord], None]) -> None:
+    """Stop calling ``fn``; a no-op if it was not subscribed."""
+    if fn in SPAN_LISTENERS:
+        SPAN_LISTENERS.remove(fn)
+
+
+def publish_span(rec: SpanRecord) -> None:
+    """Hand ``rec`` to every subscriber; a subscriber that raises is dropped from this span only."""
+    for fn in SPAN_LISTENERS:
+        try:
+            fn(rec)
+        except Exception:  # noqa: BLE001 - telemetry never breaks the program
+            pass
