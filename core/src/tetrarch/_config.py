@@ -114,8 +114,15 @@ __all__ = [
     "SPIN_US",
     "STANDBY",
     "STOP_TIMEOUT",
+    "TELEMETRY_DIR",
+    "TELEMETRY_DISK_MB",
+    "TELEMETRY_ROWS",
+    "TELEMETRY_STORE",
     "TEST_SETTINGS",
     "TEST_SLOWDOWN",
+    "TRACE_EXPORT",
+    "TRACE_FILE",
+    "TRACE_SAMPLE",
     "TRANSPORT",
     "LaunchVar",
     "Setting",
@@ -244,6 +251,39 @@ EVENT_LOG: Setting[str] = Setting(
     "stderr: `json` or `text`; empty: only to the application's own handlers of the `tetrarch.events` "
     "loggers (docs/telemetry.md)",
 )
+TRACE_SAMPLE: Setting[float] = Setting(
+    "trace_sample", "TETRARCH_TRACE_SAMPLE", float, 0.0,
+    "the fraction of calls and spawns traced (0 to 1; 0: tracing off): spans of send, receive and handle, "
+    "linked across processes; a traced call's nested calls are traced too (docs/telemetry.md)",
+)
+TRACE_FILE: Setting[str] = Setting(
+    "trace_file", "TETRARCH_TRACE_FILE", str, "",
+    "write every process's spans to this Perfetto trace file when the program ends (trace_sample 1 "
+    "unless set); `tetrarch trace -- python prog.py` sets it (docs/telemetry.md)",
+)
+TRACE_EXPORT: Setting[str] = Setting(
+    "trace_export", "TETRARCH_TRACE_EXPORT", str, "",
+    "`otlp`: every process exports its spans through OpenTelemetry's OTLP exporter, configured by the "
+    "standard OTEL_* variables; empty: spans go only to the trace file and the telemetry store",
+)
+TELEMETRY_STORE: Setting[bool] = Setting(
+    "telemetry_store", "TETRARCH_TELEMETRY_STORE", bool, True,
+    "each host agent keeps its procs' lifecycle events, spans and metric points for SQL "
+    "(job.telemetry.query, `tetrarch query`), within telemetry_rows and telemetry_disk_mb",
+)
+TELEMETRY_ROWS: Setting[int] = Setting(
+    "telemetry_rows", "TETRARCH_TELEMETRY_ROWS", int, 100_000,
+    "rows per table a host's telemetry store keeps in memory; older rows rotate to telemetry_dir",
+)
+TELEMETRY_DIR: Setting[str] = Setting(
+    "telemetry_dir", "TETRARCH_TELEMETRY_DIR", str, "",
+    "the folder where each host's telemetry store rotates older rows (Parquet); empty: a folder per "
+    "job under $XDG_RUNTIME_DIR/tetrarch/telemetry, else ~/.cache/tetrarch/telemetry",
+)
+TELEMETRY_DISK_MB: Setting[int] = Setting(
+    "telemetry_disk_mb", "TETRARCH_TELEMETRY_DISK_MB", int, 256,
+    "megabytes of rotated telemetry a host keeps on disk; the oldest files go first",
+)
 BATCH_IO_THREADS: Setting[bool] = Setting(
     "batch_io_threads", "TETRARCH_BATCH_IO_THREADS", bool, True,
     "libzmq's and nng's own threads run under SCHED_BATCH: a thread that hands them a message is not "
@@ -315,6 +355,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
         FORK_PROCS, PRELOAD, STANDBY, SPIN_US, RELAY_MIN, BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS,
         SHM_MIN_BYTES, SHM_POOL_BYTES, ADMIN, ADMIN_HOST, ADMIN_PORT, ADMIN_DIR, EVENT_LOG, METRICS,
+        TRACE_SAMPLE, TRACE_FILE, TRACE_EXPORT, TELEMETRY_STORE, TELEMETRY_ROWS, TELEMETRY_DIR, TELEMETRY_DISK_MB,
     )
 })
 
