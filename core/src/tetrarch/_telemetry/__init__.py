@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["SPAN_LISTENERS", "SpanRecord", "publish_span", "subscribe_spans", "unsubscribe_spans"]
+__all__ = ["READER_HOOKS", "SPAN_LISTENERS", "SpanRecord", "meter_started", "on_meter", "publish_span",
+           "subscribe_spans", "unsubscribe_spans"]
 
 
 class SpanRecord(NamedTuple):
@@ -58,3 +59,25 @@ def publish_span(rec: SpanRecord) -> None:
             fn(rec)
         except Exception:  # noqa: BLE001 - telemetry never breaks the program
             pass
+
+
+#: Each makes one more OpenTelemetry ``MetricReader`` for this process's ``MeterProvider`` when
+#: metrics start (``TETRARCH_METRICS``): register before that (a provider takes its readers once).
+READER_HOOKS: list[Callable[[], Any]] = []
+_meter_hooks: list[Callable[[Any], None]] = []
+_meter: list[Any] = []
+
+
+def on_meter(fn: Callable[[Any], None]) -> None:
+    """Call ``fn`` with this process's OpenTelemetry ``Meter`` to add its instruments: when metrics
+    start, or now if they already have. Never called while metrics are off."""
+    _meter_hooks.append(fn)
+    if _meter:
+        fn(_meter[0])
+
+
+def meter_started(meter: Any) -> None:
+    """Metrics started with ``meter`` (``actors._metrics``): run the hooks registered so far."""
+    _meter.append(meter)
+    for fn in list(_meter_hooks):
+        fn(meter)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..._log import get_logger
+from ..._telemetry import READER_HOOKS, meter_started
 from ..plumbing._stop_guard import class_name
 from ._introspect import rss_bytes
 from ._stats import start_counting
@@ -103,7 +104,13 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
     except Exception as exc:  # noqa: BLE001 - a malformed OTEL_* setting: one warning, no metrics
         _log.warning("TETRARCH_METRICS: the OTLP exporter could not be set up from the OTEL_* settings: %s", exc)
         return False
-    provider = MeterProvider(resource=resource_, metric_readers=[reader])
+    extra = []
+    for make in READER_HOOKS:
+        try:
+            extra.append(make())
+        except Exception as exc:  # noqa: BLE001 - one reader that cannot start leaves the others
+            _log.warning("metrics: a reader could not start: %s", exc)
+    provider = MeterProvider(resource=resource_, metric_readers=[reader, *extra])
     meter = provider.get_meter("tetrarch")
     start_counting(runners())
     _started.append(provider)
@@ -139,5 +146,6 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
                                   description="messages waiting for an actor")
     meter.create_observable_gauge("tetrarch.proc.memory", [memory], unit="By", description="resident memory")
     meter.create_observable_counter("tetrarch.proc.cpu_time", [cpu], unit="s", description="CPU time")
+    meter_started(meter)
     atexit.register(provider.shutdown, timeout_millis=FLUSH_TIMEOUT_MS)
     return True
