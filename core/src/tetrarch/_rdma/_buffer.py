@@ -12,6 +12,7 @@ from .._errors import ArgumentError, RDMAError
 from .._plugins import BackendKind, BackendUnavailable, Status, get_registry
 from .._runtime.values._context import context
 from .._runtime.values._future import Future
+from .._telemetry import _io
 from ._backend import LocalRegion, MemoryKind, PeerIdentity, RemoteRegion, settle
 from ._fallback_warning import QUIET, tcp_carries_a_transfer
 from ._memory import Memory, as_memory
@@ -123,6 +124,8 @@ def start_transfer(desc: Descriptor, write: bool, local: Memory, timeout: float,
     # The local memory lives until the BACKEND is done with it, not until the caller's deadline:
     # a timed-out transfer may still be copying into ``local`` (the interface's contract).
     moved.add_done_callback(_keep(local))
+    if _io.ON:
+        moved.add_done_callback(functools.partial(_io.rdma_done, name, write, region.nbytes))
     caller: CFuture[None] = CFuture()
     fut.add_done_callback(functools.partial(_relay, caller))
     verb = "write_from" if write else "read_into"

@@ -147,5 +147,14 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
     meter.create_observable_gauge("tetrarch.proc.memory", [memory], unit="By", description="resident memory")
     meter.create_observable_counter("tetrarch.proc.cpu_time", [cpu], unit="s", description="CPU time")
     meter_started(meter)
-    atexit.register(provider.shutdown, timeout_millis=FLUSH_TIMEOUT_MS)
+    atexit.register(_shutdown, provider)
     return True
+
+
+def _shutdown(provider: Any) -> None:
+    """The exit's last export, within :data:`FLUSH_TIMEOUT_MS`: a reader that did not get its turn in time
+    (the collector was slow) is no error worth a traceback at exit."""
+    try:
+        provider.shutdown(timeout_millis=FLUSH_TIMEOUT_MS)
+    except Exception as exc:  # noqa: BLE001 - the program is ending: say it, and end
+        _log.debug("metrics: the last export did not finish: %s", exc)

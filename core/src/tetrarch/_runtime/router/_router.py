@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from ..._config import CONNECT_TIMEOUT, SPIN_US
 from ..._log import get_logger
+from ..._telemetry import _io
 from ..._transport._auth import PRE_AUTH_LIMIT, Auth, AuthError, PeerInfo, Role, transport_key
 from ..._transport._base import Connection, ConnectionClosed, HandshakeRefused, Transport, TransportError
 from ..._transport._limits import PreAuthLimits, raise_open_file_limit
@@ -266,6 +267,8 @@ class Router:
             self.dispatch([memoryview(f) if not isinstance(f, memoryview) else f for f in frames], None)
             return
         conn = self._route(address)
+        if _io.ON:
+            _io.sent(address, frames)
         if len(frames) > 2:  # out-of-band buffers: shared memory on this host, reused memory on another
             frames = _shm_wire.prepare(frames, conn.context.peer, self._info.host_key,  # type: ignore[attr-defined]
                                       conn.supports_sinks)
@@ -398,6 +401,8 @@ class Router:
     def on_message(self, conn: Connection, frames: list[memoryview]) -> None:
         auth: Auth = conn.context  # type: ignore[assignment]
         if auth.done:
+            if _io.ON:
+                _io.received(auth.peer_address or conn.peer, frames)
             if frames[0][0] == 0:  # a _shm_wire prefix (a header frame is a pickle: b"\x80...")
                 try:
                     frames = _shm_wire.incoming(frames)

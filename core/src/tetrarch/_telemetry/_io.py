@@ -1,0 +1,128 @@
+"""What crossed this process's connections and RDMA backends, counted while metrics are on.
+
+The router counts each message it sends to, or receives from, an authenticated peer
+(:func:`sent`, :func:`received`), by peer address; the RDMA layer counts each finished
+transfer by backend, direction and outcome (:func:`rdma_done`). The call sites test
+:data:`ON` first, so with metrics off (the default) a message pays one global lookup.
+
+Once metrics start (``TETRARCH_METRICS=1``, :func:`tetrarch._telemetry.on_meter`), these
+observable instruments read the counters at export time:
+
+* ``tetrarch.connection.messages`` (counter, ``{message}``) [peer, direction]
+* ``tetrarch.connection.bytes`` (counter, ``By``) [peer, direction]
+* ``tetrarch.rdma.transfers`` (counter, ``{transfer}``) [backend, op, outcome]
+* ``tetrarch.rdma.bytes`` (counter, ``By``) [backend, op]: bytes of the transfers that succeeded
+
+``direction`` is ``out`` or ``in``; ``peer`` is the other process's tetrarch address. A
+message's bytes are its frames' as handed to (or received from) the transport, out-of-band
+buffers included, before a same-host payload is moved through shared memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future as CFuture
+from typing import Any
+
+from . import on_meter
+
+__all__ = ["ON", "counts", "rdma_counts", "rdma_done", "received", "sent"]
+
+#: Whether counting is on (metrics started in this process); call sites test it first.
+ON = False
+_lock = threading.Lock()
+#: peer address -> [messages out, bytes out, messages in, bytes in]
+_conns: dict[str, list[int]] = {}
+#: (backend, op, outcome) -> [transfers, bytes]
+_rdma: dict[tuple[str, str, str], list[int]] = {}
+
+
+def _size(frame: Any) -> int:
+    try:
+        return memoryview(frame).nbytes
+    except TypeError:
+        return len(frame)
+
+
+def _row(peer: str) -> list[int]:
+    row = _conns.get(peer)
+    if row is None:
+        with _lock:
+            row = _conns.setdefault(peer, [0, 0, 0, 0])
+    return row
+
+
+def sent(peer: str, frames: Sequence[Any]) -> None:
+    """One message of ``frames`` went to ``peer``."""
+    row = _row(peer)
+    n = sum(_size(f) for f in frames)
+    with _lock:
+        row[0] += 1
+        row[1] += n
+
+
+def received(peer: str, frames: Sequence[memoryview]) -> None:
+    """One message of ``frames`` came from ``peer``."""
+    row = _row(peer)
+    n = sum(f.nbytes for f in frames)
+    with _lock:
+        row[2] += 1
+        row[3] += n
+
+
+def rdma_done(backend: str, write: bool, nbytes: int, fut: CFuture[None]) -> None:
+    """A transfer of ``nbytes`` through ``backend`` finished as ``fut`` says (its done callback)."""
+    ok = not fut.cancelled() and fut.exception() is None
+    key = (backend, "write" if write else "read", "ok" if ok else "error")
+    with _lock:
+        row = _rdma.setdefault(key, [0, 0])
+        row[0] += 1
+        row[1] += nbytes if ok else 0
+
+
+def counts() -> dict[str, tuple[int, int, int, int]]:
+    """Per peer: ``(messages out, bytes out, messages in, bytes in)`` so far."""
+    with _lock:
+        return {peer: (row[0], row[1], row[2], row[3]) for peer, row in _conns.items()}
+
+
+def rdma_counts() -> dict[tuple[str, str, str], tuple[int, int]]:
+    """Per ``(backend, op, outcome)``: ``(transfers, bytes)`` so far."""
+    with _lock:
+        return {key: (row[0], row[1]) for key, row in _rdma.items()}
+
+
+def _instruments(meter: Any) -> None:
+    from opentelemetry.metrics import CallbackOptions, Observation
+
+    global ON
+    ON = True
+
+    def conn(column: int) -> Any:
+        def observe(_options: CallbackOptions) -> list[Observation]:
+            out = []
+            for peer, row in counts().items():
+                out.append(Observation(row[column], {"peer": peer, "direction": "out"}))
+                out.append(Observation(row[column + 2], {"peer": peer, "direction": "in"}))
+            return out
+        return observe
+
+    def rdma(column: int, successes_only: bool) -> Any:
+        def observe(_options: CallbackOptions) -> list[Observation]:
+            return [Observation(row[column], {"backend": b, "op": op} if successes_only else
+                                {"backend": b, "op": op, "outcome": outcome})
+                    for (b, op, outcome), row in rdma_counts().items() if not successes_only or outcome == "ok"]
+        return observe
+
+    meter.create_observable_counter("tetrarch.connection.messages", [conn(0)], unit="{message}",
+                                    description="messages sent to (out) and received from (in) a peer process")
+    meter.create_observable_counter("tetrarch.connection.bytes", [conn(1)], unit="By",
+                                    description="bytes of the messages sent to and received from a peer process")
+    meter.create_observable_counter("tetrarch.rdma.transfers", [rdma(0, False)], unit="{transfer}",
+                                    description="RDMA transfers finished, by backend, op and outcome")
+    meter.create_observable_counter("tetrarch.rdma.bytes", [rdma(1, True)], unit="By",
+                                    description="bytes moved by the RDMA transfers that succeeded")
+
+
+on_meter(_instruments)
