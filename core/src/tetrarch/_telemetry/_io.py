@@ -32,43 +32,49 @@ __all__ = ["ON", "counts", "rdma_counts", "rdma_done", "received", "sent"]
 #: Whether counting is on (metrics started in this process); call sites test it first.
 ON = False
 _lock = threading.Lock()
-#: peer address -> [messages out, bytes out, messages in, bytes in]
-_conns: dict[str, list[int]] = {}
+#: Each thread counts in a table of its own (no lock on the message path), read together at export:
+#: peer address -> [messages out, bytes out, messages in, bytes in].
+_local = threading.local()
+_tables: list[dict[str, list[int]]] = []
 #: (backend, op, outcome) -> [transfers, bytes]
 _rdma: dict[tuple[str, str, str], list[int]] = {}
 
 
-def _size(frame: Any) -> int:
-    try:
-        return memoryview(frame).nbytes
-    except TypeError:
-        return len(frame)
+def _nbytes(frames: Sequence[Any]) -> int:
+    n = 0
+    for f in frames:
+        t = type(f)
+        n += f.nbytes if t is memoryview else len(f) if t is bytes else memoryview(f).nbytes
+    return n
 
 
 def _row(peer: str) -> list[int]:
-    row = _conns.get(peer)
-    if row is None:
+    table: dict[str, list[int]] | None = getattr(_local, "table", None)
+    if table is None:
+        table = _local.table = {}
         with _lock:
-            row = _conns.setdefault(peer, [0, 0, 0, 0])
-    return row
+            _tables.append(table)
+    return table.setdefault(peer, [0, 0, 0, 0])
 
 
 def sent(peer: str, frames: Sequence[Any]) -> None:
-    """One message of ``frames`` went to ``peer``."""
-    row = _row(peer)
-    n = sum(_size(f) for f in frames)
-    with _lock:
-        row[0] += 1
-        row[1] += n
+    """One message of ``frames`` went to ``peer`` (counted in the calling thread's table)."""
+    try:
+        row = _local.table[peer]
+    except (AttributeError, KeyError):
+        row = _row(peer)
+    row[0] += 1
+    row[1] += _nbytes(frames)
 
 
 def received(peer: str, frames: Sequence[memoryview]) -> None:
     """One message of ``frames`` came from ``peer``."""
-    row = _row(peer)
-    n = sum(f.nbytes for f in frames)
-    with _lock:
-        row[2] += 1
-        row[3] += n
+    try:
+        row = _local.table[peer]
+    except (AttributeError, KeyError):
+        row = _row(peer)
+    row[2] += 1
+    row[3] += _nbytes(frames)
 
 
 def rdma_done(backend: str, write: bool, nbytes: int, fut: CFuture[None]) -> None:
@@ -83,8 +89,15 @@ def rdma_done(backend: str, write: bool, nbytes: int, fut: CFuture[None]) -> Non
 
 def counts() -> dict[str, tuple[int, int, int, int]]:
     """Per peer: ``(messages out, bytes out, messages in, bytes in)`` so far."""
+    total: dict[str, list[int]] = {}
     with _lock:
-        return {peer: (row[0], row[1], row[2], row[3]) for peer, row in _conns.items()}
+        tables = list(_tables)
+    for table in tables:
+        for peer, row in list(table.items()):
+            acc = total.setdefault(peer, [0, 0, 0, 0])
+            for i in range(4):
+                acc[i] += row[i]
+    return {peer: (row[0], row[1], row[2], row[3]) for peer, row in total.items()}
 
 
 def rdma_counts() -> dict[tuple[str, str, str], tuple[int, int]]:
