@@ -39,3 +39,18 @@ def test_connections_and_rdma_transfers_are_counted() -> None:
     assert max(out_msgs) >= 7 and max(in_msgs) >= 7, points
     assert value("tetrarch.rdma.transfers", op="read", outcome="ok") == [1], points
     assert value("tetrarch.rdma.bytes", op="read") == [1 << 20], points
+
+
+def test_malformed_otel_settings_give_one_warning_and_the_defaults() -> None:
+    here = Path(__file__).parent
+    env = {**os.environ, "TETRARCH_METRICS": "1", "OTEL_METRIC_EXPORT_INTERVAL": "abc",
+           "OTEL_EXPORTER_OTLP_HEADERS": "garbage", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+           "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, str(here / "scenarios" / "metrics_calls.py")], env=env,
+                         capture_output=True, text=True, timeout=scaled(90))
+    assert res.returncode == 0 and "DONE" in res.stdout, res.stderr[-3000:]
+    warnings = [line for line in res.stderr.splitlines() if "malformed OpenTelemetry settings" in line]
+    assert len(warnings) == 1, res.stderr  # the client's, for the whole job
+    assert "OTEL_METRIC_EXPORT_INTERVAL='abc'" in warnings[0] and "OTEL_EXPORTER_OTLP_HEADERS='garbage'" in warnings[0]
+    # OpenTelemetry's own complaints, once per read in every process, are gone.
+    assert "Found invalid value" not in res.stderr and "Header format invalid" not in res.stderr, res.stderr

@@ -20,6 +20,7 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_version``   the distribution's version
     ``_telemetry`` spans published and subscribed to, and hooks that add OpenTelemetry instruments
     ``_telemetry._io``  messages and bytes per connection, transfers and bytes per RDMA backend
+    ``_telemetry._otel_env``  the standard OTEL_* variables, checked once: one warning, the defaults apply
 
 ``values`` (``_runtime/values``: plain data and pure functions, no runtime state)
     ``_shape``      Extent, Point, Shape and the slicing shared by every mesh
@@ -140,7 +141,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("tetrarch._errors", "tetrarch._config", "tetrarch._config_launch", "tetrarch._config_monarch",
                     "tetrarch._config_plugins", "tetrarch._config_doc", "tetrarch._config_setting", "tetrarch._log",
                     "tetrarch._lazy", "tetrarch._client_hooks", "tetrarch._events", "tetrarch._telemetry",
-                    "tetrarch._telemetry._io",
+                    "tetrarch._telemetry._io", "tetrarch._telemetry._otel_env",
                     "tetrarch._version", "tetrarch._runtime", "tetrarch.config")),
     ("values", ("tetrarch._runtime.values",)),
     ("plumbing", ("tetrarch._runtime.plumbing",)),

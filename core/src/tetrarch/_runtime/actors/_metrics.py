@@ -30,6 +30,7 @@ from typing import Any
 
 from ..._log import get_logger
 from ..._telemetry import READER_HOOKS, meter_started
+from ..._telemetry._otel_env import sanitize
 from ..plumbing._stop_guard import class_name
 from ._introspect import rss_bytes
 from ._stats import start_counting
@@ -96,6 +97,7 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
     except ImportError as exc:
         _log.warning("TETRARCH_METRICS is on but OpenTelemetry is missing (%s): pip install \"tetrarch[otel]\"", exc)
         return False
+    sanitize(warn=role == "client")
     try:
         resource_ = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "tetrarch"),
                                      "tetrarch.role": role, "tetrarch.process": name,
