@@ -52,11 +52,14 @@ test writes ``scaled(N)``, including ``pytest.mark.timeout(scaled(N))``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -157,6 +160,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_marker_key] = marker
     config.stash[_shm_key] = _shm_names()
     _trace_sudden_exits()
+    _telemetry_folder()
+
+
+def _telemetry_folder() -> None:
+    """The session's processes keep their telemetry stores' files in one temporary folder,
+    removed when the session ends (after the client's store wrote its own at exit)."""
+    if not os.environ.get("TETRARCH_TELEMETRY_DIR"):
+        folder = tempfile.mkdtemp(prefix="tetrarch-test-telemetry-")
+        os.environ["TETRARCH_TELEMETRY_DIR"] = folder
+        atexit.register(shutil.rmtree, folder, True)
 
 
 def _trace_sudden_exits() -> None:

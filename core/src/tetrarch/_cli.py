@@ -253,10 +253,12 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--slow-ms", type=float, default=100.0, help="mesh: answers slower than this are slow")
     doctor.set_defaults(func=_cmd_doctor)
     from ._cli_admin import add_commands
+    from ._cli_query import add_query
     from ._cli_top import add_top
 
     add_commands(sub)
     add_top(sub)
+    add_query(sub)
     # `run` takes torchrun's flags verbatim, so main() hands its arguments over before argparse sees them.
     sub.add_parser("run", add_help=False, help="run a torchrun command line on a tetrarch mesh: "
                    "`tetrarch run --nproc-per-node=4 train.py ...` (see `tetrarch run --help`)")

@@ -13,7 +13,7 @@ __all__ = [
     "ActorError", "AllocatorError", "ArgumentError", "ArgumentTypeError", "ConfigError", "EndpointNotFoundError",
     "FutureTimeoutError", "MeshIndexError", "MeshKeyError", "MeshNotFoundError", "MeshStoppedError", "NotOwnerError",
     "NotSupportedError", "ProcessStartError", "RDMAError", "RDMATcpFallbackWarning", "RemoteException",
-    "SupervisionError", "TetrarchError",
+    "SupervisionError", "TelemetryQueryError", "TetrarchError",
     "UsageError",
 ]
 
@@ -63,6 +63,10 @@ class NotSupportedError(TetrarchError, NotImplementedError):
 
 class UsageError(TetrarchError, RuntimeError):
     """A call made where it cannot work (``abort()`` outside an actor, a port with no runtime)."""
+
+
+class TelemetryQueryError(TetrarchError, ValueError):
+    """A telemetry SQL query that cannot run: its message is the engine's (``job.telemetry.query``)."""
 
 
 class NotOwnerError(TetrarchError, ValueError, RuntimeError):

@@ -22,11 +22,12 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._config import EVENT_LOG
 
-__all__ = ["LOGGER", "SCHEMA", "JsonFormatter", "emit"]
+__all__ = ["LISTENERS", "LOGGER", "SCHEMA", "JsonFormatter", "emit"]
 
 #: The root of the events' logger tree.
 LOGGER = "tetrarch.events"
@@ -52,6 +53,10 @@ SCHEMA: dict[str, dict[str, str]] = {
 }
 
 _configured = [False]
+
+#: Called with every event's record (its dict) whether or not a logger is enabled for it: the
+#: telemetry store's recorder. Each must be quick and must not raise.
+LISTENERS: list[Callable[[dict[str, Any]], None]] = []
 
 
 class JsonFormatter(logging.Formatter):
@@ -102,9 +107,17 @@ def emit(event: str, **fields: Any) -> None:
     if not _configured[0]:
         _configure()
     logger = logging.getLogger(f"{LOGGER}.{event.split('.', 1)[0]}")
-    if not logger.isEnabledFor(logging.INFO):
+    enabled = logger.isEnabledFor(logging.INFO)
+    if not (enabled or LISTENERS):
         return
     record = {"event": event, "time": time.time(), "pid": os.getpid(), **fields}
+    for fn in LISTENERS:
+        try:
+            fn(record)
+        except Exception:  # noqa: BLE001 - telemetry never breaks the program
+            pass
+    if not enabled:
+        return
     try:
         logger.info("%s %s", event, fields, extra={"tetrarch_event": record})
     except Exception:  # noqa: BLE001 - telemetry never breaks the program

@@ -140,6 +140,12 @@ _SCHEMAS: dict[str, Any] = {
         "since": {"type": "number"},
     }),
     "Error": _obj({"error": {"type": "string"}}),
+    "QueryResult": _obj({
+        "columns": {"type": "array", "items": {"type": "string"}},
+        "rows": {"type": "array", "items": {"type": "array"}, "description": "one array per row, in column order"},
+        "missing": {"type": "array", "items": {"type": "string"},
+                    "description": "host agents whose rows are not in the answer (address and why)"},
+    }),
 }
 
 
@@ -202,6 +208,19 @@ def document(version: str) -> dict[str, Any]:
                  "description": "answers slower than this many milliseconds are slow (default 100)"}]),
             f"{API_PREFIX}/debug": _list_of("DebugSession", "actors paused in breakpoint(), waiting for `tetrarch "
                                                             "debug`"),
+            f"{API_PREFIX}/telemetry/query": {"get": {
+                "summary": "SQL over every host's telemetry store (docs/telemetry.md lists the tables)",
+                "operationId": "queryTelemetry",
+                "parameters": [{"name": "sql", "in": "query", "required": False, "schema": {"type": "string"},
+                                "description": "one SQL statement (DuckDB's dialect); without it, every table's "
+                                               "columns and their types"}],
+                "responses": {
+                    "200": {"description": "the rows", "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/QueryResult"}}}},
+                    "400": {"description": "the statement failed: DuckDB's message", "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                    "401": {"$ref": "#/components/responses/Unauthorized"},
+                }}},
             f"{API_PREFIX}/backends": {"get": {
                 "summary": "the transport and allocators in use, per process",
                 "operationId": "getBackends",

@@ -7,11 +7,12 @@ import ipaddress
 import secrets
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, TelemetryQueryError
 from .._log import get_logger
 from .._runtime.actors._debug import SESSIONS
 from .._runtime.services._stack import DUMP_TIMEOUT_S
@@ -70,6 +71,28 @@ class AdminServer:
         return f"<AdminServer {self.url}{'' if self.running else ' (stopped)'}>"
 
 
+#: What ``/telemetry/query`` answers without a statement: the tables and their columns.
+TABLES_SQL = ("SELECT table_name AS \"table\", column_name AS \"column\", data_type AS type "
+              "FROM information_schema.columns WHERE NOT starts_with(table_name, '_t_') "
+              "ORDER BY table_name, ordinal_position")
+
+
+def _telemetry_query(sql: str) -> dict[str, Any]:
+    """``GET /telemetry/query``: SQL over every host's telemetry (docs/telemetry.md).
+
+    Raises:
+        TelemetryQueryError: the statement fails.
+    """
+    from .._runtime.meshes._telemetry import telemetry
+    from .._telemetry._query import as_json
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the missing hosts are in the answer
+        tel = telemetry()
+        table = tel.query(sql, timeout=ANSWER_TIMEOUT_S * 4)
+    return as_json(table, tel.missing)
+
+
 def _app(root: Any, token: str) -> Any:
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
@@ -117,6 +140,13 @@ def _app(root: Any, token: str) -> Any:
             return JSONResponse({"error": f"slow_ms must be a number of milliseconds, got {slow!r}"}, status_code=400)
         return JSONResponse(await run_in_threadpool(lambda: snapshot().probe(slow_s)))
 
+    async def telemetry_query(request: Request) -> JSONResponse:
+        sql = request.query_params.get("sql") or TABLES_SQL
+        try:
+            return JSONResponse(await run_in_threadpool(lambda: _telemetry_query(sql)))
+        except TelemetryQueryError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+
     async def dashboard(_request: Request) -> HTMLResponse:
         return HTMLResponse(PAGE, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
@@ -125,7 +155,7 @@ def _app(root: Any, token: str) -> Any:
 
     routes = [Route("/openapi.json", openapi), Route("/dashboard", dashboard), Route(f"{API_PREFIX}/stack", stack),
               Route(f"{API_PREFIX}/debug", debug),
-              Route(f"{API_PREFIX}/probe", probe)]
+              Route(f"{API_PREFIX}/probe", probe), Route(f"{API_PREFIX}/telemetry/query", telemetry_query)]
     for name, fn in (("hosts", Snapshot.hosts), ("procs", Snapshot.procs), ("actors", Snapshot.actors),
                      ("meshes", Snapshot.meshes), ("failures", Snapshot.failures), ("backends", Snapshot.backends)):
         routes.append(Route(f"{API_PREFIX}/{name}", listing(fn)))

@@ -20,6 +20,8 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_version``   the distribution's version
     ``_telemetry`` spans published and subscribed to, and hooks that add OpenTelemetry instruments
     ``_telemetry._io``  messages and bytes per connection, transfers and bytes per RDMA backend
+    ``_telemetry._tables``, ``_store``, ``_forward``, ``_query``  the SQL store's tables, a process's
+                    bounded rotating store, its recorder, and DuckDB over Arrow
     ``_telemetry._otel_env``  the standard OTEL_* variables, checked once: one warning, the defaults apply
 
 ``values`` (``_runtime/values``: plain data and pure functions, no runtime state)
@@ -68,6 +70,7 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_relay``        mesh calls through each host's agent: one message per host each way
     ``_ask``          questions to other processes' services, each answer awaited within its own bound
     ``_stack``        a host agent's py-spy dumps of its procs
+    ``_telemetry``    each host's telemetry store behind a service, and SQL over every host's
     ``_endpoint``     Endpoint[P, R] and its adverbs over a mesh
     ``_output``       procs' stdout and stderr at their owner, prefixed with mesh and rank; process titles
 
@@ -122,6 +125,7 @@ the actor context)
     ``tetrarch``      the public package (``tetrarch/__init__``): names load lazily from the layers
     ``_cli``, ``__main__``, ``_doctor``  ``tetrarch`` the command
     ``_cli_admin``, ``_cli_top``  ``ps``, ``stack``, ``debug``, ``doctor mesh``, ``top``: a running program
+    ``_cli_query``  ``query``: SQL over a running program's or a finished job's telemetry
 
 ``tetrarch.testing`` is not part of the stack: the test kit of plugin authors and of our suite uses
 the public API and the kernel alike.
@@ -142,6 +146,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "tetrarch._config_plugins", "tetrarch._config_doc", "tetrarch._config_setting", "tetrarch._log",
                     "tetrarch._lazy", "tetrarch._client_hooks", "tetrarch._events", "tetrarch._telemetry",
                     "tetrarch._telemetry._io", "tetrarch._telemetry._otel_env",
+                    "tetrarch._telemetry._tables", "tetrarch._telemetry._store", "tetrarch._telemetry._forward",
+                    "tetrarch._telemetry._query",
                     "tetrarch._version", "tetrarch._runtime", "tetrarch.config")),
     ("values", ("tetrarch._runtime.values",)),
     ("plumbing", ("tetrarch._runtime.plumbing",)),
@@ -157,6 +163,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("spmd", ("tetrarch._spmd", "tetrarch.spmd", "tetrarch.job.spmd")),
     ("programs", ("tetrarch._runtime.programs",)),
     ("admin", ("tetrarch._admin", "tetrarch.admin")),
-    ("api", ("tetrarch", "tetrarch._cli", "tetrarch._cli_admin", "tetrarch._cli_top", "tetrarch.__main__",
+    ("api", ("tetrarch", "tetrarch._cli", "tetrarch._cli_admin", "tetrarch._cli_top", "tetrarch._cli_query",
+             "tetrarch.__main__",
              "tetrarch._doctor")),
 )

@@ -22,12 +22,14 @@ from typing import Any
 
 from ..._errors import ArgumentError, ArgumentTypeError, MeshNotFoundError, NotSupportedError
 from ..._log import get_logger
+from ..services._telemetry import Telemetry
 from ..values._future import Future
 from ..values._shape import Extent, Shape
 from ._host_alloc import job_allocator
 from ._job_cache import BATCH_ENV, DEFAULT_JOB_PATH, dump_job, loads_checked, read_dump
 from ._proc_mesh import HostMesh, this_host
 from ._shutdown import release_this_host
+from ._telemetry import job_telemetry
 
 __all__ = ["DEFAULT_JOB_PATH", "AllocatorJob", "BatchJob", "JobState", "JobTrait", "LocalJob", "ProcessJob",
            "job_load", "job_loads"]
@@ -153,6 +155,12 @@ class JobTrait(abc.ABC):
         if self._cached is not None:
             return self._cached._apply_id
         return self._apply_id if self._running else None
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """SQL over the telemetry of this job's hosts and this client: ``job.telemetry.query("SELECT ...")``
+        returns a ``pyarrow.Table`` (docs/telemetry.md lists the tables; needs ``tetrarch[sql]``)."""
+        return job_telemetry(lambda: [h.address for mesh in self.state().values() for h in mesh._ensure_started()])
 
     def apply(self, client_script: str | None = None) -> None:
         """Allocate the job's hosts unless it is running already.

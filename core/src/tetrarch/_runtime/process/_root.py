@@ -40,6 +40,7 @@ from ..services._launch import LaunchTracker
 from ..services._output import OutputPrinter
 from ..services._port import link_service
 from ..services._supervision import Supervisor
+from ..services._telemetry import start_telemetry, telemetry_env
 
 __all__ = ["Root", "adopt_client_sys_path", "child_env", "get_root", "install_root", "launched_root",
            "native_address", "on_client_exit", "root_if_any"]
@@ -76,6 +77,8 @@ class Root:
                               listen_address=native_address(transport, address) if address else None)
         self.launches = LaunchTracker(self.router)
         self.supervisor = Supervisor(self.router, role)
+        # before the proc service: metrics start there, and the store's reader must be in by then
+        self.telemetry = start_telemetry(role, self.router, os.environ.get(ENV_HOST_AGENT_ADDR.name))
         self.proc_service = ProcService(self.router, on_exit=on_proc_exit)
         link_service(self.router)
         self.output = OutputPrinter(self.router)  # the output of procs this process started
@@ -91,6 +94,8 @@ class Root:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            if self.telemetry is not None:
+                self.telemetry.close()  # its last rows go to the host agent, or to disk
             for fn in reversed(self._on_close):
                 try:
                     fn()
@@ -118,6 +123,7 @@ def child_env(root: Root, extra: dict[str, str]) -> dict[str, str]:
     environment (``spawn_watched(..., secret=...)``, ``AgentCommand.secret``)."""
     env = dict(os.environ)
     env.update(config_env())
+    env.update(telemetry_env())
     env[ENV_ALLOC_TRANSPORT.name] = root.transport_name  # what the child uses (launched_root)
     env[TRANSPORT.env] = root.transport_name  # what code running in the child sees as the setting
     env.setdefault(ENV_SYS_PATH.name, os.pathsep.join(p for p in sys.path if p))
@@ -216,3 +222,5 @@ def _shutdown_at_exit() -> None:
         hook()
     if _root is not None:
         _root.output.drain(timeout=5.0)  # procs' last lines reach the terminal before we exit
+        if _root.telemetry is not None:
+            _root.telemetry.close()  # the client's own rows to disk, after the stops' events

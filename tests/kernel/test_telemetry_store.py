@@ -1,0 +1,167 @@
+"""SQL over a job's telemetry (docs/telemetry.md, "SQL over a job's telemetry").
+
+Each host agent keeps a bounded, rotating store of its procs' rows; the client keeps its own;
+``job.telemetry.query`` and ``tetrarch query`` answer over all of them. Checked here: the
+store's bounds in memory and on disk, a recorder's bound under a flood, a bad query's error,
+the events of a run (meshes spawned and stopped, a failure cascade with its root cause), spans
+and metric points of a job, ``tetrarch query`` against a running program and a finished job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel_actors import Counter
+from tetrarch import this_host
+from tetrarch._errors import TelemetryQueryError
+from tetrarch._telemetry._forward import Recorder
+from tetrarch._telemetry._query import run_sql
+from tetrarch._telemetry._store import TelemetryStore, read_folder
+from tetrarch._telemetry._tables import event_rows
+from tetrarch.testing import scaled
+
+pytest.importorskip("duckdb", reason='SQL over telemetry needs the sql extra: pip install "tetrarch[sql]"')
+
+pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(120))]
+
+HERE = Path(__file__).parent
+
+
+def _event(i: int) -> dict[str, Any]:
+    return {"event": "mesh.spawned", "time": float(i), "pid": 1, "mesh": f"m{i}", "key": f"k{i}", "actors": 1,
+            "owner": "client", "class": "x.Y"}
+
+
+@pytest.mark.transport_independent  # pure: no process
+def test_the_store_rotates_to_disk_and_keeps_both_bounds(tmp_path: Path) -> None:
+    store = TelemetryStore(tmp_path / "host", rows=200, disk_mb=0.1)
+    for start in range(0, 20_000, 500):
+        store.add("events", [event_rows(_event(i))[0][1] for i in range(start, start + 500)])
+        assert store.counts()["events"] <= 200
+        assert store.disk_usage() <= 0.1 * (1 << 20)
+    assert store.rotated > 0 and store.deleted_files > 0  # it rotated, and the disk bound deleted files
+    got = run_sql("SELECT count(*) AS n, max(time) AS newest, min(time) AS oldest FROM events", [store.tables()])
+    row = got.to_pylist()[0]
+    assert row["newest"] == 19_999.0 and row["oldest"] > 0 and 200 <= row["n"] < 20_000, row
+    store.flush()  # the end of a job: memory's rows on disk, readable as a finished job's folder
+    assert store.counts()["events"] == 0
+    assert run_sql("SELECT max(time) AS t FROM events", [read_folder(tmp_path)]).to_pylist() == [{"t": 19_999.0}]
+
+
+@pytest.mark.transport_independent  # pure: no process
+def test_a_recorder_under_a_flood_drops_its_oldest_rows_and_counts_them() -> None:
+    got: list[dict[str, list[tuple]]] = []
+    rec = Recorder(got.append, max_pending=1_000, flush_s=3600)
+    rec._thread = object()  # type: ignore[assignment] # no flusher thread: the flood outruns the sink
+    for i in range(50_000):
+        rec.event(_event(i))
+    assert len(rec._rows) == 1_000 and rec.dropped == 49_000
+    rec.flush()
+    assert [r[0] for r in got[0]["events"]][-1] == 49_999.0  # the newest rows are the ones kept
+
+
+@pytest.mark.transport_independent  # pure: no process
+def test_a_bad_query_raises_the_engines_error() -> None:
+    with pytest.raises(TelemetryQueryError, match="syntax error"):
+        run_sql("SELEC * FROM events", [{}])
+    with pytest.raises(TelemetryQueryError, match="no_such_table"):
+        run_sql("SELECT * FROM no_such_table", [{}])
+    with pytest.raises(TelemetryQueryError, match="needs an SQL statement"):
+        run_sql("  ", [{}])
+
+
+def _poll(sql: str, until: Any, bound: float = 30.0) -> list[dict[str, Any]]:
+    from tetrarch._runtime.meshes._telemetry import telemetry
+
+    deadline = time.monotonic() + scaled(bound)
+    while True:
+        rows = telemetry().query(sql).to_pylist()
+        if until(rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)  # procs hand their rows over once a second: poll for them
+
+
+def test_a_runs_meshes_are_queryable_while_it_runs() -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 2}, name="tq_procs")
+    mesh = pm.spawn("tq_counters", Counter, 0)
+    mesh.initialized.get(timeout=scaled(30))
+    rows = _poll("SELECT name, actors, state FROM meshes WHERE name = 'tq_counters'", bool)
+    assert rows == [{"name": "tq_counters", "actors": 2, "state": "running"}]
+    actors = _poll("SELECT rank, state FROM actors WHERE mesh = 'tq_counters' ORDER BY rank", bool)
+    assert actors == [{"rank": 0, "state": "running"}, {"rank": 1, "state": "running"}]
+    type(mesh).stop(mesh).get(timeout=scaled(30))
+    rows = _poll("SELECT state FROM meshes WHERE name = 'tq_counters'", lambda r: r and r[0]["state"] == "stopped")
+    assert rows == [{"state": "stopped"}]
+    pm.stop().get(timeout=scaled(60))
+
+
+def _tetrarch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tetrarch", *args], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=scaled(60))
+
+
+def test_tetrarch_query_against_a_running_program(tmp_path: Path) -> None:
+    pytest.importorskip("starlette", reason='the admin server needs starlette: pip install "tetrarch[admin]"')
+    import tetrarch.admin as admin
+
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, name="tq_cli")
+    mesh = pm.spawn("tq_cli_mesh", Counter, 0)
+    mesh.initialized.get(timeout=scaled(30))
+    env = {"TETRARCH_ADMIN_DIR": str(tmp_path)}
+    os.environ["TETRARCH_ADMIN_DIR"] = str(tmp_path)
+    server = admin.serve()
+    try:
+        res = _tetrarch("query", "--json", "SELECT name, state FROM meshes WHERE name = 'tq_cli_mesh'", env=env)
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)
+        assert out["columns"] == ["name", "state"] and out["rows"] == [["tq_cli_mesh", "running"]], out
+        assert out["missing"] == []
+        res = _tetrarch("query", "SELECT nope FROM meshes", env=env)
+        assert res.returncode == 1 and "Binder Error" in res.stderr and "nope" in res.stderr, res.stderr
+        res = _tetrarch("query", "SELECT name FROM meshes WHERE name = 'tq_cli_mesh'", env=env)
+        assert res.stdout.split() == ["name", "tq_cli_mesh"], res.stdout
+    finally:
+        server.stop()
+        del os.environ["TETRARCH_ADMIN_DIR"]
+        type(mesh).stop(mesh).get(timeout=scaled(30))
+        pm.stop().get(timeout=scaled(60))
+
+
+@pytest.mark.isolated
+def test_a_finished_jobs_failure_cascade_from_its_folder(run_scenario: Any, tmp_path: Path) -> None:
+    """The cascade of events_cascade.py: its root cause, recorded in the owner's proc, comes from the
+    host agent's files; the failure it caused, recorded in the client, from the client's."""
+    env = {"TETRARCH_TELEMETRY_DIR": str(tmp_path)}
+    res = run_scenario(HERE / "scenarios" / "events_cascade.py", timeout=120, env=env, pythonpath=[str(HERE)])
+    assert res.returncode == 0 and "DONE sup_pass" in res.stdout, res.stderr[-3000:]
+    sql = ("SELECT mesh, root_cause, root_mesh, endpoint, pid FROM actor_status_events "
+           "WHERE root_mesh = 'fragile' ORDER BY time")
+    res = _tetrarch("query", "--json", "--dir", str(tmp_path), sql, env={})
+    assert res.returncode == 0, res.stderr
+    rows = [dict(zip(json.loads(res.stdout)["columns"], r, strict=True)) for r in json.loads(res.stdout)["rows"]]
+    assert [(r["mesh"], r["root_cause"], r["endpoint"]) for r in rows] == [
+        ("fragile", True, "raise_exc"), ("sup_pass", False, "__supervise__")], rows
+    assert rows[0]["pid"] != rows[1]["pid"]
+    (run,) = [p.name for p in tmp_path.iterdir()]
+    res = _tetrarch("query", "--csv", "--dir", str(tmp_path), "--job", run, "SELECT count(*) AS n FROM meshes", env={})
+    assert res.returncode == 0 and res.stdout.split() == ["n", "2"], res.stdout + res.stderr
+
+
+@pytest.mark.isolated
+def test_a_jobs_spans_messages_and_metric_points(run_scenario: Any, tmp_path: Path) -> None:
+    env = {"TETRARCH_TELEMETRY_DIR": str(tmp_path), "TETRARCH_METRICS": "1",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_METRIC_EXPORT_INTERVAL": "200"}
+    res = run_scenario(HERE / "scenarios" / "telemetry_job.py", timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = {k: v for line in res.stdout.splitlines() if line.startswith("{") for k, v in json.loads(line).items()}
+    assert out["messages"] == [{"sender_pid": out["client"], "receiver_pid": out["actor"], "endpoint": "receive"}]
+    assert {"name": "tetrarch.actor.calls", "pid": out["actor"]} in out["points"]
+    assert out["bad"] == "TelemetryQueryError" and "syntax error" in out["message"]
