@@ -1,6 +1,6 @@
 """Metrics through OpenTelemetry (``TETRARCH_METRICS=1``), received by a real OTLP/HTTP receiver.
 
-The receiver is an HTTP server in the test that decodes the collector protocol's
+The receiver (``otlp_receiver``) is an HTTP server in the test that decodes the collector protocol's
 ``ExportMetricsServiceRequest`` (OpenTelemetry's proto package): what a Collector, Prometheus
 or Grafana Agent would receive.
 """
@@ -10,73 +10,28 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from otlp_receiver import dead_port, receiving
 from tetrarch.testing import scaled
 
 pytest.importorskip("opentelemetry.sdk", reason="metrics need OpenTelemetry: pip install \"tetrarch[otel]\"")
-pb = pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
+pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
 
 pytestmark = [pytest.mark.transport_independent, pytest.mark.timeout(scaled(120))]
 
 
-class _Receiver(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        self.points: list[tuple[str, dict[str, Any], float, dict[str, Any]]] = []
-        self.lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        request = pb.ExportMetricsServiceRequest()
-        request.ParseFromString(body)
-        with self.server.lock:
-            for rm in request.resource_metrics:
-                res = {kv.key: _value(kv.value) for kv in rm.resource.attributes}
-                for sm in rm.scope_metrics:
-                    for m in sm.metrics:
-                        data = m.sum if m.HasField("sum") else m.gauge
-                        for p in data.data_points:
-                            attrs = {kv.key: _value(kv.value) for kv in p.attributes}
-                            value = p.as_double if p.HasField("as_double") else p.as_int
-                            self.server.points.append((m.name, attrs, value, res))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.end_headers()
-        self.wfile.write(pb.ExportMetricsServiceResponse().SerializeToString())
-
-    def log_message(self, *_args: Any) -> None:
-        pass
-
-
-def _value(v: Any) -> Any:
-    return getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") else None
-
-
 def test_endpoint_calls_and_process_metrics_reach_an_otlp_receiver() -> None:
-    receiver = _Receiver()
-    thread = threading.Thread(target=receiver.serve_forever, daemon=True)
-    thread.start()
     here = Path(__file__).parent
-    try:
+    with receiving() as receiver:
         env = {**os.environ, "TETRARCH_METRICS": "1", "OTEL_METRIC_EXPORT_INTERVAL": "200",
-               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.server_address[1]}",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "metrics-test",
                "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])}
         res = subprocess.run([sys.executable, str(here / "scenarios" / "metrics_calls.py")], env=env,
                              capture_output=True, text=True, timeout=scaled(90))
-    finally:
-        receiver.shutdown()
-        receiver.server_close()
     assert res.returncode == 0 and "DONE" in res.stdout, res.stderr[-3000:]
     points = receiver.points
     calls = [(a, v) for name, a, v, _ in points if name == "tetrarch.actor.calls" and a.get("mesh") == "measured"
@@ -92,9 +47,7 @@ def test_endpoint_calls_and_process_metrics_reach_an_otlp_receiver() -> None:
 
 def test_a_collector_that_is_down_never_holds_the_program_up(tmp_path) -> None:
     here = Path(__file__).parent
-    with __import__("socket").socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = dead_port()
     env = {**os.environ, "TETRARCH_METRICS": "1", "OTEL_METRIC_EXPORT_INTERVAL": "200",
            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
            "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])}

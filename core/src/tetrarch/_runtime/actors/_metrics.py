@@ -21,16 +21,14 @@ exports run on the reader's thread, and at exit the last one gets :data:`FLUSH_T
 from __future__ import annotations
 
 import atexit
-import logging
-import os
 import resource
-import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..._log import get_logger
 from ..._telemetry import READER_HOOKS, meter_started
 from ..._telemetry._otel_env import sanitize
+from ..._telemetry._otlp import DROPPED, FLUSH_TIMEOUT_MS, counting_exporter, otel_resource
 from ..plumbing._stop_guard import class_name
 from ._introspect import rss_bytes
 from ._stats import start_counting
@@ -38,8 +36,6 @@ from ._stats import start_counting
 __all__ = ["DROPPED", "FLUSH_TIMEOUT_MS", "start_metrics", "track_actor"]
 
 _log = get_logger("metrics")
-#: Milliseconds the exit's last export may take.
-FLUSH_TIMEOUT_MS = 1000
 _started: list[Any] = []
 #: Every actor of this process since metrics started: its attributes and counters (kept after it stops,
 #: so a short-lived actor's calls are still exported, at the latest by the exit's last export).
@@ -56,30 +52,6 @@ def track_actor(runner: Any) -> None:
         _tracked[(runner.key, runner.instance.rank.rank)] = (_attrs(runner), runner.stats)
 
 
-#: Exports that did not reach the collector (this process); the first one is warned about, the others counted.
-DROPPED = [0]
-
-
-def _counting_exporter(base: type) -> type:
-    """``base`` (the OTLP exporter) counting, and warning once about, the exports that failed."""
-    from opentelemetry.sdk.metrics.export import MetricExportResult
-
-    # Its own log says the same at every retry of every export: one warning of ours instead.
-    logging.getLogger("opentelemetry.exporter.otlp.proto.http").setLevel(logging.CRITICAL)
-
-    class Counting(base):
-        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
-            result = super().export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-            if result is not MetricExportResult.SUCCESS:
-                DROPPED[0] += 1
-                if DROPPED[0] == 1:
-                    _log.warning("metrics could not be exported to %s (the collector is down or slow): they are "
-                                 "dropped and counted, and the program goes on", getattr(self, "_endpoint", "?"))
-            return result
-
-    return Counting
-
-
 def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) -> bool:
     """Export this process's metrics through OTLP; whether it started (once per process).
 
@@ -92,17 +64,15 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.metrics import CallbackOptions, Observation
         from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.metrics.export import MetricExportResult, PeriodicExportingMetricReader
     except ImportError as exc:
         _log.warning("TETRARCH_METRICS is on but OpenTelemetry is missing (%s): pip install \"tetrarch[otel]\"", exc)
         return False
     sanitize(warn=role == "client")
     try:
-        resource_ = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "tetrarch"),
-                                     "tetrarch.role": role, "tetrarch.process": name,
-                                     "host.name": socket.gethostname(), "process.pid": os.getpid()})
-        reader = PeriodicExportingMetricReader(_counting_exporter(OTLPMetricExporter)())
+        resource_ = otel_resource(role, name)
+        exporter = counting_exporter(OTLPMetricExporter, "metrics", MetricExportResult.SUCCESS)
+        reader = PeriodicExportingMetricReader(exporter())
     except Exception as exc:  # noqa: BLE001 - a malformed OTEL_* setting: one warning, no metrics
         _log.warning("TETRARCH_METRICS: the OTLP exporter could not be set up from the OTEL_* settings: %s", exc)
         return False

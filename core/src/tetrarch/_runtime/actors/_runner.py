@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from ..._config import CLEANUP_TIMEOUT, STOP_TIMEOUT
 from ..._log import get_logger
+from ..._telemetry import _trace
 from ..plumbing._stop_guard import class_name, running_endpoint
 from ..router._router import Router
 from ..services._endpoint import CANCEL, CallKey, call_key
@@ -58,6 +59,8 @@ from ._actor import Actor, endpoints_of
 from ._stall import StallWatch
 from ._standby import ActorStandby
 from ._stats import EndpointStats, counting
+from ._stopping import Once as _Once
+from ._stopping import wait_all as _wait_all
 
 __all__ = ["ActorRunner", "Stoppable", "current_actor"]
 
@@ -88,20 +91,6 @@ def current_actor() -> ActorRunner | None:
     info = _current.get()
     runner = info.instance._runner if info is not None else None
     return runner if isinstance(runner, ActorRunner) else None
-
-
-class _Once:
-    __slots__ = ("fn", "lock")
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self.fn: Callable[[], None] | None = fn
-        self.lock = threading.Lock()
-
-    def __call__(self) -> None:
-        with self.lock:
-            fn, self.fn = self.fn, None
-        if fn is not None:
-            fn()
 
 
 class ActorRunner:
@@ -152,6 +141,8 @@ class ActorRunner:
 
     # -- delivery (any thread) ------------------------------------------------
     def deliver(self, hdr: _wire.CallHeader, payload: list) -> None:
+        if _trace.ON:
+            hdr = _trace.arrived(hdr)  # a traced call's receive span starts now
         if hdr.method == CANCEL:  # the caller gave up on one of its calls (it names the call, see _key)
             try:
                 self._loop.call_soon_threadsafe(self._cancel_call, call_key(hdr))
@@ -376,19 +367,20 @@ class ActorRunner:
             self.router.reply(raddr, rport, rank, _wire.ERR, error_record(err, self.display, method, skip=0))
             return None
         info = _MessageInfo(self.instance, rank, hdr.labels, hdr.sizes)
+        fn = _trace.handler(ep.fn, hdr, ep.is_async, self.instance.name) if _trace.ON else ep.fn  # its spans
         explicit = ep.explicit_response_port
         if explicit:
             # The body answers through this port (bound to the caller's reply port, or
             # dropping for a broadcast); its return value is ignored.
             args = (Port(raddr, rport, rank, False, f"{self.display}.{method}"), *args)
         if ep.is_async:
-            return self._call_async(info, ep.fn, args, kwargs, raddr, rport, rank, method, explicit)
+            return self._call_async(info, fn, args, kwargs, raddr, rport, rank, method, explicit)
         token = _current.set(info)
         _set_running_loop(None)
         stats = self.stats
         t0 = stats.start(method) if stats is not None else 0.0
         try:
-            result = ep.fn(self.obj, *args, **kwargs)
+            result = fn(self.obj, *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - see _raised
             self._raised(exc, explicit, raddr, rport, rank, method)
             return None
@@ -599,11 +591,3 @@ class ActorRunner:
         finally:
             timer.cancel()
             _current.reset(token)
-
-
-def _wait_all(futures: list[Future[None]], timeout: float) -> None:
-    for fut in futures:
-        try:
-            fut.get(timeout)
-        except BaseException:  # noqa: BLE001 - a child that failed to stop cleanly is stopped anyway
-            pass

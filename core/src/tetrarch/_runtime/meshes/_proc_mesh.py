@@ -38,6 +38,7 @@ from ..._errors import (
 )
 from ..._log import get_logger
 from ..._plugins import get_registry
+from ..._telemetry import _caller
 from ..actors._actor import Actor
 from ..actors._runner import current_actor
 from ..plumbing._alloc import HOST_AGENT_MODULE, AgentCommand, Allocation, Allocator, AllocRequest
@@ -61,7 +62,7 @@ from ._shutdown import (
     _live_proc_meshes,
     _this,
     kill_procs_at,
-    shutdown_all,
+    shutdown_at_exit,
     stop_procs,
 )
 
@@ -427,6 +428,7 @@ class ProcMesh(MeshTrait):
         coll = ReplyCollector(rt, len(ids), self._shape, f"{name}.__init__", False, False, claims,
                          [(k, addr) for addr, k in ids], (_wire.ERR, _wire.DEAD))
         coll.watch_targets(group_by_address(ids))
+        coll.obs = _caller.observe_spawn(name, cls.__qualname__, len(ids)) if _caller.ON else None  # the spawn span
         relays = [p.meta.get("agent") for p in procs]  # their host agents relay mesh calls (services/_relay)
         mesh: ActorMesh[A] = ActorMesh(name, cls, Shape(extent), ids, initialized=Future._new(), proc_mesh=self,
                                        relays=relays if any(relays) else None,
@@ -598,4 +600,4 @@ def this_proc() -> ProcMesh:
     return _this.proc
 
 
-on_client_exit(shutdown_all)
+on_client_exit(shutdown_at_exit)

@@ -9,7 +9,7 @@ import time
 import weakref
 from typing import Any
 
-from ..._config import STOP_TIMEOUT
+from ..._config import STOP_TIMEOUT, TRACE_FILE
 from ..._log import get_logger
 from ..process._root import Root, get_root
 from ..router._router import PeerUnreachable
@@ -18,7 +18,7 @@ from ..services._launch import ProcRecord, stderr_note
 from ..values import _serial, _wire
 from ..values._future import Future
 
-__all__ = ["kill_procs_at", "release_this_host", "shutdown_all", "shutdown_context", "stop_procs"]
+__all__ = ["kill_procs_at", "release_this_host", "shutdown_all", "shutdown_at_exit", "shutdown_context", "stop_procs"]
 
 _log = get_logger("supervision")
 #: How long stopping at exit may take before tetrarch says what it waits for (s): after a
@@ -132,6 +132,15 @@ def shutdown_all() -> None:
     except KeyboardInterrupt:
         _kill_now(meshes, futures)
         _shutdown_hosts()
+
+
+def shutdown_at_exit() -> None:
+    """The client's exit: :func:`shutdown_all`, then the trace file from every process's spans, if one is wanted."""
+    shutdown_all()
+    if TRACE_FILE():
+        from ..._telemetry._perfetto import finish_trace_file
+
+        finish_trace_file()
 
 
 def _shutdown_hosts() -> None:

@@ -309,13 +309,13 @@ class Router:
         return next(counter)
 
     def send_call(self, address: str, actor: str, method: str, reply_addr: str | None, reply_port: int | None,
-                  rank: int, labels: tuple[str, ...], sizes: tuple[int, ...], payload: list) -> None:
-        """Send a sequenced ``CALL``: delivered after every call we sent its process before, by any path.
+                  rank: int, labels: tuple[str, ...], sizes: tuple[int, ...], payload: list, trace: Any = None) -> None:
+        """Send a sequenced ``CALL`` (``trace``: its trace field): after every call we sent its process before.
 
         Raises:
             PeerRefused, PeerUnreachable: as :meth:`send`.
         """
-        hdr = _wire.call_header(actor, method, reply_addr, reply_port, rank, labels, sizes, *self.stamp(address))
+        hdr = _wire.call_header(actor, method, reply_addr, reply_port, rank, labels, sizes, *self.stamp(address), trace)
         self.send(address, [hdr, *payload])
 
     def stamp(self, address: str) -> tuple[str, int]:

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ..._telemetry import _caller
 from ..router._router import Router
 from ..values import _serial, _wire
 from ..values._future import Future
@@ -64,7 +65,7 @@ class ReplyCollector:
     """
 
     __slots__ = ("rt", "port", "futures", "n", "frames", "count", "shape", "what", "by_addr", "single",
-                 "stream_next", "claims", "targets", "deadly", "observed")
+                 "stream_next", "claims", "targets", "deadly", "observed", "obs")
 
     def __init__(self, rt: Router, n: int, shape: Shape, what: str, single: bool, stream: bool,
                  claims: Claims | None = None, targets: Sequence[tuple[str, str]] = (),
@@ -90,6 +91,7 @@ class ReplyCollector:
         self.targets = targets
         self.deadly = deadly
         self.observed = self.futures  # the futures through which user code receives the outcome
+        self.obs: list | None = None  # the call's metrics and send span (_telemetry._caller), when observed
         if claims is not None:
             claims.calls_started(targets)
         self.port = rt.open_port(self)
@@ -174,6 +176,8 @@ class ReplyCollector:
 
     def finish(self) -> None:
         self.rt.close_port(self.port)
+        if self.obs is not None:
+            _caller.end(self.obs, self.frames)
         if self.claims is not None:
             dead = [t for t, (status, _) in zip(self.targets, self.frames, strict=True) if status in self.deadly]
             self.claims.calls_ended(self.targets, dead, any(f._asked for f in self.observed))

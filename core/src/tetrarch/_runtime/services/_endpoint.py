@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, T
 from ..._config import RELAY_MIN
 from ..._errors import ArgumentError, ArgumentTypeError, UsageError
 from ..._log import get_logger
+from ..._telemetry import _caller
 from ..router._router import PeerUnreachable, Router
 from ..values import _serial, _wire
 from ..values._context import _current
@@ -245,8 +246,12 @@ class Endpoint(Generic[P, R]):
         labels, sizes = shape.labels, shape.sizes
         raddr: str | None
         rport: int | None
+        obs = _caller.begin(what, payload, len(targets)) if _caller.ON else None  # metrics, the send span
         coll = (ReplyCollector(rt, len(targets), shape, what, single, stream, mesh._claims, claimed)
                 if reply and reply_to is None else None)
+        if obs is not None and coll is not None:
+            coll.obs = obs  # before sending: the last reply ends it
+        trace = _caller.trace_field(obs) if obs is not None else None
         if _abandoned:
             _waiting_behind(what, targets)
         if coll is not None:
@@ -266,16 +271,18 @@ class Endpoint(Generic[P, R]):
         for i in range(len(targets)) if plan is None else plan[0]:
             addr, key = targets[i]
             try:
-                rt.send_call(addr, key, name, raddr, rport, i, labels, sizes, payload)
+                rt.send_call(addr, key, name, raddr, rport, i, labels, sizes, payload, trace)
             except PeerUnreachable as exc:
                 self._unreachable(rt, coll, (raddr, rport) if reply_to is not None else None, [i], what, exc)
         if plan is not None:  # one message per host through its relay; gathered replies for call()
             gather = coll is not None and not stream and not single
             for relay, idx in plan[1].items():
                 try:
-                    relay_cast(rt, relay, idx, targets, name, (raddr, rport), labels, sizes, gather, payload)
+                    relay_cast(rt, relay, idx, targets, name, (raddr, rport), labels, sizes, gather, payload, trace)
                 except PeerUnreachable as exc:
                     self._unreachable(rt, coll, (raddr, rport) if reply_to is not None else None, idx, what, exc)
+        if obs is not None and coll is None:
+            _caller.end(obs, None)  # no outcome to wait for: the call is over once sent
         return coll
 
     @staticmethod

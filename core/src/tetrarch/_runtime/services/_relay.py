@@ -75,8 +75,9 @@ def plan(relays: Sequence[str | None], ranks: Sequence[int], minimum: int, dead:
 
 def cast(rt: Router, relay: str, idx: list[int], targets: Sequence[tuple[str, str]], method: str,
          reply: tuple[str | None, int | None], labels: tuple[str, ...], sizes: tuple[int, ...], gather: bool,
-         payload: list) -> None:
-    """Send one call to the targets ``idx`` (indices into ``targets``) through ``relay``.
+         payload: list, trace: tuple[int, int] | None = None) -> None:
+    """Send one call to the targets ``idx`` (indices into ``targets``) through ``relay``; ``trace``: the
+    call's trace field (:attr:`~.._wire.CallHeader.trace`), passed on to each target.
 
     Raises:
         PeerUnreachable: the relay cannot be reached (its host is gone).
@@ -84,7 +85,7 @@ def cast(rt: Router, relay: str, idx: list[int], targets: Sequence[tuple[str, st
     rt.connect(relay)  # first: numbers are taken only for a call that can leave
     next_seq = rt.next_seq
     entries = tuple((targets[i][0], targets[i][1], i, next_seq(targets[i][0])) for i in idx)
-    record = _wire.RelayCast(method, reply[0], reply[1], labels, sizes, rt.origin, entries, gather)
+    record = _wire.RelayCast(method, reply[0], reply[1], labels, sizes, rt.origin, entries, gather, trace)
     rt.send(relay, [_wire.sys_header(_wire.SVC_RELAY, "cast"), pickle.dumps(tuple(record), 5), *payload])
 
 
@@ -171,7 +172,8 @@ class RelayService:
         else:
             raddr, rport = rec.reply_addr, rec.reply_port
         for address, key, rank, seq in rec.targets:
-            frames = [_wire.call_header(key, rec.method, raddr, rport, rank, rec.labels, rec.sizes, rec.origin, seq),
+            frames = [_wire.call_header(key, rec.method, raddr, rport, rank, rec.labels, rec.sizes, rec.origin, seq,
+                                         rec.trace),
                       *body]
             if rt.on_io_thread() and not rt.connected(address):
                 # Dialing waits for the I/O thread: a helper thread dials (the receiver orders by number).

@@ -32,6 +32,7 @@ from types import MethodType as _MethodType
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..._errors import ArgumentError, ArgumentTypeError, FutureTimeoutError
+from ..._telemetry import _caller
 
 __all__ = ["CoroutineFuture", "Future", "use_loop"]
 
@@ -229,6 +230,8 @@ class Future(Generic[R]):
                 with _CB_LOCK:  # atomic with completion: either we saw it done, or nobody will receive it
                     if self._state is not _DONE:
                         self._asked = False
+                        if _caller.ON:
+                            _caller.timed_out(call)
                         raise FutureTimeoutError(f"result not ready after {timeout} s (the future is still pending)")
         self._asked = True
         return self._resolve()

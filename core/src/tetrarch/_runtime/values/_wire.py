@@ -55,6 +55,7 @@ __all__ = [
     "encode",
     "port_header",
     "sys_header",
+    "trace_of",
 ]
 
 # -- message kinds (first field of every header) ---------------------------------
@@ -113,6 +114,10 @@ class CallHeader(NamedTuple):
     #: calls in that order whether they came directly or through a relay. 0: unsequenced.
     origin: str = ""
     seq: int = 0
+    #: A traced call's ``(trace id, send span id)`` (:mod:`tetrarch._telemetry._trace`; the receiver adds the
+    #: arrival time). An untraced call's encoded header has no such field (it is one field shorter): read it
+    #: with :func:`trace_of`.
+    trace: tuple[int, ...] | None = None
 
 
 class PortHeader(NamedTuple):
@@ -140,6 +145,8 @@ class SysHeader(NamedTuple):
 
 Header = CallHeader | PortHeader | SysHeader
 _BY_KIND: dict[int, Any] = {CALL: CallHeader, PORT: PortHeader, SYS: SysHeader}
+#: The field counts each kind may arrive with (a ``CALL`` without its trailing ``trace`` field when untraced).
+_ARITY: dict[int, tuple[int, ...]] = {CALL: (10, 11), PORT: (4,), SYS: (5,)}
 _tuple_new = tuple.__new__
 
 
@@ -156,17 +163,26 @@ def decode(data: Any) -> Header:
         TypeError: wrong number of fields for the kind.
     """
     fields = pickle.loads(data)
-    cls = _BY_KIND[fields[0]]
-    if len(fields) != len(cls._fields):
+    kind = fields[0]
+    cls = _BY_KIND[kind]
+    if len(fields) not in _ARITY[kind]:
         raise TypeError(f"a {cls.__name__} has {len(cls._fields)} fields, got {len(fields)}")
     header: Header = _tuple_new(cls, fields)  # the record without NamedTuple._make's overhead (hot path)
     return header
 
 
 def call_header(actor: str, method: str, reply_addr: str | None, reply_port: int | None, rank: int,
-                labels: tuple[str, ...], sizes: tuple[int, ...], origin: str = "", seq: int = 0) -> bytes:
-    """An encoded :class:`CallHeader`."""
-    return pickle.dumps((CALL, actor, method, reply_addr, reply_port, rank, labels, sizes, origin, seq), 5)
+                labels: tuple[str, ...], sizes: tuple[int, ...], origin: str = "", seq: int = 0,
+                trace: tuple[int, int] | None = None) -> bytes:
+    """An encoded :class:`CallHeader` (with its ``trace`` field only when the call is traced)."""
+    if trace is None:
+        return pickle.dumps((CALL, actor, method, reply_addr, reply_port, rank, labels, sizes, origin, seq), 5)
+    return pickle.dumps((CALL, actor, method, reply_addr, reply_port, rank, labels, sizes, origin, seq, trace), 5)
+
+
+def trace_of(hdr: CallHeader) -> tuple[int, ...] | None:
+    """The trace field of a decoded call header (None when the call is not traced)."""
+    return hdr[10] if len(hdr) > 10 else None
 
 
 def port_header(port_id: int, tag: int, status: int) -> bytes:
@@ -343,6 +359,8 @@ class RelayCast(NamedTuple):
     #: ``(proc address, actor key, rank, seq)`` per target: the ``CallHeader`` fields that differ.
     targets: tuple[tuple[str, str, int, int], ...]
     gather: bool
+    #: The call's trace field (:attr:`CallHeader.trace`), passed on to each target.
+    trace: tuple[int, int] | None = None
 
 
 class WorkerAttach(NamedTuple):

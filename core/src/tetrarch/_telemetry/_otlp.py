@@ -1,0 +1,147 @@
+"""OTLP export shared by metrics and spans, and the span exporter (``TETRARCH_TRACE_EXPORT=otlp``).
+
+Both go through OpenTelemetry's standard OTLP/HTTP exporters, configured by the standard
+``OTEL_*`` variables (endpoint, headers, timeout, ``OTEL_BSP_*`` for the span queue). A
+collector that is down or slow never holds the program up: spans wait in the SDK's
+``BatchSpanProcessor`` (a bounded queue, exported from its own thread; when it is full, spans
+are dropped), an export that fails is counted in :data:`DROPPED` and the first one warned about,
+and at exit the last export gets :data:`FLUSH_TIMEOUT_MS`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .._config_launch import ENV_PROC_ID
+from .._log import get_logger
+from . import SpanRecord, subscribe_spans
+
+__all__ = ["DROPPED", "FLUSH_TIMEOUT_MS", "METRIC_PRODUCERS", "counting_exporter", "otel_resource",
+           "start_span_export", "to_readable", "with_produced"]
+
+_log = get_logger("telemetry")
+#: Milliseconds the exit's last export may take.
+FLUSH_TIMEOUT_MS = 1000
+#: Exports that did not reach the collector in this process, by signal (``metrics``, ``spans``):
+#: the first of each is warned about, the others counted.
+DROPPED: dict[str, int] = {"metrics": 0, "spans": 0}
+_started: list[Any] = []
+#: Each gives one more OpenTelemetry SDK ``Metric`` (or None) to add to every OTLP metrics export: data the
+#: SDK's instruments cannot carry cheaply (the call-duration histogram, :mod:`._caller`).
+METRIC_PRODUCERS: list[Callable[[], Any]] = []
+
+
+def otel_resource(role: str, name: str) -> Any:
+    """The OpenTelemetry ``Resource`` of this process: ``service.name`` (``OTEL_SERVICE_NAME``, default
+    ``tetrarch``), its role and name, host and pid."""
+    from opentelemetry.sdk.resources import Resource
+
+    return Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "tetrarch"),
+                            "tetrarch.role": role, "tetrarch.process": name,
+                            "host.name": socket.gethostname(), "process.pid": os.getpid()})
+
+
+def counting_exporter(base: type, signal: str, success: Any) -> type:
+    """``base`` (an OTLP exporter class) counting in ``DROPPED[signal]``, and warning once about, the
+    exports whose result is not ``success``."""
+    # Its own log says the same at every retry of every export: one warning of ours instead.
+    logging.getLogger("opentelemetry.exporter.otlp.proto.http").setLevel(logging.CRITICAL)
+
+    class Counting(base):
+        def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+            if signal == "metrics" and METRIC_PRODUCERS:
+                data = with_produced(data)
+            result = super().export(data, *args, **kwargs)
+            if result is not success:
+                DROPPED[signal] += 1
+                if DROPPED[signal] == 1:
+                    _log.warning("%s could not be exported to %s (the collector is down or slow): they are "
+                                 "dropped and counted, and the program goes on", signal,
+                                 getattr(self, "_endpoint", "?"))
+            return result
+
+    return Counting
+
+
+def with_produced(data: Any) -> Any:
+    """``data`` (the SDK's ``MetricsData``) with the metrics of :data:`METRIC_PRODUCERS` added to its first
+    resource, in a scope of their own; ``data`` itself when they have none."""
+    from opentelemetry.sdk.metrics.export import MetricsData, ResourceMetrics, ScopeMetrics
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    extra = []
+    for produce in METRIC_PRODUCERS:
+        try:
+            metric = produce()
+        except Exception as exc:  # noqa: BLE001 - one producer that fails leaves the others
+            _log.debug("metrics: a producer failed: %s", exc)
+            continue
+        if metric is not None:
+            extra.append(metric)
+    if not extra or not data.resource_metrics:
+        return data
+    first = data.resource_metrics[0]
+    scope = ScopeMetrics(InstrumentationScope("tetrarch.produced"), extra, "")  # its own: the encoder merges by scope
+    return MetricsData([ResourceMetrics(first.resource, [*first.scope_metrics, scope], first.schema_url),
+                        *data.resource_metrics[1:]])
+
+
+def to_readable(rec: SpanRecord, resource: Any) -> Any:
+    """``rec`` as the OpenTelemetry SDK's ``ReadableSpan`` (a remote parent when it has one)."""
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    parent = SpanContext(rec.trace_id, rec.parent_id, True, flags) if rec.parent_id else None
+    status = rec.attrs.get("status")
+    kind = {"send": SpanKind.CLIENT, "receive": SpanKind.SERVER}.get(rec.name, SpanKind.INTERNAL)
+    return ReadableSpan(
+        rec.name, SpanContext(rec.trace_id, rec.span_id, False, flags), parent, resource,
+        {**rec.attrs, "thread.id": rec.tid}, kind=kind, start_time=rec.start_ns, end_time=rec.end_ns,
+        status=Status(StatusCode.ERROR) if status in ("error", "dead") else Status(StatusCode.UNSET),
+        instrumentation_scope=InstrumentationScope("tetrarch"))
+
+
+def start_span_export() -> bool:
+    """Export this process's spans through OTLP from now on; whether it started (once per process).
+
+    Missing OpenTelemetry packages or a malformed ``OTEL_*`` setting give one warning, never an error.
+    """
+    if _started:
+        return True
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+    except ImportError as exc:
+        _log.warning("TETRARCH_TRACE_EXPORT=otlp but OpenTelemetry is missing (%s): pip install \"tetrarch[otel]\"",
+                     exc)
+        return False
+    name = os.environ.get(ENV_PROC_ID.name) or "client"
+    try:
+        resource = otel_resource("proc" if name != "client" else "client", name)
+        processor = BatchSpanProcessor(counting_exporter(OTLPSpanExporter, "spans", SpanExportResult.SUCCESS)())
+    except Exception as exc:  # noqa: BLE001 - a malformed OTEL_* setting: one warning, no export
+        _log.warning("TETRARCH_TRACE_EXPORT: the OTLP exporter could not be set up from the OTEL_* settings: %s", exc)
+        return False
+    _started.append(processor)
+
+    def export(rec: SpanRecord) -> None:
+        processor.on_end(to_readable(rec, resource))
+
+    subscribe_spans(export)
+    atexit.register(_flush_at_exit, processor)
+    return True
+
+
+def _flush_at_exit(processor: Any) -> None:
+    """Export what is queued, for :data:`FLUSH_TIMEOUT_MS` at most (a slow collector does not hold the exit)."""
+    done = threading.Thread(target=processor.shutdown, name="tetrarch-span-flush", daemon=True)
+    done.start()
+    done.join(FLUSH_TIMEOUT_MS / 1000)

@@ -1,0 +1,36 @@
+"""A traced program over three processes: the client calls an actor of one proc, which calls an
+actor of another proc from its handler (a nested call). Prints DONE at the end."""
+
+import sys
+
+from tetrarch import Actor, endpoint, this_host
+
+
+class Leaf(Actor):
+    @endpoint
+    def square(self, x: int) -> int:
+        return x * x
+
+    @endpoint
+    def fail(self) -> None:
+        raise ValueError("on purpose")
+
+
+class Middle(Actor):
+    def __init__(self, leaf: "Leaf") -> None:
+        self.leaf = leaf
+
+    @endpoint
+    def relay(self, x: int) -> int:
+        return self.leaf.square.call_one(x).get()
+
+
+calls = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+host = this_host()
+upper = host.spawn_procs(per_host={"gpus": 1}, name="upper")
+lower = host.spawn_procs(per_host={"gpus": 1}, name="lower")
+leaf = lower.spawn("leaf", Leaf)
+middle = upper.spawn("middle", Middle, leaf)
+for i in range(calls):
+    assert middle.relay.call_one(i).get() == i * i
+print("DONE", flush=True)
