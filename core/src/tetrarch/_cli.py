@@ -255,9 +255,11 @@ def _parser() -> argparse.ArgumentParser:
     from ._cli_admin import add_commands
     from ._cli_query import add_query
     from ._cli_top import add_top
+    from ._cli_trace import add_trace
 
     add_commands(sub)
     add_top(sub)
+    add_trace(sub)
     add_query(sub)
     # `run` takes torchrun's flags verbatim, so main() hands its arguments over before argparse sees them.
     sub.add_parser("run", add_help=False, help="run a torchrun command line on a tetrarch mesh: "

@@ -20,6 +20,8 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_version``   the distribution's version
     ``_telemetry`` spans published and subscribed to, and hooks that add OpenTelemetry instruments
     ``_telemetry._io``  messages and bytes per connection, transfers and bytes per RDMA backend
+    ``_telemetry._trace``, ``_caller``  spans of calls and spawns; the caller's metrics per endpoint
+    ``_telemetry._perfetto``, ``_otlp``  the trace file (Perfetto); OTLP export of spans, shared with metrics
     ``_telemetry._tables``, ``_store``, ``_forward``, ``_query``  the SQL store's tables, a process's
                     bounded rotating store, its recorder, and DuckDB over Arrow
     ``_telemetry._otel_env``  the standard OTEL_* variables, checked once: one warning, the defaults apply
@@ -125,6 +127,7 @@ the actor context)
     ``tetrarch``      the public package (``tetrarch/__init__``): names load lazily from the layers
     ``_cli``, ``__main__``, ``_doctor``  ``tetrarch`` the command
     ``_cli_admin``, ``_cli_top``  ``ps``, ``stack``, ``debug``, ``doctor mesh``, ``top``: a running program
+    ``_cli_trace``  ``trace``: run a program and write its Perfetto trace file
     ``_cli_query``  ``query``: SQL over a running program's or a finished job's telemetry
 
 ``tetrarch.testing`` is not part of the stack: the test kit of plugin authors and of our suite uses
@@ -148,6 +151,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "tetrarch._telemetry._io", "tetrarch._telemetry._otel_env",
                     "tetrarch._telemetry._tables", "tetrarch._telemetry._store", "tetrarch._telemetry._forward",
                     "tetrarch._telemetry._query",
+                    "tetrarch._telemetry._trace", "tetrarch._telemetry._perfetto", "tetrarch._telemetry._otlp",
+                    "tetrarch._telemetry._caller",
                     "tetrarch._version", "tetrarch._runtime", "tetrarch.config")),
     ("values", ("tetrarch._runtime.values",)),
     ("plumbing", ("tetrarch._runtime.plumbing",)),
@@ -165,5 +170,5 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("admin", ("tetrarch._admin", "tetrarch.admin")),
     ("api", ("tetrarch", "tetrarch._cli", "tetrarch._cli_admin", "tetrarch._cli_top", "tetrarch._cli_query",
              "tetrarch.__main__",
-             "tetrarch._doctor")),
+             "tetrarch._doctor", "tetrarch._cli_trace")),
 )
