@@ -22,17 +22,18 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..._config import TELEMETRY_DIR, TELEMETRY_DISK_MB, TELEMETRY_ROWS, TELEMETRY_STORE
 from ..._log import get_logger
 from ..._telemetry._forward import Recorder
-from ..._telemetry._store import TelemetryStore
 from ..._telemetry._tables import hostname
 from ..router._router import PeerUnreachable, Router
 from ..values import _wire
 from ._ask import Request, ask
+
+if TYPE_CHECKING:  # the store (and pathlib) load with the first row kept: not at a host agent's start
+    from ..._telemetry._store import TelemetryStore
 
 __all__ = ["ANSWER_MB", "SVC_TELEMETRY", "QueryResult", "Telemetry", "TelemetryHandle", "query", "run_folder",
            "start_telemetry", "telemetry_env"]
@@ -48,23 +49,23 @@ _MAX_QUEUED = 256
 _run_dir: list[str] = []
 
 
-def default_base() -> Path:
+def default_base() -> str:
     """Where stores write when ``TETRARCH_TELEMETRY_DIR`` is empty."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK):
-        return Path(runtime) / "tetrarch" / "telemetry"
-    return Path.home() / ".cache" / "tetrarch" / "telemetry"
+        return os.path.join(runtime, "tetrarch", "telemetry")
+    return os.path.join(os.path.expanduser("~"), ".cache", "tetrarch", "telemetry")
 
 
-def run_folder(role: str) -> Path:
+def run_folder(role: str) -> str:
     """This process's run folder: the client makes ``<dir>/<run>``; the processes it starts are
     told theirs (``TETRARCH_TELEMETRY_DIR``, :func:`telemetry_env`)."""
     if _run_dir:
-        return Path(_run_dir[0])
-    base = Path(TELEMETRY_DIR() or default_base())
+        return _run_dir[0]
+    base = TELEMETRY_DIR() or default_base()
     if role == "client":
-        base = base / f"{time.strftime('%Y%m%dT%H%M%S')}-{hostname()}-{os.getpid()}"
-    _run_dir.append(str(base))
+        base = os.path.join(base, f"{time.strftime('%Y%m%dT%H%M%S')}-{hostname()}-{os.getpid()}")
+    _run_dir.append(base)
     return base
 
 
@@ -74,22 +75,39 @@ def telemetry_env() -> dict[str, str]:
 
 
 class TelemetryHandle:
-    """One process's telemetry: its recorder, and its store (a host agent's, the client's)."""
+    """One process's telemetry: its recorder, and its store (a host agent's, the client's), made
+    when first needed from ``(folder, rows, disk MB)``."""
 
-    def __init__(self, recorder: Recorder, store: TelemetryStore | None) -> None:
+    def __init__(self, recorder: Recorder, store: tuple[str, int, float] | None) -> None:
         self.recorder = recorder
-        self.store = store
+        self._store_args = store
+        self._store: TelemetryStore | None = None
+        self._made = threading.Lock()
         self._queue: queue.SimpleQueue[dict[str, list[tuple]] | None] = queue.SimpleQueue()
         self._queued = 0
         self._ingest: threading.Thread | None = None
 
+    @property
+    def store(self) -> TelemetryStore | None:
+        """The store (None in a proc, whose rows go to its host agent's)."""
+        if self._store is None and self._store_args is not None:
+            from pathlib import Path
+
+            from ..._telemetry._store import TelemetryStore
+
+            with self._made:
+                if self._store is None:
+                    folder, rows, disk_mb = self._store_args
+                    self._store = TelemetryStore(Path(folder), rows, disk_mb)
+        return self._store
+
     def take(self, batch: dict[str, list[tuple]]) -> None:
         """Keep ``batch`` in the store (the store's own thread; never the caller's)."""
-        store = self.store
-        if store is None:
+        if self._store_args is None:
             return
         if self._queued >= _MAX_QUEUED:
-            store.dropped += sum(len(rows) for rows in batch.values())
+            if self.store is not None:
+                self.store.dropped += sum(len(rows) for rows in batch.values())
             return
         self._queued += 1
         self._queue.put(batch)
@@ -125,8 +143,8 @@ class TelemetryHandle:
             batch = self._queue.get_nowait()
             if batch is not None:
                 self.keep(batch)
-        if self.store is not None:
-            self.store.flush()
+        if self._store is not None:  # never made: nothing to write
+            self._store.flush()
 
     # -- the ``telemetry`` service (a host agent's) -----------------------------------
     def service(self, router: Router, hdr: _wire.SysHeader, payload: list) -> None:
@@ -166,9 +184,8 @@ def start_telemetry(role: str, router: Router, host_agent: str | None) -> Teleme
         return None
     if role == "proc":
         return TelemetryHandle(Recorder(_sender(router, host_agent)).start(), None)
-    folder = run_folder(role) / f"{hostname()}-{'client' if role == 'client' else 'agent'}-{os.getpid()}"
-    store = TelemetryStore(folder, rows, disk_mb)
-    handle = TelemetryHandle(Recorder(lambda batch: None), store)
+    folder = os.path.join(run_folder(role), f"{hostname()}-{'client' if role == 'client' else 'agent'}-{os.getpid()}")
+    handle = TelemetryHandle(Recorder(lambda batch: None), (folder, rows, disk_mb))
     handle.recorder.sink = handle.keep  # on the recorder's thread: a rotation may write a file
     handle.recorder.start()
     if role != "client":
