@@ -23,7 +23,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.3f}" if abs(value) >= 1e5 else f"{value:.6g}"  # a time keeps its milliseconds
     return str(value)
 
 
