@@ -30,8 +30,8 @@ from typing import Any
 from .._client_hooks import on_client_start
 from . import _trace, on_meter
 
-__all__ = ["BOUNDS", "ON", "Row", "begin", "end", "histogram_metric", "metrics_on", "observe_spawn", "refresh",
-           "rows", "timed_out", "trace_field"]
+__all__ = ["BOUNDS", "ON", "Observation", "Row", "begin", "end", "histogram_metric", "metrics_on",
+           "observe_spawn", "refresh", "rows", "timed_out", "trace_field"]
 
 #: Whether calls are observed at all (metrics started, or tracing on): the call path reads only this.
 ON = False
@@ -92,39 +92,58 @@ def metrics_on() -> bool:
     return _metrics[0]
 
 
-def begin(what: str, payload: list, n: int) -> list | None:
+#: What :func:`begin` gives: None (not observed), the start time (counted, not traced; a float adds no object
+#: for the garbage collector to walk in a pipeline of pending calls), or ``(start time, send span)``.
+Observation = float | tuple[float, Any] | None
+
+
+def begin(what: str, payload: list, n: int) -> Observation:
     """A call to ``n`` actors of ``what`` (``"mesh.endpoint"``) is about to leave with ``payload``: its
-    observation (``[row, start, send span]``) for :func:`end`, or None when nothing observes it."""
-    row = None
+    observation for :func:`end`, or None when nothing observes it."""
     if _metrics[0]:
-        row = _row(what)
+        row = _rows.get(what)
+        if row is None:
+            row = _row(what)
         row.calls += 1
         if payload:
             row.request_bytes += _nbytes(payload) * n
-    span = None
     if _trace.ON:
         mesh, _, endpoint = what.rpartition(".")
         span = _trace.start("send", {"mesh": mesh, "endpoint": endpoint, "actors": n})
-    if row is None and span is None:
-        return None
-    return [row, perf_counter(), span]
+        if span is not None:
+            return (perf_counter(), span)
+    return perf_counter() if _metrics[0] else None
 
 
-def trace_field(obs: list | None) -> tuple[int, int] | None:
+def trace_field(obs: Observation) -> tuple[int, int] | None:
     """The trace field the call's headers carry (:attr:`~tetrarch._runtime.values._wire.CallHeader.trace`)."""
-    span = obs[2] if obs is not None else None
-    return (span[0], span[1]) if span is not None else None
+    if type(obs) is tuple:
+        span = obs[1]
+        return (span[0], span[1])
+    return None
 
 
-def end(obs: list, frames: list | None) -> None:
-    """The call observed by ``obs`` is over: ``frames`` are its replies' ``(status, payload)``, or None
-    when the caller gets none (``broadcast``, replies to a port)."""
-    row, t0, span = obs
-    status = "sent"
-    if frames is not None:
-        statuses = [f[0] for f in frames if f is not None]
-        status = "dead" if 2 in statuses else "error" if 1 in statuses else "ok"  # _wire.DEAD, ERR
-    if row is not None and frames is not None:
+def end(obs: Observation, frames: list | None, what: str) -> None:
+    """The call to ``what`` observed by ``obs`` is over: ``frames`` are its replies' ``(status, payload)``,
+    or None when the caller gets none (``broadcast``, replies to a port)."""
+    t0: float | None
+    span: Any
+    t0, span = obs if isinstance(obs, tuple) else (obs, None)
+    row = _rows.get(what) if _metrics[0] else None
+    if frames is None:
+        if span is not None:
+            _trace.end(span, "sent")
+        return
+    worst = 0  # _wire.OK; ERR is 1, DEAD 2: the worst status of any rank
+    nbytes = 0
+    for frame in frames:
+        if frame is None:
+            continue
+        if frame[0] > worst:
+            worst = frame[0]
+        for f in frame[1]:
+            nbytes += len(f) if type(f) is bytes else memoryview(f).nbytes
+    if row is not None and t0 is not None:
         dt = perf_counter() - t0
         row.buckets[bisect_left(BOUNDS, dt)] += 1
         row.count += 1
@@ -133,20 +152,20 @@ def end(obs: list, frames: list | None) -> None:
             row.min = dt
         if dt > row.max:
             row.max = dt
-        row.reply_bytes += sum(_nbytes(f[1]) for f in frames if f is not None)
-        if status == "dead":
+        row.reply_bytes += nbytes
+        if worst == 2:
             row.supervision += 1
-        elif status == "error":
+        elif worst == 1:
             row.actor_error += 1
     if span is not None:
-        _trace.end(span, status)
+        _trace.end(span, "dead" if worst == 2 else "error" if worst == 1 else "ok")
 
 
-def observe_spawn(mesh: str, cls: str, n: int) -> list | None:
+def observe_spawn(mesh: str, cls: str, n: int) -> Observation:
     """A spawn of ``n`` actors of class ``cls`` as ``mesh``: its observation for :func:`end` (the ``spawn``
     span; spawns are not counted as calls), or None when not traced."""
     span = _trace.start("spawn", {"mesh": mesh, "class": cls, "actors": n}) if _trace.ON else None
-    return None if span is None else [None, perf_counter(), span]
+    return None if span is None else (perf_counter(), span)
 
 
 def timed_out(call: Any) -> None:

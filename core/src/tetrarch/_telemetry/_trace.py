@@ -85,15 +85,19 @@ def refresh() -> bool:
     return ON
 
 
-def start(name: str, attrs: dict[str, Any]) -> OpenSpan | None:
+def start(name: str, attrs: dict[str, Any] | Callable[[], dict[str, Any]]) -> OpenSpan | None:
     """Open a span in this context: a child of the running ``handle`` span, else a new root when
-    sampled; None when not traced. Call only while :data:`ON`."""
+    sampled; None when not traced. ``attrs`` may be a function, called only for a traced span.
+    Call only while :data:`ON`."""
     cur = CURRENT.get()
     if cur is not None:
-        return (cur[0], _bits(64) or 1, cur[1], time_ns(), threading.get_native_id(), name, attrs)
-    if _random() < _rate[0]:
-        return (_bits(128) or 1, _bits(64) or 1, 0, time_ns(), threading.get_native_id(), name, attrs)
-    return None
+        trace_id, parent = cur
+    elif _random() < _rate[0]:
+        trace_id, parent = _bits(128) or 1, 0
+    else:
+        return None
+    return (trace_id, _bits(64) or 1, parent, time_ns(), threading.get_native_id(), name,
+            attrs() if callable(attrs) else attrs)
 
 
 def end(span: OpenSpan, status: str | None = None, **more: Any) -> None:

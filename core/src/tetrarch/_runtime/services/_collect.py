@@ -91,7 +91,7 @@ class ReplyCollector:
         self.targets = targets
         self.deadly = deadly
         self.observed = self.futures  # the futures through which user code receives the outcome
-        self.obs: list | None = None  # the call's metrics and send span (_telemetry._caller), when observed
+        self.obs: _caller.Observation = None  # the call's start and send span (_telemetry._caller), when observed
         if claims is not None:
             claims.calls_started(targets)
         self.port = rt.open_port(self)
@@ -177,7 +177,7 @@ class ReplyCollector:
     def finish(self) -> None:
         self.rt.close_port(self.port)
         if self.obs is not None:
-            _caller.end(self.obs, self.frames)
+            _caller.end(self.obs, self.frames, self.what)
         if self.claims is not None:
             dead = [t for t, (status, _) in zip(self.targets, self.frames, strict=True) if status in self.deadly]
             self.claims.calls_ended(self.targets, dead, any(f._asked for f in self.observed))

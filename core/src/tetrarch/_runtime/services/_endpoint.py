@@ -282,7 +282,7 @@ class Endpoint(Generic[P, R]):
                 except PeerUnreachable as exc:
                     self._unreachable(rt, coll, (raddr, rport) if reply_to is not None else None, idx, what, exc)
         if obs is not None and coll is None:
-            _caller.end(obs, None)  # no outcome to wait for: the call is over once sent
+            _caller.end(obs, None, what)  # no outcome to wait for: the call is over once sent
         return coll
 
     @staticmethod
