@@ -22,6 +22,10 @@ running job across runs where its hosts outlive the client: ``WorkerJob`` over w
 ``tetrarch.job.spmd`` (a submodule) serves a torchrun command line on procs reserved once
 (``serve``, ``job_load``; docs/spmd.md).
 
+``job.telemetry.query("SELECT ...")`` runs SQL over the telemetry of a job's hosts, and
+``telemetry().query(...)`` over every host this program started, ``this_host()`` included
+(``pip install "tetrarch[sql]"``; docs/telemetry.md).
+
 ``SlurmJob`` (as Monarch's ``monarch.job.SlurmJob``) comes from the Slurm plugin
 (``pip install "tetrarch[slurm]"``; docs/slurm.md); importing it without the plugin raises
 ``ImportError`` naming that command.
@@ -47,6 +51,9 @@ _EXPORTS = {
     "LocalJob": "tetrarch._runtime.meshes._job",
     "MeshNotFoundError": "tetrarch._errors",
     "ProcessJob": "tetrarch._runtime.meshes._job",
+    "Telemetry": "tetrarch._runtime.services._telemetry",
+    "TelemetryQueryError": "tetrarch._errors",
+    "telemetry": "tetrarch._runtime.meshes._telemetry",
 }
 
 __all__ = [
@@ -59,10 +66,13 @@ __all__ = [
     "MeshNotFoundError",
     "ProcessJob",
     "SlurmJob",
+    "Telemetry",
+    "TelemetryQueryError",
     "WorkerJob",
     "job_load",
     "job_loads",
     "new_secret_file",
+    "telemetry",
 ]
 # (kept literal so linters see the re-exports; tests/test_public_api.py checks it)
 
@@ -96,7 +106,7 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # pragma: no cover
     from tetrarch_alloc_slurm import SlurmJob
 
-    from .._errors import MeshNotFoundError
+    from .._errors import MeshNotFoundError, TelemetryQueryError
     from .._runtime.meshes._job import (
         DEFAULT_JOB_PATH,
         AllocatorJob,
@@ -108,5 +118,7 @@ if TYPE_CHECKING:  # pragma: no cover
         job_load,
         job_loads,
     )
+    from .._runtime.meshes._telemetry import telemetry
     from .._runtime.meshes._worker_auth import new_secret_file
     from .._runtime.meshes._worker_job import WorkerJob
+    from .._runtime.services._telemetry import Telemetry
