@@ -69,6 +69,20 @@ def test_a_recorder_under_a_flood_drops_its_oldest_rows_and_counts_them() -> Non
 
 
 @pytest.mark.transport_independent  # pure: no process
+def test_a_telemetry_folder_keeps_the_newest_runs(tmp_path: Path) -> None:
+    from tetrarch._runtime.services._telemetry import prune_runs
+
+    for i in range(25):
+        run = tmp_path / f"20260101T0000{i:02d}-node-{100 + i}"
+        (run / "node-client-1").mkdir(parents=True)
+        os.utime(run, (1_000_000 + i, 1_000_000 + i))
+    (tmp_path / "mine").mkdir()  # not a run's folder: never touched
+    gone = prune_runs(str(tmp_path), keep=20)
+    assert sorted(Path(g).name[-3:] for g in gone) == ["100", "101", "102", "103", "104"]
+    assert len(list(tmp_path.iterdir())) == 21 and (tmp_path / "mine").is_dir()
+
+
+@pytest.mark.transport_independent  # pure: no process
 def test_a_bad_query_raises_the_engines_error() -> None:
     with pytest.raises(TelemetryQueryError, match="syntax error"):
         run_sql("SELEC * FROM events", [{}])
@@ -165,3 +179,21 @@ def test_a_jobs_spans_messages_and_metric_points(run_scenario: Any, tmp_path: Pa
     assert out["messages"] == [{"sender_pid": out["client"], "receiver_pid": out["actor"], "endpoint": "receive"}]
     assert {"name": "tetrarch.actor.calls", "pid": out["actor"]} in out["points"]
     assert out["bad"] == "TelemetryQueryError" and "syntax error" in out["message"]
+
+
+@pytest.mark.isolated
+@pytest.mark.slow
+def test_a_flood_of_spans_keeps_the_stores_within_their_bounds(run_scenario: Any, tmp_path: Path) -> None:
+    """A short flood (the 10-minute soak is the long variant): 2 procs x 3 rounds x 40 000 spans into a
+    store of 2 000 rows and 1 MB: the host's files never pass 1 MB, its memory stops growing."""
+    env = {"TETRARCH_TELEMETRY_DIR": str(tmp_path), "TETRARCH_TELEMETRY_ROWS": "2000",
+           "TETRARCH_TELEMETRY_DISK_MB": "1"}
+    res = run_scenario(HERE / "scenarios" / "telemetry_flood.py", "40000", "3", timeout=240, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rounds = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert len(rounds) == 4, res.stdout
+    for r in rounds[1:]:
+        assert r["rows"] >= 2000 and r["disk"] <= 1 << 20, r
+    assert rounds[-1]["agent_rss"] < rounds[1]["agent_rss"] * 1.5, rounds  # bounded, not growing per round
+    runs = list(tmp_path.iterdir())
+    assert len(runs) == 1

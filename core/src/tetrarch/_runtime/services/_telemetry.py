@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import re
+import shutil
 import threading
 import time
 import warnings
@@ -35,8 +37,8 @@ from ._ask import Request, ask
 if TYPE_CHECKING:  # the store (and pathlib) load with the first row kept: not at a host agent's start
     from ..._telemetry._store import TelemetryStore
 
-__all__ = ["ANSWER_MB", "SVC_TELEMETRY", "QueryResult", "Telemetry", "TelemetryHandle", "query", "run_folder",
-           "start_telemetry", "telemetry_env"]
+__all__ = ["ANSWER_MB", "KEEP_RUNS", "SVC_TELEMETRY", "QueryResult", "Telemetry", "TelemetryHandle", "prune_runs",
+           "query", "run_folder", "start_telemetry", "telemetry_env"]
 
 _log = get_logger("telemetry")
 
@@ -45,6 +47,9 @@ SVC_TELEMETRY = "telemetry"
 ANSWER_MB = 64
 #: Batches a host agent holds before its store takes them; past it a batch is dropped and counted.
 _MAX_QUEUED = 256
+#: Runs' folders a telemetry folder keeps: at a client's end, the oldest past these are deleted.
+KEEP_RUNS = 20
+_RUN_NAME = re.compile(r"^\d{8}T\d{6}-.+-\d+$")
 
 _run_dir: list[str] = []
 
@@ -69,6 +74,21 @@ def run_folder(role: str) -> str:
     return base
 
 
+def prune_runs(base: str, keep: int = KEEP_RUNS) -> list[str]:
+    """Delete the oldest run folders of ``base`` past ``keep`` (only folders named as runs are);
+    the deleted ones."""
+    try:
+        runs = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and _RUN_NAME.match(e.name)]
+    except OSError:
+        return []
+    runs.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime)
+    gone = []
+    for entry in runs[:max(0, len(runs) - keep)]:
+        shutil.rmtree(entry.path, ignore_errors=True)
+        gone.append(entry.path)
+    return gone
+
+
 def telemetry_env() -> dict[str, str]:
     """What a process this one starts needs to write into this run's folder."""
     return {TELEMETRY_DIR.env: _run_dir[0]} if _run_dir else {}
@@ -78,8 +98,10 @@ class TelemetryHandle:
     """One process's telemetry: its recorder, and its store (a host agent's, the client's), made
     when first needed from ``(folder, rows, disk MB)``."""
 
-    def __init__(self, recorder: Recorder, store: tuple[str, int, float] | None) -> None:
+    def __init__(self, recorder: Recorder, store: tuple[str, int, float] | None, prune: str | None = None) -> None:
+        """``prune``: the telemetry folder whose oldest runs :meth:`close` deletes (the client's)."""
         self.recorder = recorder
+        self._prune = prune
         self._store_args = store
         self._store: TelemetryStore | None = None
         self._made = threading.Lock()
@@ -145,6 +167,8 @@ class TelemetryHandle:
                 self.keep(batch)
         if self._store is not None:  # never made: nothing to write
             self._store.flush()
+        if self._prune is not None:
+            prune_runs(self._prune)
 
     # -- the ``telemetry`` service (a host agent's) -----------------------------------
     def service(self, router: Router, hdr: _wire.SysHeader, payload: list) -> None:
@@ -185,7 +209,9 @@ def start_telemetry(role: str, router: Router, host_agent: str | None) -> Teleme
     if role == "proc":
         return TelemetryHandle(Recorder(_sender(router, host_agent)).start(), None)
     folder = os.path.join(run_folder(role), f"{hostname()}-{'client' if role == 'client' else 'agent'}-{os.getpid()}")
-    handle = TelemetryHandle(Recorder(lambda batch: None), (folder, rows, disk_mb))
+    run = run_folder(role)
+    handle = TelemetryHandle(Recorder(lambda batch: None), (folder, rows, disk_mb),
+                             prune=os.path.dirname(run) if role == "client" else None)
     handle.recorder.sink = handle.keep  # on the recorder's thread: a rotation may write a file
     handle.recorder.start()
     if role != "client":

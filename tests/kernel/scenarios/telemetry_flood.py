@@ -1,0 +1,51 @@
+"""A flood of spans into small telemetry stores (TETRARCH_TELEMETRY_ROWS, _DISK_MB set small by the
+test): two procs publish argv[1] spans each, as fast as they can, in argv[2] rounds; after each
+round the host agent's folder and resident memory are measured. Prints JSON lines starting with ``{``."""
+
+import json
+import os
+import sys
+import threading
+import time
+
+import psutil
+
+from tetrarch import Actor, endpoint, this_host
+from tetrarch._telemetry import SpanRecord, publish_span
+from tetrarch.job import telemetry
+
+
+class Flooder(Actor):
+    @endpoint
+    def flood(self, n: int) -> int:
+        tid, pid = threading.get_native_id(), os.getpid()
+        attrs = {"mesh": "flood", "endpoint": "flood", "pad": "x" * 200}
+        for i in range(n):
+            now = time.time_ns()
+            publish_span(SpanRecord(i + 1, i + 1, 0, "handle", now, now + 1, pid, tid, attrs))
+        return n
+
+
+def folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def main() -> None:
+    n, rounds = int(sys.argv[1]), int(sys.argv[2])
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("flood", Flooder)
+    mesh.initialized.get(timeout=60)
+    (agent,) = [p for p in psutil.Process().children() if "host-agent" in " ".join(p.cmdline())]
+    base = os.environ["TETRARCH_TELEMETRY_DIR"]
+    print(json.dumps({"round": -1, "agent_rss": agent.memory_info().rss}), flush=True)
+    for r in range(rounds):
+        mesh.flood.call(n).get(timeout=120)
+        rows = telemetry().query("SELECT count(*) AS n FROM spans").to_pylist()[0]["n"]
+        agents = [os.path.join(d, x) for d, dirs, _ in os.walk(base) for x in dirs if "-agent-" in x]
+        print(json.dumps({"round": r, "rows": rows, "disk": sum(map(folder_bytes, agents)),
+                          "agent_rss": agent.memory_info().rss}), flush=True)
+    procs.stop().get(timeout=60)
+
+
+if __name__ == "__main__":
+    main()
