@@ -91,6 +91,18 @@ def test_a_trace_file_links_the_spans_of_three_processes(tmp_path: Path) -> None
         assert all(s.get("status", "ok") == "ok" for s in chain)
 
 
+def test_a_call_through_a_hosts_relay_keeps_its_trace(tmp_path: Path) -> None:
+    out = tmp_path / "wide.pftrace"
+    res = _run({"TETRARCH_TRACE_FILE": str(out), "TETRARCH_RELAY_MIN": "2"}, "1", "wide")
+    assert "RELAYED" in res.stdout
+    slices = _read(out)["slices"]
+    (send,) = [s for s in slices if s["name"] == "send" and s["mesh"] == "wide"]
+    receives = [s for s in slices if s["name"] == "receive" and s["mesh"] == "wide"]
+    assert len(receives) == 3 and {s["trace_id"] for s in receives} == {send["trace_id"]}
+    assert len({s["pid"] for s in receives}) == 3 and send["actors"] == 3
+    assert all(len(send["flows"] & s["ends"]) == 1 for s in receives)
+
+
 def test_trace_processor_loads_the_trace_file(tmp_path: Path) -> None:
     shell = os.environ.get("TETRARCH_TRACE_PROCESSOR_BIN") or next(
         iter(glob.glob(os.path.expanduser("~/.local/share/perfetto/**/trace_processor_shell*"), recursive=True)), None)

@@ -1,5 +1,10 @@
 """A traced program over three processes: the client calls an actor of one proc, which calls an
-actor of another proc from its handler (a nested call). Prints DONE at the end."""
+actor of another proc from its handler (a nested call). Prints DONE at the end.
+
+Arguments: the number of nested calls (default 3); ``wide``: then one call to a mesh of three
+leaves, which goes through the host's relay when ``TETRARCH_RELAY_MIN`` is at most 3 (it says
+``RELAYED`` then).
+"""
 
 import sys
 
@@ -33,4 +38,9 @@ leaf = lower.spawn("leaf", Leaf)
 middle = upper.spawn("middle", Middle, leaf)
 for i in range(calls):
     assert middle.relay.call_one(i).get() == i * i
+if "wide" in sys.argv[2:]:
+    wide = host.spawn_procs(per_host={"gpus": 3}, name="wide").spawn("wide", Leaf)
+    if wide._relay_plan(wide._shape, 3) is not None:
+        print("RELAYED", flush=True)
+    assert list(wide.square.call(3).get().values()) == [9, 9, 9]
 print("DONE", flush=True)
