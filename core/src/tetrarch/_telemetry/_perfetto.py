@@ -176,6 +176,7 @@ def build_trace(parts: Iterable[dict[str, Any]]) -> bytes:
             p = trace.packet.add()
             p.trusted_packet_sequence_id = seq
             p.track_descriptor.uuid = thread_uuid
+            p.track_descriptor.parent_uuid = proc_uuid
             p.track_descriptor.thread.pid = pid
             p.track_descriptor.thread.tid = tid
             p.track_descriptor.thread.thread_name = part["threads"].get(tid, f"thread {tid}")
