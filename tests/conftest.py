@@ -116,6 +116,7 @@ STRESS_TESTS = frozenset({
     "test_chaos_kills_during_call_stream_resolve_every_call",  # random kills during a call stream
     "test_a_real_peer_is_served_quickly_during_a_flood",  # nng: 400 strangers
     "test_strangers_that_open_stay_within_half_the_open_file_limit",  # nng: 700 strangers at nofile 1024
+    "test_telemetry_stores_stay_within_their_bounds_in_a_soak",  # 10 minutes of spans into small stores
 })
 
 

@@ -197,3 +197,24 @@ def test_a_flood_of_spans_keeps_the_stores_within_their_bounds(run_scenario: Any
     assert rounds[-1]["agent_rss"] < rounds[1]["agent_rss"] * 1.5, rounds  # bounded, not growing per round
     runs = list(tmp_path.iterdir())
     assert len(runs) == 1
+
+
+#: Seconds of the soak (STRESS_TESTS in tests/conftest.py: make test-stress).
+SOAK_S = 600
+
+
+@pytest.mark.isolated
+@pytest.mark.slow
+@pytest.mark.timeout(scaled(SOAK_S + 300))
+def test_telemetry_stores_stay_within_their_bounds_in_a_soak(run_scenario: Any, tmp_path: Path) -> None:
+    """The flood above for 10 minutes: after every round the host's files are within 1 MB, and its
+    memory at the end is within 1.5 times what it was after the first round."""
+    env = {"TETRARCH_TELEMETRY_DIR": str(tmp_path), "TETRARCH_TELEMETRY_ROWS": "2000",
+           "TETRARCH_TELEMETRY_DISK_MB": "1"}
+    res = run_scenario(HERE / "scenarios" / "telemetry_flood.py", "20000", f"{SOAK_S}s", timeout=SOAK_S + 240,
+                       env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rounds = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")][1:]
+    assert len(rounds) >= 3, res.stdout
+    assert all(r["disk"] <= 1 << 20 for r in rounds), [r for r in rounds if r["disk"] > 1 << 20]
+    assert rounds[-1]["agent_rss"] < rounds[0]["agent_rss"] * 1.5, (rounds[0], rounds[-1])

@@ -1,6 +1,7 @@
 """A flood of spans into small telemetry stores (TETRARCH_TELEMETRY_ROWS, _DISK_MB set small by the
-test): two procs publish argv[1] spans each, as fast as they can, in argv[2] rounds; after each
-round the host agent's folder and resident memory are measured. Prints JSON lines starting with ``{``."""
+test): two procs publish argv[1] spans each, as fast as they can, in argv[2] rounds (``600s``:
+rounds for that many seconds, the soak); after each round the host agent's folder and resident
+memory are measured. Prints JSON lines starting with ``{``."""
 
 import json
 import os
@@ -31,7 +32,9 @@ def folder_bytes(path: str) -> int:
 
 
 def main() -> None:
-    n, rounds = int(sys.argv[1]), int(sys.argv[2])
+    n, until = int(sys.argv[1]), sys.argv[2]
+    end = time.monotonic() + float(until[:-1]) if until.endswith("s") else None
+    rounds = int(until) if end is None else 1 << 30
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     mesh = procs.spawn("flood", Flooder)
     mesh.initialized.get(timeout=60)
@@ -39,6 +42,8 @@ def main() -> None:
     base = os.environ["TETRARCH_TELEMETRY_DIR"]
     print(json.dumps({"round": -1, "agent_rss": agent.memory_info().rss}), flush=True)
     for r in range(rounds):
+        if end is not None and time.monotonic() > end:
+            break
         mesh.flood.call(n).get(timeout=120)
         rows = telemetry().query("SELECT count(*) AS n FROM spans").to_pylist()[0]["n"]
         agents = [os.path.join(d, x) for d, dirs, _ in os.walk(base) for x in dirs if "-agent-" in x]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections import deque
 from pathlib import Path
@@ -22,9 +23,20 @@ from typing import Any
 
 from ._tables import COLUMNS, STORED
 
-__all__ = ["TelemetryStore", "arrow_table", "read_folder"]
+__all__ = ["TelemetryStore", "arrow_table", "read_folder", "release_memory"]
 
 _ARROW = {"DOUBLE": "float64", "VARCHAR": "string", "BIGINT": "int64", "BOOLEAN": "bool_"}
+
+
+def release_memory() -> None:
+    """Give the memory Arrow's pool holds unused back to the OS (after a rotation or an answer: a
+    host agent is long-lived and its pool would otherwise keep its largest answer's pages)."""
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        try:
+            pa.default_memory_pool().release_unused()
+        except Exception:  # noqa: BLE001 - an older pyarrow: nothing to release
+            pass
 
 
 def arrow_schema(table: str) -> Any:
@@ -184,6 +196,7 @@ class TelemetryStore:
                     import pyarrow.parquet as pq
 
                     pq.write_table(arrow_table(table, rows), path, compression="zstd")
+                    release_memory()
                 else:
                     with open(path, "w", encoding="utf-8") as f:
                         json.dump(rows, f, separators=(",", ":"))

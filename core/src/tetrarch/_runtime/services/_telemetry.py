@@ -2,7 +2,8 @@
 
 A host agent keeps its host's store (:class:`~tetrarch._telemetry._store.TelemetryStore`)
 behind the ``telemetry`` service: ``rows`` (a batch from one of its procs' recorders, kept in
-order by one thread of its own) and ``tables`` (the store as Arrow IPC streams, answered on a
+order by one thread of its own; at most ``TETRARCH_TELEMETRY_ROWS`` rows wait for it, the
+batches past that are dropped and counted) and ``tables`` (the store as Arrow IPC streams, answered on a
 thread). The client keeps a store of its own for its own events (it may run on a host with
 no agent). :func:`query` asks every host agent for its tables with :func:`~._ask.ask`, each
 within one bound, and runs the SQL over their union and the client's store; a host that does
@@ -45,8 +46,6 @@ _log = get_logger("telemetry")
 SVC_TELEMETRY = "telemetry"
 #: Megabytes of Parquet files one host adds to its answer at most (memory's rows always come).
 ANSWER_MB = 64
-#: Batches a host agent holds before its store takes them; past it a batch is dropped and counted.
-_MAX_QUEUED = 256
 #: Runs' folders a telemetry folder keeps: at a client's end, the oldest past these are deleted.
 KEEP_RUNS = 20
 _RUN_NAME = re.compile(r"^\d{8}T\d{6}-.+-\d+$")
@@ -127,11 +126,12 @@ class TelemetryHandle:
         """Keep ``batch`` in the store (the store's own thread; never the caller's)."""
         if self._store_args is None:
             return
-        if self._queued >= _MAX_QUEUED:
+        n = sum(len(rows) for rows in batch.values())
+        if self._queued + n > max(self._store_args[1], 1024):  # rows waiting: at most a store's worth
             if self.store is not None:
-                self.store.dropped += sum(len(rows) for rows in batch.values())
+                self.store.dropped += n
             return
-        self._queued += 1
+        self._queued += n
         self._queue.put(batch)
         if self._ingest is None:
             self._ingest = threading.Thread(target=self._run, name="tetrarch-telemetry-store", daemon=True)
@@ -142,8 +142,8 @@ class TelemetryHandle:
             batch = self._queue.get()
             if batch is None:
                 return
-            self._queued -= 1
             self.keep(batch)
+            self._queued -= sum(len(rows) for rows in batch.values())
 
     def keep(self, batch: dict[str, list[tuple]]) -> None:
         """Add ``batch`` to the store now (the calling thread)."""
@@ -185,6 +185,7 @@ class TelemetryHandle:
 
     def _answer(self, router: Router, raddr: str | None, rport: int | None) -> None:
         from ..._telemetry._query import to_ipc
+        from ..._telemetry._store import release_memory
 
         try:
             assert self.store is not None
@@ -194,6 +195,8 @@ class TelemetryHandle:
         except Exception as exc:  # noqa: BLE001 - the asker gets the reason (no pyarrow here, ...)
             value, status = {"host": hostname(), "error": f"{type(exc).__name__}: {exc}"}, _wire.OK
         router.reply(raddr, rport, 0, status, value)
+        del value
+        release_memory()
 
 
 def start_telemetry(role: str, router: Router, host_agent: str | None) -> TelemetryHandle | None:
