@@ -103,6 +103,26 @@ def test_a_call_through_a_hosts_relay_keeps_its_trace(tmp_path: Path) -> None:
     assert all(len(send["flows"] & s["ends"]) == 1 for s in receives)
 
 
+def test_configure_trace_file_from_the_program(tmp_path: Path) -> None:
+    out = tmp_path / "configured.pftrace"
+    _run({}, "1", f"--configure={out}")
+    assert len({s["pid"] for s in _read(out)["slices"]}) == 3
+
+
+def test_sampling_decides_at_the_root_and_nested_calls_follow(tmp_path: Path) -> None:
+    out = tmp_path / "half.pftrace"
+    _run({"TETRARCH_TRACE_FILE": str(out), "TETRARCH_TRACE_SAMPLE": "0.5"}, "40")
+    slices = _read(out)["slices"]
+    roots = {s["trace_id"] for s in slices if s["name"] == "send" and s["endpoint"] == "relay"}
+    nested = [s for s in slices if s["name"] == "send" and s["endpoint"] == "square"]
+    assert 0 < len(roots) < 40  # about half (all or none: a chance of 2 in 2**40)
+    # Each traced call's nested call is traced, as a child; one made in an untraced handler was
+    # sampled where it was made: a trace of its own, starting there.
+    assert roots <= {s["trace_id"] for s in nested}
+    linked = {s["trace_id"] for s in nested if s["ends"]}
+    assert linked == roots
+
+
 def test_trace_processor_loads_the_trace_file(tmp_path: Path) -> None:
     shell = os.environ.get("TETRARCH_TRACE_PROCESSOR_BIN") or next(
         iter(glob.glob(os.path.expanduser("~/.local/share/perfetto/**/trace_processor_shell*"), recursive=True)), None)

@@ -3,11 +3,12 @@ actor of another proc from its handler (a nested call). Prints DONE at the end.
 
 Arguments: the number of nested calls (default 3); ``wide``: then one call to a mesh of three
 leaves, which goes through the host's relay when ``TETRARCH_RELAY_MIN`` is at most 3 (it says
-``RELAYED`` then).
+``RELAYED`` then); ``--configure=FILE``: the program sets ``trace_file`` itself.
 """
 
 import sys
 
+import tetrarch
 from tetrarch import Actor, endpoint, this_host
 
 
@@ -31,6 +32,9 @@ class Middle(Actor):
 
 
 calls = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+for arg in sys.argv[2:]:
+    if arg.startswith("--configure="):
+        tetrarch.configure(trace_file=arg.split("=", 1)[1])
 host = this_host()
 upper = host.spawn_procs(per_host={"gpus": 1}, name="upper")
 lower = host.spawn_procs(per_host={"gpus": 1}, name="lower")

@@ -1,10 +1,12 @@
 """Spans of calls and spawns, linked across processes (``TETRARCH_TRACE_SAMPLE``, ``TRACE_FILE``).
 
 The call path tests :data:`ON` (one module-global read) and does nothing more while it is
-false. A call is sampled at its root (``random() < rate``); a call made while a traced
-handler runs is traced whatever the rate (its parent decided). A traced call's header carries
-``(trace id, send span id)`` as its last field (:func:`tetrarch._runtime.values._wire.call_header`);
-an untraced header has no such field at all, so it is not one byte longer.
+false. A call is sampled where it starts (``random() < rate``); a call made while a traced
+handler runs is traced whatever the rate, as that handler's child (its parent decided); one made
+in an untraced handler is sampled like a root (no "not sampled" mark travels: headers stay as
+they are). A traced call's header carries ``(trace id, send span id)`` as its last field
+(:func:`tetrarch._runtime.values._wire.call_header`); an untraced header has no such field at
+all, so it is not one byte longer.
 
 Spans (published through :func:`tetrarch._telemetry.publish_span`):
 
