@@ -103,10 +103,16 @@ def test_a_call_through_a_hosts_relay_keeps_its_trace(tmp_path: Path) -> None:
     assert all(len(send["flows"] & s["ends"]) == 1 for s in receives)
 
 
-def test_configure_trace_file_from_the_program(tmp_path: Path) -> None:
+def test_configure_trace_file_from_the_program_and_stale_parts_are_ignored(tmp_path: Path) -> None:
     out = tmp_path / "configured.pftrace"
+    stale = tmp_path / "configured.pftrace.parts" / "old-1.spans"  # left by a run that was killed
+    stale.parent.mkdir()
+    stale.write_bytes(pickle.dumps({"pid": 1, "host": "old", "name": "client", "threads": {},
+                                    "spans": [(1, 2, 0, "send", 10, 20, 1, 1, {})]}))
+    os.utime(stale, (1_000_000, 1_000_000))
     _run({}, "1", f"--configure={out}")
-    assert len({s["pid"] for s in _read(out)["slices"]}) == 3
+    pids = {s["pid"] for s in _read(out)["slices"]}
+    assert len(pids) == 3 and 1 not in pids and not stale.parent.exists()
 
 
 def test_sampling_decides_at_the_root_and_nested_calls_follow(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ Tracks: one per process (named by its proc id, or ``client``) and one per thread
 span that overlaps its thread's others without nesting in them (pipelined ``send`` spans, the
 ``receive`` spans of queued calls) gets its own track under its process, named as the span.
 
-A process killed before its exit writes no part: its spans are missing from the file.
+A process killed before its exit writes no part: its spans are missing from the file. Parts older
+than the client's start (left by an earlier run that was killed) are ignored and removed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pickle
 import shutil
 import socket
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,6 +41,7 @@ _spans: list[SpanRecord] = []
 _threads: dict[int, str] = {}
 _dropped = [0]
 _target: list[str] = []  # the trace file, once the writer started
+_since: list[float] = []  # when (time.time()) this process started it, less a second: older parts are stale
 
 
 def _keep(rec: SpanRecord) -> None:
@@ -56,6 +59,7 @@ def start_writer(file: str) -> None:
     if _target:
         return
     _target.append(os.path.abspath(file))
+    _since.append(time.time() - 1.0)
     subscribe_spans(_keep)
     atexit.register(write_part)
 
@@ -109,6 +113,8 @@ def finish_trace_file() -> str | None:
     parts = []
     for path in sorted(glob.glob(os.path.join(folder, "*.spans"))):
         try:
+            if os.path.getmtime(path) < _since[0]:
+                continue  # left by an earlier run that did not finish its file
             with open(path, "rb") as f:
                 parts.append(pickle.load(f))
         except (OSError, pickle.UnpicklingError, EOFError) as exc:
