@@ -206,3 +206,16 @@ def test_sampling_zero_traces_nothing_and_headers_do_not_grow(tmp_path: Path) ->
                                (2**127 + 5, 2**63 + 9))
     assert _wire.trace_of(_wire.decode(traced)) == (2**127 + 5, 2**63 + 9)
     assert len(traced) - len(plain) <= 48
+
+
+@pytest.mark.parametrize(("env", "said"), [
+    ({"TETRARCH_TRACE_SAMPLE": "often"}, "tracing is off: environment variable TETRARCH_TRACE_SAMPLE='often'"),
+    ({"TETRARCH_TRACE_SAMPLE": "5"}, "TETRARCH_TRACE_SAMPLE must be between 0 and 1"),
+    ({"TETRARCH_TRACE_EXPORT": "zipkin"}, "TETRARCH_TRACE_EXPORT='zipkin' is not known"),
+])
+def test_bad_trace_settings_are_said_once_and_never_break_the_program(env: dict[str, str], said: str) -> None:
+    code = "from tetrarch._telemetry import _caller; _caller.refresh(); _caller.refresh(); print('OK')"
+    res = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=scaled(60))
+    assert res.returncode == 0 and "OK" in res.stdout, res.stderr
+    assert res.stderr.count(said) == 1, res.stderr

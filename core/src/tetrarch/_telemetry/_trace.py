@@ -50,6 +50,15 @@ _random = random.random
 OpenSpan = tuple[int, int, int, int, int, str, dict[str, Any]]
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        _log.warning("%s", message)
+
+
 def rate() -> float:
     """The fraction of root calls traced in this process (0 while tracing is off)."""
     return _rate[0] if ON else 0.0
@@ -59,20 +68,26 @@ def refresh() -> bool:
     """Read the trace settings again (at import and when the client's runtime starts); whether tracing is on.
 
     ``trace_sample`` defaults to 1 when a trace file or an exporter is set. A rate outside 0..1
-    is clamped with a warning; an unknown exporter is warned about and ignored.
+    is clamped with a warning; an unknown exporter is warned about and ignored; a variable that
+    cannot be read turns tracing off with a warning naming it (never raises).
     """
     global ON
-    file, export = TRACE_FILE(), TRACE_EXPORT().strip().lower()
+    try:
+        file, export = TRACE_FILE(), TRACE_EXPORT().strip().lower()
+        sample, source = TRACE_SAMPLE.lookup()
+    except ValueError as exc:  # a malformed variable: said once here, and no tracing (never an import error)
+        _warn_once(f"tracing is off: {exc}")
+        ON = False
+        return False
     if export not in ("", "otlp"):
-        _log.warning("TETRARCH_TRACE_EXPORT=%r is not known (the one exporter is 'otlp'): spans are not exported",
-                     export)
+        _warn_once(f"TETRARCH_TRACE_EXPORT={export!r} is not known (the one exporter is 'otlp'): spans are not "
+                   f"exported")
         export = ""
-    sample, source = TRACE_SAMPLE.lookup()
     if source == "default":
         sample = 1.0 if (file or export) else 0.0
     if not 0.0 <= sample <= 1.0:
-        _log.warning("TETRARCH_TRACE_SAMPLE must be between 0 and 1 (a fraction of calls), got %g: using %g",
-                     sample, min(max(sample, 0.0), 1.0))
+        _warn_once(f"TETRARCH_TRACE_SAMPLE must be between 0 and 1 (a fraction of calls), got {sample:g}: "
+                   f"using {min(max(sample, 0.0), 1.0):g}")
         sample = min(max(sample, 0.0), 1.0)
     _rate[0] = sample
     ON = sample > 0.0
