@@ -159,8 +159,13 @@ class JobTrait(abc.ABC):
     @property
     def telemetry(self) -> Telemetry:
         """SQL over the telemetry of this job's hosts and this client: ``job.telemetry.query("SELECT ...")``
-        returns a ``pyarrow.Table`` (docs/telemetry.md lists the tables; needs ``tetrarch[sql]``)."""
-        return job_telemetry(lambda: [h.address for mesh in self.state().values() for h in mesh._ensure_started()])
+        returns a ``pyarrow.Table`` (docs/telemetry.md lists the tables; needs ``tetrarch[sql]``). Asking
+        neither applies the job nor starts its hosts."""
+        def agents() -> list[str]:  # a job not running (killed) answers from this client's rows only
+            meshes = self.state().values() if self.running else ()
+            return [h.address for mesh in meshes for h in (mesh._origin._hosts or [])]
+
+        return job_telemetry(agents)
 
     def apply(self, client_script: str | None = None) -> None:
         """Allocate the job's hosts unless it is running already.
