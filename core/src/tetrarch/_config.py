@@ -277,8 +277,9 @@ TELEMETRY_ROWS: Setting[int] = Setting(
 )
 TELEMETRY_DIR: Setting[str] = Setting(
     "telemetry_dir", "TETRARCH_TELEMETRY_DIR", str, "",
-    "the folder where each host's telemetry store rotates older rows (Parquet); empty: a folder per "
-    "job under $XDG_RUNTIME_DIR/tetrarch/telemetry, else ~/.cache/tetrarch/telemetry",
+    "the folder of the telemetry stores' files, one folder per run in it (rows rotated out of memory, as "
+    "Parquet, and those a job held at its end); empty: $XDG_RUNTIME_DIR/tetrarch/telemetry, else "
+    "~/.cache/tetrarch/telemetry",
 )
 TELEMETRY_DISK_MB: Setting[int] = Setting(
     "telemetry_disk_mb", "TETRARCH_TELEMETRY_DISK_MB", int, 256,
