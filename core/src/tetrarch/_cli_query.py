@@ -4,7 +4,8 @@ Against a running program, through its admin API (``GET /api/v1/telemetry/query`
 program serves it with ``TETRARCH_ADMIN=1``; found as ``tetrarch ps`` finds it). Against a
 finished job, over the files its hosts' stores left (``--dir``: a run's folder, or the
 telemetry folder with ``--job`` naming the run; ``--dir`` alone with several runs in it
-reads them all). Prints a table, or ``--json`` / ``--csv``.
+reads them all). Prints a table (rich's on a terminal, when installed), or ``--json`` /
+``--csv``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,23 @@ def format_result(result: dict[str, Any]) -> str:
     cells = [list(columns)] + [[_cell(v) for v in row] for row in result["rows"]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    """A table: rich's on a terminal when it is installed (the admin extra), else plain text."""
+    if sys.stdout.isatty():
+        try:
+            from rich.console import Console
+            from rich.table import Table
+        except ImportError:
+            pass
+        else:
+            table = Table(*result["columns"])
+            for row in result["rows"]:
+                table.add_row(*(_cell(v) for v in row))
+            Console().print(table)
+            return
+    print(format_result(result))
 
 
 def _from_folder(sql: str, folder: Path) -> dict[str, Any]:
@@ -79,7 +97,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         writer.writerow(result["columns"])
         writer.writerows(result["rows"])
     else:
-        print(format_result(result))
+        _print_table(result)
     for host in result.get("missing", []):
         print(f"tetrarch: no rows from the host agent {host}", file=sys.stderr)
     return 0
