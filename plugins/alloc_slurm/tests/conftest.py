@@ -13,9 +13,11 @@ this distribution's tests run without core's test folder (``pytest plugins/alloc
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +98,15 @@ def slurm_clusters() -> _Clusters:
     """The session's clusters; stopped in ``pytest_sessionfinish``, not in a fixture's teardown,
     which would run inside the last test's time limit (``local-slurm stop`` waits for daemons)."""
     return _CLUSTERS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's programs keep their telemetry stores' files in one temporary folder, removed
+    at the end (as core's tests/conftest.py does; this folder's tests also run without it)."""
+    if not os.environ.get("TETRARCH_TELEMETRY_DIR"):
+        folder = tempfile.mkdtemp(prefix="tetrarch-test-telemetry-")
+        os.environ["TETRARCH_TELEMETRY_DIR"] = folder
+        atexit.register(shutil.rmtree, folder, True)
 
 
 @pytest.hookimpl(trylast=True)
