@@ -124,6 +124,7 @@ STRESS_TESTS = frozenset({
 #: many procs: left out unless ``-m`` names ``long`` (``make test-long``, which CI runs after
 #: ``make test``), so that ``make test`` stays under 12 minutes on 2 cores.
 LONG_TESTS = frozenset({
+    "test_a_flood_of_spans_keeps_the_stores_within_their_bounds",  # 10 rounds, each waits for the procs' flush
     "test_spmd_script_runs_an_unmodified_torchrun_script_twice",  # 2 x 4 procs importing torch, twice each
     "test_ddp_with_gloo_across_two_namespaced_hosts",  # torch on two Slurm nodes
     "test_a_stopped_proc_is_detected_within_10_s_by_default",  # waits out the default frozen timeout

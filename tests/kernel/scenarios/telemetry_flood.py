@@ -18,9 +18,9 @@ from tetrarch.job import telemetry
 
 class Flooder(Actor):
     @endpoint
-    def flood(self, n: int) -> int:
+    def flood(self, n: int, round_: int) -> int:
         tid, pid = threading.get_native_id(), os.getpid()
-        attrs = {"mesh": "flood", "endpoint": "flood", "pad": "x" * 200}
+        attrs = {"mesh": "flood", "endpoint": "flood", "rank": round_, "pad": "x" * 200}
         for i in range(n):
             now = time.time_ns()
             publish_span(SpanRecord(i + 1, i + 1, 0, "handle", now, now + 1, pid, tid, attrs))
@@ -44,8 +44,15 @@ def main() -> None:
     for r in range(rounds):
         if end is not None and time.monotonic() > end:
             break
-        mesh.flood.call(n).get(timeout=120)
-        rows = telemetry().query("SELECT count(*) AS n FROM spans").to_pylist()[0]["n"]
+        mesh.flood.call(n, r).get(timeout=120)
+        deadline = time.monotonic() + 60
+        while True:  # until this round's rows reach the store (each proc flushes within a second)
+            got = telemetry().query(f"SELECT count(*) AS n, count(*) FILTER (rank = {r}) AS now FROM spans")
+            row = got.to_pylist()[0]
+            if row["now"] > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        rows = row["n"]
         agents = [os.path.join(d, x) for d, dirs, _ in os.walk(base) for x in dirs if "-agent-" in x]
         print(json.dumps({"round": r, "rows": rows, "disk": sum(map(folder_bytes, agents)),
                           "agent_rss": agent.memory_info().rss}), flush=True)

@@ -7,8 +7,9 @@ becomes a row in a bounded buffer (:data:`MAX_PENDING` rows: past it the oldest 
 and counted); a thread of its own, started with the first row, hands the buffer to the
 sink a second after its first row came or at once when it holds :data:`BATCH` rows, and at
 :meth:`Recorder.close`. The sink is the host agent's store (a message to its ``telemetry``
-service) or this process's own store. Nothing runs on the call path but a list append, and
-nothing at all while nothing is recorded (spans exist only while tracing is on).
+service) or this process's own store. On the call path a span costs a locked append of the
+record as it is (its row is made on the recorder's thread), and nothing runs at all while
+nothing is recorded (spans exist only while tracing is on).
 """
 
 from __future__ import annotations
@@ -40,46 +41,52 @@ class Recorder:
         self.sink = sink
         self.max_pending = max_pending
         self.flush_s = flush_s
-        self._rows: deque[tuple[str, tuple]] = deque()
+        self._rows: deque[tuple[str, Any]] = deque()  # (kind, the record as it came)
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
         self._sink_lock = threading.Lock()
         #: Rows dropped (the buffer was full, or the sink failed).
         self.dropped = 0
-        self.pid = os.getpid()
 
     def start(self) -> Recorder:
         """Listen to events, spans and (when metrics start) metric points."""
         _events.LISTENERS.append(self.event)
         subscribe_spans(self.span)
         READER_HOOKS.append(self.metric_reader)
+        os.register_at_fork(after_in_child=self._forked)
         return self
 
-    # -- records in (any thread; quick) ---------------------------------------------
+    # -- records in (any thread; quick: the record is kept as it is, rows are made when they leave) --
     def event(self, record: dict[str, Any]) -> None:
-        self._put(event_rows(record))
+        self._put("e", record)
 
     def span(self, rec: SpanRecord) -> None:
-        self._put([("spans", span_row(rec))])
+        self._put("s", rec)
 
     def points(self, rows: list[tuple]) -> None:
-        self._put([("metric_points", r) for r in rows])
+        for row in rows:
+            self._put("m", row)
 
-    def _put(self, rows: list[tuple[str, tuple]]) -> None:
-        if self._closed or os.getpid() != self.pid:  # a forked child records through its own recorder
+    def _put(self, kind: str, record: Any) -> None:
+        if self._closed:
             return
         with self._cond:
-            self._rows.extend(rows)
-            over = len(self._rows) - self.max_pending
-            for _ in range(max(0, over)):
-                self._rows.popleft()
-            self.dropped += max(0, over)
+            pending = self._rows
+            pending.append((kind, record))
+            if len(pending) > self.max_pending:
+                pending.popleft()
+                self.dropped += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="tetrarch-telemetry", daemon=True)
                 self._thread.start()
-            if len(self._rows) >= BATCH:
+            if len(pending) == BATCH:
                 self._cond.notify()
+
+    def _forked(self) -> None:
+        """In a forked child: this recorder is its parent's; it records nothing more."""
+        self._closed = True
+        self._rows = deque()
 
     # -- rows out -------------------------------------------------------------------
     def _run(self) -> None:
@@ -94,19 +101,30 @@ class Recorder:
             self.flush()
 
     def flush(self) -> None:
-        """Hand every buffered row to the sink now (the calling thread)."""
+        """Hand every buffered record to the sink, as rows, now (the calling thread)."""
         with self._sink_lock:
             with self._cond:
-                rows, self._rows = self._rows, deque()
-            if not rows:
+                records, self._rows = self._rows, deque()
+            if not records:
                 return
             batch: dict[str, list[tuple]] = {}
-            for table, row in rows:
-                batch.setdefault(table, []).append(row)
-            try:
-                self.sink(batch)
-            except Exception:  # noqa: BLE001 - a sink that cannot take them loses them, counted
-                self.dropped += len(rows)
+            for kind, record in records:
+                try:
+                    if kind == "s":
+                        batch.setdefault("spans", []).append(span_row(record))
+                    elif kind == "m":
+                        batch.setdefault("metric_points", []).append(record)
+                    else:
+                        for table, row in event_rows(record):
+                            batch.setdefault(table, []).append(row)
+                except Exception:  # noqa: BLE001 - a record that makes no row is dropped, counted
+                    self.dropped += 1
+            for table, rows in batch.items():  # at most BATCH rows a message
+                for start in range(0, len(rows), BATCH):
+                    try:
+                        self.sink({table: rows[start:start + BATCH]})
+                    except Exception:  # noqa: BLE001 - a sink that cannot take them loses them, counted
+                        self.dropped += len(rows[start:start + BATCH])
 
     def close(self) -> None:
         """Stop listening and hand what is buffered to the sink (at this process's end)."""

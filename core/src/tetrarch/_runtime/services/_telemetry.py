@@ -103,7 +103,9 @@ class TelemetryHandle:
         self._prune = prune
         self._store_args = store
         self._store: TelemetryStore | None = None
-        self._made = threading.Lock()
+        self._made = threading.Lock()  # making the store; the count of rows waiting for it
+        #: Rows from procs dropped because too many waited for the store.
+        self.dropped = 0
         self._queue: queue.SimpleQueue[dict[str, list[tuple]] | None] = queue.SimpleQueue()
         self._queued = 0
         self._ingest: threading.Thread | None = None
@@ -127,11 +129,11 @@ class TelemetryHandle:
         if self._store_args is None:
             return
         n = sum(len(rows) for rows in batch.values())
-        if self._queued + n > max(self._store_args[1], 1024):  # rows waiting: at most a store's worth
-            if self.store is not None:
-                self.store.dropped += n
-            return
-        self._queued += n
+        with self._made:
+            if self._queued + n > max(self._store_args[1], 1024):  # rows waiting: at most a store's worth
+                self.dropped += n
+                return
+            self._queued += n
         self._queue.put(batch)
         if self._ingest is None:
             self._ingest = threading.Thread(target=self._run, name="tetrarch-telemetry-store", daemon=True)
@@ -143,7 +145,8 @@ class TelemetryHandle:
             if batch is None:
                 return
             self.keep(batch)
-            self._queued -= sum(len(rows) for rows in batch.values())
+            with self._made:
+                self._queued -= sum(len(rows) for rows in batch.values())
 
     def keep(self, batch: dict[str, list[tuple]]) -> None:
         """Add ``batch`` to the store now (the calling thread)."""
