@@ -184,35 +184,53 @@ class TelemetryStore:
                 self._write(table, rows, parquet=False)
 
     def _write(self, table: str, rows: list[tuple], parquet: bool = True) -> None:
+        """Write ``rows`` as one file, made in memory first: the oldest files go before it is
+        written, so the folder never holds more than the disk bound, not even while writing."""
         if self.folder is None or self.disk_bytes <= 0:
             self.dropped += len(rows)
             return
         with self._write_lock:
             try:
+                data = _encode(table, rows, parquet)
+                if len(data) > self.disk_bytes:
+                    raise ValueError("one file would pass the disk bound")
                 self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self._make_room(len(data))
                 self._seq += 1
                 path = self.folder / f"{table}-{self._seq:08d}.{'parquet' if parquet else 'json'}"
-                if parquet:
-                    import pyarrow.parquet as pq
-
-                    pq.write_table(arrow_table(table, rows), path, compression="zstd")
-                    release_memory()
-                else:
-                    with open(path, "w", encoding="utf-8") as f:
-                        json.dump(rows, f, separators=(",", ":"))
+                with open(path, "wb") as f:
+                    f.write(data)
                 self.rotated += len(rows)
             except Exception:  # noqa: BLE001 - a full or read-only disk loses rows, never the host
                 self.dropped += len(rows)
-                return
-            files = _files(self.folder)
-            sizes = [p.stat().st_size for p in files]
-            total = sum(sizes)
-            for path, size in zip(files, sizes, strict=True):
-                if total <= self.disk_bytes:
-                    break
-                try:
-                    path.unlink()
-                    self.deleted_files += 1
-                except OSError:
-                    pass
-                total -= size
+
+    def _make_room(self, size: int) -> None:
+        """Delete the oldest files until ``size`` more bytes fit within the disk bound."""
+        assert self.folder is not None
+        files = _files(self.folder)
+        sizes = [p.stat().st_size for p in files]
+        total = sum(sizes) + size
+        for path, old in zip(files, sizes, strict=True):
+            if total <= self.disk_bytes:
+                break
+            try:
+                path.unlink()
+                self.deleted_files += 1
+            except OSError:
+                pass
+            total -= old
+
+
+def _encode(table: str, rows: list[tuple], parquet: bool) -> bytes:
+    """``rows`` as a Parquet file's bytes (zstd), or as a JSON array."""
+    if not parquet:
+        return json.dumps(rows, separators=(",", ":")).encode()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(arrow_table(table, rows), sink, compression="zstd")
+    data: bytes = sink.getvalue().to_pybytes()
+    del sink
+    release_memory()
+    return data
