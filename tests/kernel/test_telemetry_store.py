@@ -181,6 +181,10 @@ def test_a_jobs_spans_messages_and_metric_points(run_scenario: Any, tmp_path: Pa
     assert out["messages"] == [{"sender_pid": out["client"], "receiver_pid": out["actor"], "endpoint": "receive"}]
     assert {"name": "tetrarch.actor.calls", "pid": out["actor"]} in out["points"]
     assert out["bad"] == "TelemetryQueryError" and "syntax error" in out["message"]
+    # a stopped host agent: the others answer within the bound, and the query names the missing one
+    assert len(out["missing"]) == 1 and out["missing"][0].startswith(out["spare"]), out
+    assert out["rows"][0]["n"] > 0 and out["took_s"] < scaled(10), out
+    assert any("no rows from 1 host" in w for w in out["warned"]), out
 
 
 @pytest.mark.isolated

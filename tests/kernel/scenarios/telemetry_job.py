@@ -1,10 +1,13 @@
 """A ProcessJob whose telemetry is queried: metric points (TETRARCH_METRICS=1, with no collector),
-spans published by an actor and the client, a bad query. Prints JSON lines starting with ``{``."""
+spans published by an actor and the client, a bad query, a host agent that does not answer
+(stopped). Prints JSON lines starting with ``{``."""
 
 import json
 import os
+import signal
 import threading
 import time
+import warnings
 
 from tetrarch import Actor, TetrarchError, endpoint
 from tetrarch._telemetry import SpanRecord, publish_span
@@ -33,7 +36,7 @@ def poll(job: ProcessJob, sql: str, until, bound: float = 60.0):
 
 
 def main() -> None:
-    job = ProcessJob({"workers": 1})
+    job = ProcessJob({"workers": 1, "spare": 1})
     procs = job.state().workers.spawn_procs(per_host={"gpus": 1})
     mesh = procs.spawn("spanner", Spanner)
     now = time.time_ns()
@@ -53,6 +56,19 @@ def main() -> None:
         print(json.dumps({"bad": None}), flush=True)
     except TetrarchError as exc:
         print(json.dumps({"bad": type(exc).__name__, "message": str(exc)}), flush=True)
+    (spare,) = job.state().spare._ensure_started()
+    os.kill(spare.pid, signal.SIGSTOP)  # its agent cannot answer: the query goes on without it
+    try:
+        tel = job.telemetry
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            t0 = time.monotonic()
+            rows = tel.query("SELECT count(*) AS n FROM events", timeout=1.0).to_pylist()
+            took = time.monotonic() - t0
+    finally:
+        os.kill(spare.pid, signal.SIGCONT)
+    print(json.dumps({"missing": tel.missing, "spare": spare.address, "rows": rows, "took_s": took,
+                      "warned": [str(w.message) for w in warned]}), flush=True)
     procs.stop().get(timeout=60)
     job.kill()
 
