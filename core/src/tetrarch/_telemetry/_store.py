@@ -196,6 +196,8 @@ class TelemetryStore:
                     raise ValueError("one file would pass the disk bound")
                 self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
                 self._make_room(len(data))
+                if self._seq == 0:  # a folder used before (a worker's next session): after its files
+                    self._seq = max((_seq(p) for p in _files(self.folder)), default=0)
                 self._seq += 1
                 path = self.folder / f"{table}-{self._seq:08d}.{'parquet' if parquet else 'json'}"
                 with open(path, "wb") as f:
