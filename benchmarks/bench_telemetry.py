@@ -49,13 +49,14 @@ for _ in range({calls}):
     t0 = time.perf_counter()
     mesh.noop.call_one().get()
     times.append(time.perf_counter() - t0)
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 futures = [mesh.noop.call_one() for _ in range({pipelined})]
 for f in futures:
     f.get()
 rate = {pipelined} / (time.perf_counter() - t0)
+cpu = (time.process_time() - c0) / {pipelined}
 procs.stop().get()
-print("RESULT", json.dumps({{"p50": statistics.median(times), "rate": rate}}), flush=True)
+print("RESULT", json.dumps({{"p50": statistics.median(times), "rate": rate, "cpu": cpu}}), flush=True)
 """
 
 
@@ -91,7 +92,7 @@ def main() -> None:
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     common = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_address[1]}",
               "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
-    results: dict[str, dict[str, list[float]]] = {m: {"p50": [], "rate": []} for m in MODES}
+    results: dict[str, dict[str, list[float]]] = {m: {"p50": [], "rate": [], "cpu": []} for m in MODES}
     try:
         for i in range(args.rounds):
             order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
@@ -99,19 +100,24 @@ def main() -> None:
                 r = _run(mode, {**common, **MODES[mode]}, args.calls, args.pipelined)
                 results[mode]["p50"].append(r["p50"])
                 results[mode]["rate"].append(r["rate"])
+                results[mode]["cpu"].append(r["cpu"])
     finally:
         sink.shutdown()
         sink.server_close()
     base_p50 = statistics.median(results["off"]["p50"])
     base_rate = statistics.median(results["off"]["rate"])
+    base_cpu = statistics.median(results["off"]["cpu"])
     rows = {}
-    print(f"{'mode':<15} {'call p50':>10} {'vs off':>7} {'pipelined':>12} {'vs off':>7}   [p50 range; rate range]")
+    print(f"{'mode':<15} {'call p50':>10} {'vs off':>7} {'pipelined':>12} {'vs off':>7} {'client CPU/call':>16} "
+          f"{'vs off':>7}   [p50 range; rate range]")
     for mode, r in results.items():
-        p50, rate = statistics.median(r["p50"]), statistics.median(r["rate"])
+        p50, rate, cpu = statistics.median(r["p50"]), statistics.median(r["rate"]), statistics.median(r["cpu"])
         rows[mode] = {"p50_us": p50 * 1e6, "p50_ratio": p50 / base_p50, "rate": rate, "rate_ratio": rate / base_rate,
                       "p50_range_us": [min(r["p50"]) * 1e6, max(r["p50"]) * 1e6], "rate_range": [min(r["rate"]),
                                                                                                 max(r["rate"])]}
+        rows[mode].update(cpu_us=cpu * 1e6, cpu_ratio=cpu / base_cpu)
         print(f"{mode:<15} {p50 * 1e6:>8.1f}us {p50 / base_p50:>7.3f} {rate:>10,.0f}/s {rate / base_rate:>7.3f}"
+              f" {cpu * 1e6:>14.1f}us {cpu / base_cpu:>7.3f}"
               f"   [{min(r['p50']) * 1e6:.0f}-{max(r['p50']) * 1e6:.0f} us; "
               f"{min(r['rate']):,.0f}-{max(r['rate']):,.0f}/s]")
     if args.json:
