@@ -71,6 +71,17 @@ def test_a_recorder_under_a_flood_drops_its_oldest_rows_and_counts_them() -> Non
 
 
 @pytest.mark.transport_independent  # pure: no process
+def test_with_the_store_off_nothing_listens(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tetrarch import _events
+    from tetrarch._runtime.services._telemetry import start_telemetry
+
+    monkeypatch.setenv("TETRARCH_TELEMETRY_STORE", "0")
+    before = list(_events.LISTENERS)
+    assert start_telemetry("client", None, None) is None  # type: ignore[arg-type] # no router needed
+    assert _events.LISTENERS == before
+
+
+@pytest.mark.transport_independent  # pure: no process
 def test_a_telemetry_folder_keeps_the_newest_runs(tmp_path: Path) -> None:
     from tetrarch._runtime.services._telemetry import prune_runs
 
