@@ -78,7 +78,7 @@ def test_with_the_store_off_nothing_listens(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("TETRARCH_TELEMETRY_STORE", "0")
     before = list(_events.LISTENERS)
     assert start_telemetry("client", None, None) is None  # type: ignore[arg-type] # no router needed
-    assert _events.LISTENERS == before
+    assert before == _events.LISTENERS
 
 
 @pytest.mark.transport_independent  # pure: no process
