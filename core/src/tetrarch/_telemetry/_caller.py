@@ -29,6 +29,7 @@ from typing import Any
 
 from .._client_hooks import on_client_start
 from . import _trace, on_meter
+from ._io import nbytes
 
 __all__ = ["BOUNDS", "ON", "Observation", "Row", "begin", "end", "histogram_metric", "metrics_on",
            "observe_spawn", "refresh", "rows", "timed_out", "trace_field"]
@@ -73,13 +74,6 @@ def _row(what: str) -> Row:
     return row
 
 
-def _nbytes(frames: list) -> int:
-    n = 0
-    for f in frames:
-        n += len(f) if type(f) is bytes else memoryview(f).nbytes
-    return n
-
-
 def refresh() -> None:
     """Compute :data:`ON` again (tracing's settings are read again)."""
     global ON
@@ -106,7 +100,7 @@ def begin(what: str, payload: list, n: int) -> Observation:
             row = _row(what)
         row.calls += 1
         if payload:
-            row.request_bytes += _nbytes(payload) * n
+            row.request_bytes += nbytes(payload) * n
     if _trace.ON:
         mesh, _, endpoint = what.rpartition(".")
         span = _trace.start("send", {"mesh": mesh, "endpoint": endpoint, "actors": n})
@@ -135,14 +129,13 @@ def end(obs: Observation, frames: list | None, what: str) -> None:
             _trace.end(span, "sent")
         return
     worst = 0  # _wire.OK; ERR is 1, DEAD 2: the worst status of any rank
-    nbytes = 0
+    size = 0
     for frame in frames:
         if frame is None:
             continue
         if frame[0] > worst:
             worst = frame[0]
-        for f in frame[1]:
-            nbytes += len(f) if type(f) is bytes else memoryview(f).nbytes
+        size += nbytes(frame[1])
     if row is not None and t0 is not None:
         dt = perf_counter() - t0
         row.buckets[bisect_left(BOUNDS, dt)] += 1
@@ -152,7 +145,7 @@ def end(obs: Observation, frames: list | None, what: str) -> None:
             row.min = dt
         if dt > row.max:
             row.max = dt
-        row.reply_bytes += nbytes
+        row.reply_bytes += size
         if worst == 2:
             row.supervision += 1
         elif worst == 1:

@@ -27,7 +27,7 @@ from typing import Any
 
 from . import on_meter
 
-__all__ = ["ON", "counts", "rdma_counts", "rdma_done", "received", "sent"]
+__all__ = ["ON", "counts", "nbytes", "rdma_counts", "rdma_done", "received", "sent"]
 
 #: Whether counting is on (metrics started in this process); call sites test it first.
 ON = False
@@ -40,7 +40,8 @@ _tables: list[dict[str, list[int]]] = []
 _rdma: dict[tuple[str, str, str], list[int]] = {}
 
 
-def _nbytes(frames: Sequence[Any]) -> int:
+def nbytes(frames: Sequence[Any]) -> int:
+    """The bytes of a message's ``frames`` (bytes, memoryviews or any buffer)."""
     n = 0
     for f in frames:
         t = type(f)
@@ -64,7 +65,7 @@ def sent(peer: str, frames: Sequence[Any]) -> None:
     except (AttributeError, KeyError):
         row = _row(peer)
     row[0] += 1
-    row[1] += _nbytes(frames)
+    row[1] += nbytes(frames)
 
 
 def received(peer: str, frames: Sequence[memoryview]) -> None:
@@ -74,7 +75,7 @@ def received(peer: str, frames: Sequence[memoryview]) -> None:
     except (AttributeError, KeyError):
         row = _row(peer)
     row[2] += 1
-    row[3] += _nbytes(frames)
+    row[3] += nbytes(frames)
 
 
 def rdma_done(backend: str, write: bool, nbytes: int, fut: CFuture[None]) -> None:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import os
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from time import time_ns
 from typing import Any
@@ -144,33 +145,29 @@ def handler(fn: Callable[..., Any], hdr: Any, is_async: bool, mesh: str) -> Call
         publish_span(SpanRecord(trace_id, span, recv, "handle", start_ns, time_ns(), os.getpid(),
                                 threading.get_native_id(), {**attrs, "status": status}))
 
-    if is_async:
-        async def traced_async(*args: Any, **kwargs: Any) -> Any:
-            start_ns, (recv, span) = _open(trace_id, parent, arrival, attrs)
-            token = CURRENT.set((trace_id, span))
-            status = "ok"
-            try:
-                return await fn(*args, **kwargs)
-            except BaseException:
-                status = "error"
-                raise
-            finally:
-                CURRENT.reset(token)
-                finish(start_ns, recv, span, status)
-        return traced_async
-
-    def traced(*args: Any, **kwargs: Any) -> Any:
+    @contextmanager
+    def handling() -> Iterator[None]:
         start_ns, (recv, span) = _open(trace_id, parent, arrival, attrs)
         token = CURRENT.set((trace_id, span))
         status = "ok"
         try:
-            return fn(*args, **kwargs)
+            yield
         except BaseException:
             status = "error"
             raise
         finally:
             CURRENT.reset(token)
             finish(start_ns, recv, span, status)
+
+    if is_async:
+        async def traced_async(*args: Any, **kwargs: Any) -> Any:
+            with handling():
+                return await fn(*args, **kwargs)
+        return traced_async
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        with handling():
+            return fn(*args, **kwargs)
     return traced
 
 
