@@ -105,6 +105,17 @@ def test_a_bad_query_raises_the_engines_error() -> None:
         run_sql("  ", [{}])
 
 
+def test_a_query_reads_and_writes_no_file(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    out = tmp_path / "out.csv"
+    for sql in (f"SELECT * FROM read_csv('{secret}')", f"COPY (SELECT 1) TO '{out}'", f"ATTACH '{tmp_path / 'x.db'}'",
+                "INSTALL httpfs"):
+        with pytest.raises(TelemetryQueryError, match="disabled"):
+            run_sql(sql, [{}])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.csv"]
+
+
 def _poll(sql: str, until: Any, bound: float = 30.0) -> list[dict[str, Any]]:
     from tetrarch._runtime.meshes._telemetry import telemetry
 

@@ -1,10 +1,11 @@
 """SQL over telemetry tables: an in-memory DuckDB over Arrow, one per query.
 
 The stored tables of every host (:data:`~._tables.COLUMNS`) are registered as their union,
-the views of :data:`~._tables.VIEWS` are made over them, and the statement runs there. Only
-a query reads: the connection is in memory and dropped after it, so a statement that
-writes changes nothing anyone else sees. Tables cross processes as Arrow IPC streams
-(:func:`to_ipc`, :func:`from_ipc`).
+the views of :data:`~._tables.VIEWS` are made over them, and the statement runs there. The
+connection is in memory, dropped after the query, and has no access to files, the network or
+extensions: a statement that writes changes nothing anyone else sees, and none reads or writes a
+file (``COPY ... TO``, ``read_csv``, ``ATTACH`` fail with DuckDB's permission error). Tables
+cross processes as Arrow IPC streams (:func:`to_ipc`, :func:`from_ipc`).
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ def run_sql(sql: str, parts: Sequence[Mapping[str, Any]]) -> Any:
         for name, value in part.items():
             if name in merged:
                 merged[name].extend(value if isinstance(value, (list, tuple)) else [value])
-    con = duckdb.connect(":memory:")
+    # No file, network or extension access: the tables are handed over as Arrow, and a query (also one
+    # through the admin API) can neither read this machine's files nor write any.
+    con = duckdb.connect(":memory:", config={"enable_external_access": False, "autoinstall_known_extensions": False,
+                                             "autoload_known_extensions": False})
     try:
         for name, pieces in merged.items():
             table = pa.concat_tables(pieces) if pieces else arrow_table(name, [])
