@@ -264,7 +264,8 @@ TRACE_FILE: Setting[str] = Setting(
 TRACE_EXPORT: Setting[str] = Setting(
     "trace_export", "TETRARCH_TRACE_EXPORT", str, "",
     "`otlp`: every process exports its spans through OpenTelemetry's OTLP exporter, configured by the "
-    "standard OTEL_* variables; empty: spans go only to the trace file and the telemetry store",
+    "standard OTEL_* variables (trace_sample 1 unless set); empty: spans go only to the trace file and the "
+    "telemetry store",
 )
 TELEMETRY_STORE: Setting[bool] = Setting(
     "telemetry_store", "TETRARCH_TELEMETRY_STORE", bool, True,
