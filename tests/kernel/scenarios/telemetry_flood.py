@@ -28,7 +28,14 @@ class Flooder(Actor):
 
 
 def folder_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(d, f))
+            except FileNotFoundError:  # rotated away between the listing and the look: no longer held
+                pass
+    return total
 
 
 def main() -> None:
