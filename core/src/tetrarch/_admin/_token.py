@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._config import ADMIN_DIR
+from .._runtime.plumbing._dirs import user_dir
 from .._runtime.plumbing._proc_state import process_gone
 
 __all__ = ["ServerInfo", "admin_dir", "find_servers", "remove_announcement", "write_announcement"]
@@ -39,10 +40,7 @@ def admin_dir() -> Path:
     configured = ADMIN_DIR()
     if configured:
         return Path(configured)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK):
-        return Path(runtime) / "tetrarch" / "admin"
-    return Path.home() / ".cache" / "tetrarch" / "admin"
+    return user_dir("admin")
 
 
 def _script() -> str:

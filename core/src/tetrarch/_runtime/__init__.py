@@ -45,6 +45,7 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_cma``        cross-memory attach: process_vm_readv/writev with another process of this host
     ``_segments``   shared-memory segments (memfd) for large payloads: a bounded pool, lent and taken back
     ``_shm_wire``    large payloads to a process of this host through those segments, and back into views
+    ``_dirs``       the default folders of a user's files (admin announcements, telemetry)
     ``_stdio``      a proc's sys.stdout/sys.stderr: never blocked by a host agent that does not read
     ``_proc_state``  what the OS says of a process (stopped, ended) and a tick that notices its own stalls
     ``_stop_guard``  bounds on a proc's stop: actors whose stop cannot begin, a finalisation that hangs

@@ -31,6 +31,7 @@ from ..._config import TELEMETRY_DIR, TELEMETRY_DISK_MB, TELEMETRY_ROWS, TELEMET
 from ..._log import get_logger
 from ..._telemetry._forward import Recorder
 from ..._telemetry._tables import hostname
+from ..plumbing._dirs import user_dir
 from ..router._router import PeerUnreachable, Router
 from ..values import _wire
 from ._ask import Request, ask
@@ -55,10 +56,7 @@ _run_dir: list[str] = []
 
 def default_base() -> str:
     """Where stores write when ``TETRARCH_TELEMETRY_DIR`` is empty."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK):
-        return os.path.join(runtime, "tetrarch", "telemetry")
-    return os.path.join(os.path.expanduser("~"), ".cache", "tetrarch", "telemetry")
+    return str(user_dir("telemetry"))
 
 
 def run_folder(role: str) -> str:
