@@ -1,7 +1,7 @@
 """What crossed this process's connections and RDMA backends, counted while metrics are on.
 
 The router counts each message it sends to, or receives from, an authenticated peer
-(:func:`sent`, :func:`received`), by peer address; the RDMA layer counts each finished
+(:func:`count`), by peer address; the RDMA layer counts each finished
 transfer by backend, direction and outcome (:func:`rdma_done`). The call sites test
 :data:`ON` first, so with metrics off (the default) a message pays one global lookup.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from . import on_meter
 
-__all__ = ["ON", "counts", "nbytes", "rdma_counts", "rdma_done", "received", "sent"]
+__all__ = ["IN", "ON", "OUT", "count", "counts", "nbytes", "rdma_counts", "rdma_done"]
 
 #: Whether counting is on (metrics started in this process); call sites test it first.
 ON = False
@@ -58,24 +58,19 @@ def _row(peer: str) -> list[int]:
     return table.setdefault(peer, [0, 0, 0, 0])
 
 
-def sent(peer: str, frames: Sequence[Any]) -> None:
-    """One message of ``frames`` went to ``peer`` (counted in the calling thread's table)."""
+#: :func:`count`'s ``column`` for a message sent, and for one received.
+OUT, IN = 0, 2
+
+
+def count(peer: str, frames: Sequence[Any], column: int) -> None:
+    """One message of ``frames`` went to ``peer`` (``column`` :data:`OUT`) or came from it (:data:`IN`),
+    counted in the calling thread's table."""
     try:
         row = _local.table[peer]
     except (AttributeError, KeyError):
         row = _row(peer)
-    row[0] += 1
-    row[1] += nbytes(frames)
-
-
-def received(peer: str, frames: Sequence[memoryview]) -> None:
-    """One message of ``frames`` came from ``peer``."""
-    try:
-        row = _local.table[peer]
-    except (AttributeError, KeyError):
-        row = _row(peer)
-    row[2] += 1
-    row[3] += nbytes(frames)
+    row[column] += 1
+    row[column + 1] += nbytes(frames)
 
 
 def rdma_done(backend: str, write: bool, nbytes: int, fut: CFuture[None]) -> None:

@@ -268,7 +268,7 @@ class Router:
             return
         conn = self._route(address)
         if _io.ON:
-            _io.sent(address, frames)
+            _io.count(address, frames, _io.OUT)
         if len(frames) > 2:  # out-of-band buffers: shared memory on this host, reused memory on another
             frames = _shm_wire.prepare(frames, conn.context.peer, self._info.host_key,  # type: ignore[attr-defined]
                                       conn.supports_sinks)
@@ -402,7 +402,7 @@ class Router:
         auth: Auth = conn.context  # type: ignore[assignment]
         if auth.done:
             if _io.ON:
-                _io.received(auth.peer_address or conn.peer, frames)
+                _io.count(auth.peer_address or conn.peer, frames, _io.IN)
             if frames[0][0] == 0:  # a _shm_wire prefix (a header frame is a pickle: b"\x80...")
                 try:
                     frames = _shm_wire.incoming(frames)
