@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._config import EVENT_LOG
+from ._telemetry import notify
 
 __all__ = ["LISTENERS", "LOGGER", "SCHEMA", "JsonFormatter", "emit"]
 
@@ -111,11 +112,7 @@ def emit(event: str, **fields: Any) -> None:
     if not (enabled or LISTENERS):
         return
     record = {"event": event, "time": time.time(), "pid": os.getpid(), **fields}
-    for fn in LISTENERS:
-        try:
-            fn(record)
-        except Exception:  # noqa: BLE001 - telemetry never breaks the program
-            pass
+    notify(LISTENERS, record)
     if not enabled:
         return
     try:

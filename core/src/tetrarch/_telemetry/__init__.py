@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["READER_HOOKS", "SPAN_LISTENERS", "SpanRecord", "meter_started", "on_meter", "publish_span",
+__all__ = ["READER_HOOKS", "SPAN_LISTENERS", "SpanRecord", "meter_started", "notify", "on_meter", "publish_span",
            "subscribe_spans", "unsubscribe_spans"]
 
 
@@ -52,13 +52,18 @@ def unsubscribe_spans(fn: Callable[[SpanRecord], None]) -> None:
         SPAN_LISTENERS.remove(fn)
 
 
-def publish_span(rec: SpanRecord) -> None:
-    """Hand ``rec`` to every subscriber; a subscriber that raises is dropped from this span only."""
-    for fn in SPAN_LISTENERS:
+def notify(listeners: list[Callable[[Any], None]], record: Any) -> None:
+    """Hand ``record`` to each of ``listeners``; one that raises misses this record only."""
+    for fn in listeners:
         try:
-            fn(rec)
+            fn(record)
         except Exception:  # noqa: BLE001 - telemetry never breaks the program
             pass
+
+
+def publish_span(rec: SpanRecord) -> None:
+    """Hand ``rec`` to every subscriber (:func:`notify`)."""
+    notify(SPAN_LISTENERS, rec)
 
 
 #: Each makes one more OpenTelemetry ``MetricReader`` for this process's ``MeterProvider`` when
