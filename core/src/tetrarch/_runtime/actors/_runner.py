@@ -428,8 +428,8 @@ class ActorRunner:
                 method: str) -> None:
         if self.failed is not None:  # the handler aborted the actor
             self.router.reply(raddr, rport, rank, _wire.DEAD, self.failed)
-        elif not explicit:
-            self.router.reply(raddr, rport, rank, _wire.OK, result, (self.display, method))
+        elif not explicit:  # with calls waiting, more replies follow: they may go out in one write
+            self.router.reply(raddr, rport, rank, _wire.OK, result, (self.display, method), bool(self._mailbox))
 
     def _raised(self, exc: BaseException, explicit: bool, raddr: str | None, rport: int | None, rank: int,
                 method: str) -> None:

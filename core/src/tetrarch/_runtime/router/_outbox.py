@@ -1,8 +1,8 @@
 """Coalescing of bursts: per-peer outboxes and the one flusher thread that writes them.
 
 A message that follows another to the same peer within ``COALESCE_S`` (or while earlier
-ones are queued or being written) joins that peer's outbox; the flusher thread writes
-each outbox's batch with one vectored ``send_many``. An isolated message is not queued:
+ones are queued or being written, or whose sender says more follow) joins that peer's
+outbox; the flusher thread writes each outbox's batch with one vectored ``send_many``. An isolated message is not queued:
 its sender writes it at once (the router's ``send``). Order per peer is kept: once an
 outbox holds messages, every later message to that peer queues behind them.
 """
@@ -49,9 +49,11 @@ class Outboxes:
         self._thread = threading.Thread(target=self._run, name=f"tetrarch-flush-{name}", daemon=True)
         self._thread.start()
 
-    def offer(self, address: str, conn: Connection, frames: list) -> bool:
+    def offer(self, address: str, conn: Connection, frames: list, more: bool = False) -> bool:
         """Queue ``frames`` for ``address`` if they belong to a burst: True when queued.
 
+        ``more``: the sender knows more messages follow (an actor's reply with calls waiting
+        in its mailbox), so this one starts a burst whatever the time since the last.
         False means the message is isolated: the caller writes it itself, now.
         """
         now = _perf_counter()
@@ -59,7 +61,7 @@ class Outboxes:
             box = self._boxes.get(address)
             if box is None:
                 box = self._boxes[address] = _Outbox()
-            if box.queue or box.busy or now - box.last < COALESCE_S:
+            if more or box.queue or box.busy or now - box.last < COALESCE_S:
                 box.queue.append(frames)
                 box.conn = conn
                 if not box.scheduled:

@@ -256,8 +256,9 @@ class Router:
             self.dead_peers.pop(address, None)
 
     # -- sending ----------------------------------------------------------
-    def send(self, address: str, frames: list) -> None:
-        """Send one message to the process listening at ``address``.
+    def send(self, address: str, frames: list, more: bool = False) -> None:
+        """Send one message to the process listening at ``address``; ``more``: more messages to it follow
+        soon (it may wait for them to go out in one write, see ``_outbox``).
 
         Raises:
             PeerRefused: the peer refused (or failed) the handshake: it holds another secret.
@@ -273,7 +274,7 @@ class Router:
             frames = _shm_wire.prepare(frames, conn.context.peer, self._info.host_key,  # type: ignore[attr-defined]
                                       conn.supports_sinks)
         # A burst joins the peer's outbox (one vectored write by the flusher); an isolated message goes out now.
-        if self._outboxes.offer(address, conn, frames):
+        if self._outboxes.offer(address, conn, frames, more):
             return
         try:
             conn.send(frames)
@@ -325,11 +326,12 @@ class Router:
         return self.origin, self.next_seq(address)
 
     def reply(self, address: str | None, port: int | None, tag: int, status: int, value: Any,
-              origin: tuple[str, str] = ("", "")) -> None:
+              origin: tuple[str, str] = ("", ""), more: bool = False) -> None:
         """Send ``value`` to ``port`` at ``address`` (no-op without a port); unreachable peers are ignored.
 
         A ``value`` that cannot be pickled is replaced by an error naming the cause and
         ``origin`` (the actor and endpoint that produced it), which the caller gets as ActorError.
+        ``more``: as :meth:`send`.
         """
         if address is None or port is None:
             return
@@ -339,7 +341,7 @@ class Router:
             status = _wire.ERR
             payload = _serial.dumps(_outcome.unpicklable_result(exc, value, *origin))
         try:
-            self.send(address, [_wire.port_header(port, tag, status), *payload])
+            self.send(address, [_wire.port_header(port, tag, status), *payload], more)
         except PeerUnreachable:
             pass
 
