@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
 from tetrarch import Actor, Port, concurrent_endpoint, endpoint
@@ -134,3 +135,25 @@ class Sleeper(Actor):
     @endpoint
     def ping(self) -> tuple[str, int]:
         return ("pong", self.cancelled)
+
+    @endpoint
+    async def cancelling(self) -> int:
+        """Cancellations pending on the task that runs this call (0 unless one leaked into it)."""
+        await asyncio.sleep(0)
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+
+_CALL_TAG: contextvars.ContextVar[str] = contextvars.ContextVar("call_tag", default="unset")
+
+
+class Tagger(Actor):
+    """A plain async endpoint that sets a context variable: calls back to back must not see each other's."""
+
+    @endpoint
+    async def tag(self, tag: str) -> tuple[str, str]:
+        before = _CALL_TAG.get()
+        _CALL_TAG.set(tag)
+        await asyncio.sleep(0)
+        return before, _CALL_TAG.get()

@@ -5,7 +5,8 @@ The I/O thread appends messages to the mailbox and wakes the loop once per batch
 Messages are handled one at a time in arrival order (= send order per sender):
 a sync endpoint runs inline on the actor's thread (with no asyncio loop visible, so
 blocking on other actors' futures is fine); an async endpoint runs as a task and the
-mailbox waits for it to finish before the next message. ``@concurrent_endpoint``
+mailbox waits for it to finish before the next message (plain async calls queued back to
+back run in that one task, each in a context of its own: :mod:`._chained`). ``@concurrent_endpoint``
 handlers start in arrival order and the mailbox moves on as soon as one has reached
 its first ``await`` (Monarch's rule, except that Monarch may start the next plain message
 even before that): the messages behind it, plain ones included, do not wait for it to
@@ -34,16 +35,16 @@ what the actor's own code sees (``context().actor_instance``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import os
 import socket
 import threading
-import traceback
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from ..._config import CLEANUP_TIMEOUT, STOP_TIMEOUT
+from ..._config import STOP_TIMEOUT
 from ..._log import get_logger
 from ..._telemetry import _trace
 from ..plumbing._stop_guard import class_name, running_endpoint
@@ -55,7 +56,9 @@ from ..values import _serial, _wire
 from ..values._context import Instance, _current, _MessageInfo
 from ..values._future import Future, runs_actor_code
 from ..values._outcome import error_record
+from . import _fate
 from ._actor import Actor, endpoints_of
+from ._chained import in_context
 from ._stall import StallWatch
 from ._standby import ActorStandby
 from ._stats import EndpointStats, counting
@@ -252,16 +255,19 @@ class ActorRunner:
         if self._running is not None and mailbox:  # calls in line behind a plain async handler
             self._stall.queued_behind()
 
-    def _plain_running(self) -> tuple[asyncio.Task, str] | None:
-        running = self._running
-        return (running[1], self._running_method) if running is not None else None
+    def _plain_running(self) -> tuple[object, str] | None:
+        running = self._running  # a tuple of its own per call: calls that share a task differ
+        return (running, self._running_method) if running is not None else None
 
     def _control_done(self, _task: asyncio.Task) -> None:
         self._busy = False
         self._pump()
 
     def _resume(self, task: asyncio.Task) -> None:
-        running, self._running = self._running, None
+        running = self._running
+        if running is None or running[1] is not task:  # it answered, and the next message started then
+            return
+        self._running = None
         self._busy = False
         if task.cancelled() and running is not None:  # cancelled before its first step
             self._never_started(running[0])
@@ -345,7 +351,10 @@ class ActorRunner:
             del hidden
         on_init(None)
 
-    def _handle_call(self, hdr: _wire.CallHeader, payload: list) -> Coroutine[Any, Any, None] | None:
+    def _prepare(self, hdr: _wire.CallHeader, payload: list) -> tuple[Any, ...] | None:
+        """A call's endpoint, handler and arguments: ``(is_async, info, fn, args, kwargs, explicit)``;
+        None when the call was answered already (the actor is dead, its caller gave up, its
+        arguments cannot be read, no such endpoint)."""
         method, raddr, rport, rank = hdr.method, hdr.reply_addr, hdr.reply_port, hdr.rank
         if self.failed is not None or self.stopped:
             self._reject(hdr)
@@ -373,7 +382,15 @@ class ActorRunner:
             # The body answers through this port (bound to the caller's reply port, or
             # dropping for a broadcast); its return value is ignored.
             args = (Port(raddr, rport, rank, False, f"{self.display}.{method}"), *args)
-        if ep.is_async:
+        return ep.is_async, info, fn, args, kwargs, explicit
+
+    def _handle_call(self, hdr: _wire.CallHeader, payload: list) -> Coroutine[Any, Any, None] | None:
+        prepared = self._prepare(hdr, payload)
+        if prepared is None:
+            return None
+        is_async, info, fn, args, kwargs, explicit = prepared
+        method, raddr, rport, rank = hdr.method, hdr.reply_addr, hdr.reply_port, hdr.rank
+        if is_async:
             return self._call_async(info, fn, args, kwargs, raddr, rport, rank, method, explicit)
         token = _current.set(info)
         _set_running_loop(None)
@@ -394,7 +411,45 @@ class ActorRunner:
 
     async def _call_async(self, info: _MessageInfo, fn: Callable, args: tuple, kwargs: dict, raddr: str | None,
                           rport: int | None, rank: int, method: str, explicit: bool = False) -> None:
-        _current.set(info)  # the task runs in its own copy of the context
+        """One async call; for a plain one, also the plain async calls queued right behind it (see
+        ``_chained``), then the next message starts in this step (one loop turn less than
+        :meth:`_resume` would take; it then finds nothing to do)."""
+        await self._run_async(info, fn, args, kwargs, raddr, rport, rank, method, explicit)
+        if method in self._concurrent:
+            return
+        task = asyncio.current_task()
+        while (job := self._next_chained(task)) is not None:
+            await in_context(contextvars.Context(), self._run_async(*job))
+        running = self._running
+        if running is not None and running[1] is task:
+            self._running = None
+            self._busy = False
+            contextvars.Context().run(self._pump)  # not in the handler's context
+
+    def _next_chained(self, task: asyncio.Task | None) -> tuple[Any, ...] | None:
+        """Take the next message if it is a plain async call, as the running one of ``task``; its arguments
+        for :meth:`_run_async` (None: the next message is something else, or none waits)."""
+        mailbox = self._mailbox
+        while mailbox and task is not None:
+            fn, args = mailbox[0]
+            if fn != self._handle_call:
+                return None
+            hdr = args[0]
+            ep = self.endpoints.get(hdr.method)
+            if ep is None or not ep.is_async or hdr.method in self._concurrent:
+                return None
+            mailbox.popleft()
+            prepared = self._prepare(hdr, args[1])
+            if prepared is not None:
+                self._running = (call_key(hdr), task)
+                self._running_method = hdr.method
+                _, info, fn, call_args, kwargs, explicit = prepared
+                return info, fn, call_args, kwargs, hdr.reply_addr, hdr.reply_port, hdr.rank, hdr.method, explicit
+        return None
+
+    async def _run_async(self, info: _MessageInfo, fn: Callable, args: tuple, kwargs: dict, raddr: str | None,
+                         rport: int | None, rank: int, method: str, explicit: bool = False) -> None:
+        _current.set(info)  # the call runs in its own copy of the context
         key = (raddr, rport, rank)
         plain = method not in self._concurrent
         stats = self.stats
@@ -411,6 +466,9 @@ class ActorRunner:
                 return
             if key in self._cancelling:  # its caller was interrupted: not a failure either
                 self._answer_cancelled(key, method)
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()  # the task may run the next calls (_call_async): none is cancelled
                 return
             self._raised(asyncio.CancelledError(f"{method} was cancelled"), explicit, raddr, rport, rank, method)
             return
@@ -490,49 +548,7 @@ class ActorRunner:
             self._settle(standby)
 
     def _supervise_now(self, failure: MeshFailure) -> None:
-        if self.failed is not None or self.stopped or self.obj is None:
-            return
-        handler = getattr(self.obj, "__supervise__", None)
-        if handler is None:
-            self.fail(f"it has no __supervise__ to handle a failure of its mesh {failure.mesh_name!r} "
-                      f"(rank {failure.rank})", failure._chain())
-            return
-        token = _current.set(self._info)
-        hidden = _set_running_loop(None)
-        try:
-            out = handler(failure)
-        except BaseException as exc:  # noqa: BLE001
-            self._supervise_raised(exc, failure)
-            return
-        finally:
-            _set_running_loop(self._loop)
-            _current.reset(token)
-            del hidden
-        if asyncio.iscoroutine(out):
-            task = self._loop.create_task(out)
-            task.add_done_callback(lambda t: self._supervised_async(t, failure))
-        else:
-            self._supervised(out, failure)
-
-    def _supervised_async(self, task: asyncio.Task, failure: MeshFailure) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            self._supervise_raised(exc, failure)
-        else:
-            self._supervised(task.result(), failure)
-
-    def _supervised(self, handled: Any, failure: MeshFailure) -> None:
-        if not handled:
-            self.fail(f"its __supervise__ did not handle a failure of its mesh {failure.mesh_name!r} "
-                      f"(rank {failure.rank})", failure._chain())
-
-    def _supervise_raised(self, exc: BaseException, failure: MeshFailure) -> None:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        _log.error("%s.__supervise__ raised while handling %s:\n%s", self.display, failure, text)
-        self.fail(f"__supervise__ raised {type(exc).__name__}: {exc} (while handling a failure of mesh "
-                  f"{failure.mesh_name!r})", failure._chain())
+        _fate.supervise(self, failure)
 
     # -- stop -----------------------------------------------------------------
     def stop(self, on_done: Callable[[], None], reason: str = "was stopped") -> None:
@@ -561,33 +577,4 @@ class ActorRunner:
         return finish()
 
     async def _cleanup(self, once: _Once) -> None:
-        cleanup = getattr(self.obj, "__cleanup__", None) if self.obj is not None else None
-        if cleanup is None:
-            return
-        limit = CLEANUP_TIMEOUT()
-
-        def overdue() -> None:
-            _log.warning("%s.__cleanup__ did not finish within %g s (TETRARCH_CLEANUP_TIMEOUT); the stop goes on "
-                         "without it", self.display, limit)
-            once()
-
-        timer = threading.Timer(limit, overdue)
-        timer.daemon = True
-        timer.start()
-        token = _current.set(self._info)
-        try:
-            hidden = _set_running_loop(None)
-            try:
-                out = cleanup(None)
-            finally:
-                _set_running_loop(self._loop)
-                del hidden
-            if asyncio.iscoroutine(out):
-                await asyncio.wait_for(out, limit)
-        except (asyncio.TimeoutError, TimeoutError):
-            pass  # reported by the timer
-        except BaseException as exc:  # noqa: BLE001 - a failing cleanup must not stop the stop
-            _log.error("%s.__cleanup__ raised: %r", self.display, exc)
-        finally:
-            timer.cancel()
-            _current.reset(token)
+        await _fate.cleanup(self, once)

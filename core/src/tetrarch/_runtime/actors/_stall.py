@@ -30,10 +30,10 @@ class StallWatch:
     __slots__ = ("_loop", "_display", "_running", "_mailbox", "_timer", "_said")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, display: str,
-                 running: Callable[[], tuple[asyncio.Task, str] | None], mailbox: Sized) -> None:
+                 running: Callable[[], tuple[object, str] | None], mailbox: Sized) -> None:
         self._loop = loop
         self._display = display
-        self._running = running  # the plain async handler running now, and its endpoint's name
+        self._running = running  # a token of the plain async call running now (one per call), and its endpoint
         self._mailbox = mailbox
         self._timer: asyncio.TimerHandle | None = None
         self._said = False  # once per actor: a long handler with calls in line may be normal
@@ -45,12 +45,12 @@ class StallWatch:
             if running is not None:
                 self._timer = self._loop.call_later(STALL_S, self._check, running[0])
 
-    def _check(self, task: asyncio.Task) -> None:
+    def _check(self, token: object) -> None:
         self._timer = None
         running = self._running()
         if running is None or not self._mailbox:
             return
-        if running[0] is not task:  # another handler since: watch that one
+        if running[0] is not token:  # another call since: watch that one
             self.queued_behind()
             return
         self._said = True

@@ -44,11 +44,11 @@ _BACKSTOP_S = 1.0
 #: The innermost frames of a stuck actor's stack that its report shows.
 _STACK_FRAMES = 8
 
-#: What the actor runner's methods run for it, while they are on its thread's stack.
+#: What the actor runner's methods (and _fate's functions) run for it, while they are on its thread's stack.
 _RUNNER_FRAMES = {"_init": "__init__", "_supervised": "__supervise__", "_supervised_async": "__supervise__",
                   "_supervise_raised": "__supervise__", "_cleanup": "__cleanup__"}
 #: Runner methods that run an endpoint (its name is their ``method`` local, or ``hdr.method``).
-_CALL_FRAMES = {"_handle_call", "_call_async"}
+_CALL_FRAMES = {"_handle_call", "_call_async", "_run_async"}
 
 
 class StopTarget(Protocol):
@@ -80,7 +80,8 @@ def _runner_frame(actor: object, frame: Any) -> tuple[str, Any]:
     f = frame
     while f is not None:
         name = f.f_code.co_name
-        if (name in _RUNNER_FRAMES or name in _CALL_FRAMES) and f.f_locals.get("self") is actor:
+        if (name in _RUNNER_FRAMES or name in _CALL_FRAMES) and (
+                f.f_locals.get("self") is actor or f.f_locals.get("runner") is actor):  # a method, or _fate's
             if name in _RUNNER_FRAMES:
                 return _RUNNER_FRAMES[name], f
             method = f.f_locals.get("method") or getattr(f.f_locals.get("hdr"), "method", "")
