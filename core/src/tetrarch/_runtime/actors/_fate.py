@@ -7,18 +7,28 @@ from __future__ import annotations
 import asyncio
 import threading
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..._config import CLEANUP_TIMEOUT
 from ..._log import get_logger
 from ..services._supervision import MeshFailure
-from ..values._context import _current
+from ..values._context import _current, _MessageInfo
 from ._stopping import Once
 
-if TYPE_CHECKING:
-    from ._runner import ActorRunner
+__all__ = ["ActorRunner", "cleanup", "supervise"]
 
-__all__ = ["cleanup", "supervise"]
+
+class ActorRunner(Protocol):
+    """What this module needs of an actor's runner (:class:`~._runner.ActorRunner`)."""
+
+    failed: str | None
+    stopped: bool
+    obj: Any
+    display: str
+    _loop: asyncio.AbstractEventLoop
+    _info: _MessageInfo
+
+    def fail(self, cause: str, causes: tuple[Any, ...] = ()) -> None: ...
 
 _log = get_logger("actor")
 _set_running_loop = asyncio.events._set_running_loop  # hide the loop inside sync actor code
