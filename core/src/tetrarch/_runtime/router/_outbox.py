@@ -2,9 +2,10 @@
 
 A message that follows another to the same peer within ``COALESCE_S`` (or while earlier
 ones are queued or being written, or whose sender says more follow) joins that peer's
-outbox; the flusher thread writes each outbox's batch with one vectored ``send_many``. An isolated message is not queued:
-its sender writes it at once (the router's ``send``). Order per peer is kept: once an
-outbox holds messages, every later message to that peer queues behind them.
+outbox; the flusher thread writes each outbox's batch with one vectored ``send_many``. An
+isolated message is not queued: its sender writes it at once (the router's ``send``).
+Order per peer is kept: once an outbox holds messages, every later message to that peer
+queues behind them.
 """
 
 from __future__ import annotations
