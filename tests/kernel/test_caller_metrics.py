@@ -67,3 +67,27 @@ def test_a_known_workload_is_counted_exactly_by_the_caller() -> None:
     last = max(hist, key=lambda p: p.count)
     assert last.count == CALLS and sum(last.bucket_counts) == CALLS and last.sum > 0
     assert len(last.bucket_counts) == len(last.explicit_bounds) + 1 and last.min <= last.max
+
+
+def test_durations_fold_into_the_buckets_a_search_would_give() -> None:
+    """Durations wait in a list and are folded a thousand at a time: the histogram is the one a
+    bucket search per call gives (upper bounds inclusive, as OpenTelemetry's explicit buckets)."""
+    import random
+    from bisect import bisect_left
+
+    from tetrarch._telemetry._caller import BOUNDS, Row
+
+    rng = random.Random(35)
+    durations = [rng.choice(BOUNDS) for _ in range(500)] + [rng.uniform(0, 70) for _ in range(2500)] + [0.0]
+    row = Row()
+    expected = [0] * (len(BOUNDS) + 1)
+    for i, dt in enumerate(durations):
+        row.pending.append(dt)
+        expected[bisect_left(BOUNDS, dt)] += 1
+        if i % 700 == 0:
+            row.fold()
+    row.fold()
+    assert row.buckets == expected
+    assert (row.count, row.min, row.max) == (len(durations), min(durations), max(durations))
+    assert row.sum == pytest.approx(sum(durations))
+    assert not row.pending

@@ -22,14 +22,13 @@ kind ``supervision`` if any actor was gone, else ``actor_error`` if any raised.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
+from bisect import bisect_right
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
 from .._client_hooks import on_client_start
 from . import _trace, on_meter
-from ._io import nbytes
 
 __all__ = ["BOUNDS", "ON", "Observation", "Row", "begin", "end", "histogram_metric", "metrics_on",
            "observe_spawn", "refresh", "rows", "timed_out", "trace_field"]
@@ -45,10 +44,15 @@ _START_NS = time.time_ns()
 
 class Row:
     """One endpoint's counters (the calling threads and the I/O thread add to them without a lock:
-    ``+=`` on an attribute may lose an update to a race, a miscount we accept for a free call path)."""
+    ``+=`` on an attribute may lose an update to a race, a miscount we accept for a free call path).
+
+    A call's duration is appended to ``pending``, and folded into the histogram (``buckets``,
+    ``count``, ``sum``, ``min``, ``max``) a thousand at a time and before each read
+    (:meth:`fold`): sorting them and cutting at the bounds costs a call far less than a
+    bucket search and five updates each."""
 
     __slots__ = ("calls", "actor_error", "supervision", "timeout", "request_bytes", "reply_bytes", "buckets",
-                 "count", "sum", "min", "max")
+                 "count", "sum", "min", "max", "pending")
 
     def __init__(self) -> None:
         self.calls = self.actor_error = self.supervision = self.timeout = 0
@@ -57,14 +61,33 @@ class Row:
         self.sum = 0.0
         self.min = float("inf")
         self.max = 0.0
+        self.pending: list[float] = []
+
+    def fold(self) -> Row:
+        """Fold the pending durations into the histogram; this row."""
+        pending = self.pending
+        if pending:
+            self.pending = []
+            pending.sort()
+            below = 0
+            for i, bound in enumerate(BOUNDS):  # bucket i: (BOUNDS[i-1], BOUNDS[i]], as bisect_left placed them
+                upto = bisect_right(pending, bound, below)
+                self.buckets[i] += upto - below
+                below = upto
+            self.buckets[-1] += len(pending) - below
+            self.count += len(pending)
+            self.sum += sum(pending)
+            self.min = min(self.min, pending[0])
+            self.max = max(self.max, pending[-1])
+        return self
 
 
 _rows: dict[str, Row] = {}  # "mesh.endpoint" -> its row
 
 
 def rows() -> dict[str, Row]:
-    """Every endpoint's counters, by ``"mesh.endpoint"`` (a copy of the index; the rows are live)."""
-    return dict(_rows)
+    """Every endpoint's counters, by ``"mesh.endpoint"`` (a copy of the index; the rows are live, and folded)."""
+    return {what: row.fold() for what, row in list(_rows.items())}
 
 
 def _row(what: str) -> Row:
@@ -94,19 +117,30 @@ Observation = float | tuple[float, Any] | None
 def begin(what: str, payload: list, n: int) -> Observation:
     """A call to ``n`` actors of ``what`` (``"mesh.endpoint"``) is about to leave with ``payload``: its
     observation for :func:`end`, or None when nothing observes it."""
-    if _metrics[0]:
+    counted = _metrics[0]
+    if counted:
         row = _rows.get(what)
         if row is None:
             row = _row(what)
         row.calls += 1
         if payload:
-            row.request_bytes += nbytes(payload) * n
+            size = 0
+            for f in payload:  # nbytes() inlined: this runs for every call
+                t = type(f)
+                size += len(f) if t is bytes else f.nbytes if t is memoryview else memoryview(f).nbytes
+            row.request_bytes += size * n
+        if not _trace.ON:
+            return perf_counter()
     if _trace.ON:
-        mesh, _, endpoint = what.rpartition(".")
-        span = _trace.start("send", {"mesh": mesh, "endpoint": endpoint, "actors": n})
+        span = _trace.start("send", lambda: _send_attrs(what, n))
         if span is not None:
             return (perf_counter(), span)
-    return perf_counter() if _metrics[0] else None
+    return perf_counter() if counted else None
+
+
+def _send_attrs(what: str, n: int) -> dict[str, Any]:
+    mesh, _, endpoint = what.rpartition(".")
+    return {"mesh": mesh, "endpoint": endpoint, "actors": n}
 
 
 def trace_field(obs: Observation) -> tuple[int, int] | None:
@@ -122,8 +156,7 @@ def end(obs: Observation, frames: list | None, what: str) -> None:
     or None when the caller gets none (``broadcast``, replies to a port)."""
     t0: float | None
     span: Any
-    t0, span = obs if isinstance(obs, tuple) else (obs, None)
-    row = _rows.get(what) if _metrics[0] else None
+    t0, span = (obs, None) if type(obs) is float else obs if isinstance(obs, tuple) else (None, None)
     if frames is None:
         if span is not None:
             _trace.end(span, "sent")
@@ -135,16 +168,15 @@ def end(obs: Observation, frames: list | None, what: str) -> None:
             continue
         if frame[0] > worst:
             worst = frame[0]
-        size += nbytes(frame[1])
+        for f in frame[1]:  # nbytes() inlined: this runs for every call
+            t = type(f)
+            size += len(f) if t is bytes else f.nbytes if t is memoryview else memoryview(f).nbytes
+    row = _rows.get(what) if _metrics[0] else None
     if row is not None and t0 is not None:
-        dt = perf_counter() - t0
-        row.buckets[bisect_left(BOUNDS, dt)] += 1
-        row.count += 1
-        row.sum += dt
-        if dt < row.min:
-            row.min = dt
-        if dt > row.max:
-            row.max = dt
+        pending = row.pending
+        pending.append(perf_counter() - t0)
+        if len(pending) >= 1024:
+            row.fold()
         row.reply_bytes += size
         if worst == 2:
             row.supervision += 1
@@ -178,7 +210,7 @@ def histogram_metric() -> Any:
 
     now = time.time_ns()
     points = [HistogramDataPoint(_attrs(what), _START_NS, now, row.count, row.sum, list(row.buckets), BOUNDS,
-                                 row.min, row.max) for what, row in list(_rows.items()) if row.count]
+                                 row.min, row.max) for what, row in rows().items() if row.count]
     if not points:
         return None
     return Metric("tetrarch.call.duration", "seconds from a call until its outcome", "s",
