@@ -13,7 +13,6 @@ it); ``tests/config/test_config_monarch.py`` checks that every key named here ex
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Callable, Collection, Mapping
@@ -272,6 +271,8 @@ MONARCH_REFUSED: Mapping[str, str] = MappingProxyType({
 
 def closest(name: str, known: Collection[str]) -> str | None:
     """The name of ``known`` nearest to ``name`` (a misspelling), or None."""
+    import difflib  # here: only a misspelt name needs it
+
     found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return found[0] if found else None
 

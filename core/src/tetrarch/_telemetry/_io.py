@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future as CFuture
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import on_meter
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future as CFuture
 
 __all__ = ["IN", "ON", "OUT", "count", "counts", "nbytes", "rdma_counts", "rdma_done"]
 

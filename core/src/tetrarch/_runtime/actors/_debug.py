@@ -15,13 +15,11 @@ skipped with a warning saying how to enable it, instead of a hang.
 from __future__ import annotations
 
 import os
-import pdb  # noqa: T100 - the debugger actors are paused in, on purpose
 import secrets
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ..._log import get_logger
@@ -71,38 +69,6 @@ class DebugSessions:
 
 #: This process's sessions (meaningful in an owner: the client).
 SESSIONS = DebugSessions()
-
-
-class _RemotePdb(pdb.Pdb):
-    """pdb over one connection; tells the owner when the session is over."""
-
-    def __init__(self, conn: socket.socket, on_end: Callable[[], None]) -> None:
-        self._conn = conn
-        self._file = conn.makefile("rw", buffering=1, encoding="utf-8", errors="replace", newline="\n")
-        self._on_end = on_end
-        super().__init__(stdin=self._file, stdout=self._file, nosigint=True, readrc=False)
-        self.use_rawinput = False
-        self.prompt = "(Pdb) "
-
-    def _finish(self) -> None:
-        on_end, self._on_end = self._on_end, lambda: None
-        for closing in (self._file.close, self._conn.close):
-            try:
-                closing()
-            except OSError:
-                pass
-        on_end()
-
-    def set_continue(self) -> None:
-        super().set_continue()
-        self._finish()
-
-    def do_quit(self, arg: str) -> bool:
-        """``q`` (and the end of the debugger's input): detach, and let the actor go on."""
-        self.set_continue()
-        return True
-
-    do_q = do_exit = do_EOF = do_quit
 
 
 def _listen_host(router: Router) -> str:
@@ -169,7 +135,9 @@ def breakpoint_hook(*args: Any, **kwargs: Any) -> Any:
         except PeerUnreachable:
             pass
 
-    debugger = _RemotePdb(conn, ended)
+    from ._remote_pdb import RemotePdb  # here: pdb is loaded by a process an actor of which pauses
+
+    debugger = RemotePdb(conn, ended)
     print(f"attached to {runner.display} (rank {session['rank']} of {session['mesh']}), paused at {where}",
           file=debugger.stdout)
     debugger.set_trace(frame)

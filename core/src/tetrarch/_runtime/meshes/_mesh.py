@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import pickle
 import threading
@@ -174,6 +173,8 @@ class ActorMesh(MeshTrait, Generic[T]):
                 f"{self._cls.__qualname__}.{name} is not an endpoint: decorate it with @endpoint to call it on a "
                 f"mesh (endpoints: {sorted(self._endpoints) or 'none'})"
             )
+        import difflib  # here: only a misspelt endpoint needs it
+
         close = difflib.get_close_matches(name, self._endpoints, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise EndpointNotFoundError(f"{self._cls.__qualname__} has no endpoint {name!r} (endpoints: "

@@ -23,8 +23,6 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import cloudpickle
-
 from ..._errors import ArgumentTypeError
 from ._buffers import as_bytes
 
@@ -253,17 +251,27 @@ def _reduce_code(reduce: Callable[[Any], Any], code: types.CodeType) -> Any:
     return rebuild, args
 
 
-class _CloudPickler(cloudpickle.CloudPickler):
-    """cloudpickle (by-value classes and functions) plus out-of-band memoryviews and CPU tensors,
-    and code objects that keep their file names (:func:`_reduce_code`)."""
+_cloud: list[type[pickle.Pickler]] = []
 
-    def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is types.CodeType:
-            return _reduce_code(self.dispatch_table[types.CodeType], obj)
-        reduced = _reduce_buffer(obj)
-        if reduced is not NotImplemented:
-            return reduced
-        return super().reducer_override(obj)
+
+def _cloud_pickler() -> type[pickle.Pickler]:
+    """cloudpickle's pickler (by-value classes and functions) plus out-of-band memoryviews and CPU
+    tensors, and code objects that keep their file names (:func:`_reduce_code`); made at first
+    use, since most processes never pickle anything by value (unpickling needs no pickler)."""
+    if not _cloud:
+        import cloudpickle
+
+        class _CloudPickler(cloudpickle.CloudPickler):
+            def reducer_override(self, obj: Any) -> Any:
+                if type(obj) is types.CodeType:
+                    return _reduce_code(self.dispatch_table[types.CodeType], obj)
+                reduced = _reduce_buffer(obj)
+                if reduced is not NotImplemented:
+                    return reduced
+                return super().reducer_override(obj)
+
+        _cloud.append(_CloudPickler)
+    return _cloud[0]
 
 
 def _buffer_callback(out: list, inline_small: bool = True) -> Callable[[pickle.PickleBuffer], bool]:
@@ -302,7 +310,7 @@ def dumps(obj: Any) -> list[Any]:
         pass
     bufs.clear()
     f = io.BytesIO()
-    _CloudPickler(f, protocol=_PROTOCOL, buffer_callback=_buffer_callback(bufs)).dump(obj)
+    _cloud_pickler()(f, protocol=_PROTOCOL, buffer_callback=_buffer_callback(bufs)).dump(obj)
     return [f.getvalue(), *bufs]
 
 
