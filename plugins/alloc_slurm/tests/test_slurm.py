@@ -204,6 +204,26 @@ def test_probe_says_why_and_how_when_the_controller_does_not_answer(cluster: Any
     assert probe().ok, probe().reason
 
 
+def test_probe_without_a_configuration_says_so_and_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No SLURM_CONF and no default file: the tools would ask DNS for the controller; the probe
+    says no at once (this_host() probes every allocator), naming SLURM_CONF."""
+    import subprocess
+
+    from tetrarch_alloc_slurm import _plugin
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setattr(_plugin, "DEFAULT_CONFS", ("/nonexistent/slurm.conf",))
+
+    def no_run(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"the probe ran {args[0] if args else kwargs}")
+
+    monkeypatch.setattr(subprocess, "run", no_run)
+    result = _plugin.probe()
+    assert not result.ok
+    if "not on PATH" not in result.reason:  # the Slurm tools are installed (make test installs them)
+        assert "no Slurm configuration" in result.reason and "SLURM_CONF" in result.remedy
+
+
 @pytest.mark.isolated
 @pytest.mark.slow
 def test_a_cut_node_fails_pending_calls_within_the_heartbeat_bound(run_scenario: Callable[..., Any], cluster: Any,
