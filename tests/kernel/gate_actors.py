@@ -157,3 +157,15 @@ class Tagger(Actor):
         _CALL_TAG.set(tag)
         await asyncio.sleep(0)
         return before, _CALL_TAG.get()
+
+    @endpoint
+    async def time_out(self, seconds: float) -> str:
+        """Wait past an ``asyncio.timeout`` of ``seconds``: each call of a burst times out on its own."""
+        try:
+            async with asyncio.timeout(seconds):
+                await asyncio.sleep(3600)
+        except TimeoutError:
+            task = asyncio.current_task()
+            assert task is not None
+            return f"timed out, {task.cancelling()} pending"
+        return "slept an hour"

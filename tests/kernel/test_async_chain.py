@@ -19,6 +19,15 @@ def test_back_to_back_async_calls_each_run_in_a_context_of_their_own(procs):
     assert [f.get(timeout=WAIT_S) for f in futures] == [("unset", f"call{i}") for i in range(200)]
 
 
+def test_each_async_call_of_a_burst_gets_its_own_timeout(procs):
+    from gate_actors import Tagger
+
+    tagger = procs.spawn("chain_timeouts", Tagger).slice(gpus=2)
+    futures = [tagger.time_out.call_one(0.01) for _ in range(5)]
+    assert [f.get(timeout=WAIT_S) for f in futures] == ["timed out, 0 pending"] * 5
+    assert tagger.tag.call_one("after").get(timeout=WAIT_S) == ("unset", "after")
+
+
 def test_a_cancelled_async_call_leaves_no_cancellation_to_the_calls_behind_it(procs):
     from gate_actors import Sleeper
     from test_futures import _interrupt_when
