@@ -52,11 +52,11 @@ def counted() -> Iterator[tuple[list[Any], list[Any]]]:
     got: list[Any] = []
     send, dispatch = rt.send, rt.dispatch
 
-    def counting_send(address: str, frames: list) -> None:
+    def counting_send(address: str, frames: list, more: bool = False) -> None:
         hdr = _wire.decode(frames[0])
         if type(hdr) is _wire.CallHeader or (type(hdr) is _wire.SysHeader and hdr.service == _wire.SVC_RELAY):
             sent.append(hdr)
-        send(address, frames)
+        send(address, frames, more)
 
     def counting_dispatch(frames: list, conn: Any) -> None:
         hdr = _wire.decode(frames[0])

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pathlib import Path
+# At the top, not where it is used: the client's exit writes telemetry under these folders, and a
+# module first imported while the interpreter exits after Ctrl-C (pathlib tries ``nt`` and fails)
+# turns the exit status -SIGINT into 1 (test_readable_failures' Ctrl-C tests).
+from pathlib import Path
 
 __all__ = ["user_dir"]
 
@@ -14,8 +15,6 @@ __all__ = ["user_dir"]
 def user_dir(kind: str) -> Path:
     """``$XDG_RUNTIME_DIR/tetrarch/<kind>`` when that folder exists and is writable, else
     ``~/.cache/tetrarch/<kind>`` (neither is created here)."""
-    from pathlib import Path  # here: pathlib (and urllib, ipaddress) is not loaded by every process
-
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK):
         return Path(runtime) / "tetrarch" / kind

@@ -19,6 +19,7 @@ Host agents and procs read it through :func:`take_secret` (the fd first, then th
 from __future__ import annotations
 
 import os
+import secrets
 
 from ..._config import ENV_SECRET_FD, ENV_SECRET_FILE
 from ..._errors import TetrarchError
@@ -82,7 +83,7 @@ def write_secret_file(secret: bytes, directory: str | os.PathLike[str]) -> str:
         OSError: ``directory`` does not exist or is not writable.
     """
     data = _encode(secret)
-    path = os.path.join(os.fspath(directory), f"tetrarch-secret-{os.urandom(8).hex()}")
+    path = os.path.join(os.fspath(directory), f"tetrarch-secret-{secrets.token_hex(8)}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
