@@ -9,6 +9,7 @@ the ``host`` and ``pid`` of the process that recorded it. docs/telemetry.md list
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from typing import Any
@@ -91,8 +92,6 @@ def _str(value: Any) -> str | None:
 
 
 def _json(value: Any) -> str:
-    import json  # here: only a process that records rows needs it (sys.modules after the first)
-
     return json.dumps(value, default=str, separators=(",", ":"))
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 
-# At the top, not where it is used: the client's exit writes telemetry under these folders, and a
-# module first imported while the interpreter exits after Ctrl-C (pathlib tries ``nt`` and fails)
-# turns the exit status -SIGINT into 1 (test_readable_failures' Ctrl-C tests).
+# At the top, not where it is used: the client's exit writes telemetry under these folders, and on
+# CPython 3.11 a module that builds a namedtuple or dataclass (urllib.parse, which pathlib imports)
+# first imported while the interpreter exits after an unhandled Ctrl-C turns the exit status
+# -SIGINT into 1: the eval() those use clears the interpreter's "unhandled KeyboardInterrupt" flag
+# (test_readable_failures' Ctrl-C tests).
 from pathlib import Path
 
 __all__ = ["user_dir"]

@@ -20,6 +20,7 @@ import os
 import pickle
 import queue
 import re
+import shutil  # at the top: the client's exit prunes old runs (see plumbing/_dirs on imports at exit)
 import threading
 import time
 import warnings
@@ -79,8 +80,6 @@ def prune_runs(base: str, keep: int = KEEP_RUNS) -> list[str]:
         return []
     runs.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime)
     gone = []
-    import shutil  # here: only the process that prunes old runs needs it
-
     for entry in runs[:max(0, len(runs) - keep)]:
         shutil.rmtree(entry.path, ignore_errors=True)
         gone.append(entry.path)
