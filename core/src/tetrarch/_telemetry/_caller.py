@@ -29,6 +29,7 @@ from typing import Any
 
 from .._client_hooks import on_client_start
 from . import _trace, on_meter
+from ._io import nbytes
 
 __all__ = ["BOUNDS", "ON", "Observation", "Row", "begin", "end", "histogram_metric", "metrics_on",
            "observe_spawn", "refresh", "rows", "timed_out", "trace_field"]
@@ -117,25 +118,18 @@ Observation = float | tuple[float, Any] | None
 def begin(what: str, payload: list, n: int) -> Observation:
     """A call to ``n`` actors of ``what`` (``"mesh.endpoint"``) is about to leave with ``payload``: its
     observation for :func:`end`, or None when nothing observes it."""
-    counted = _metrics[0]
-    if counted:
+    if _metrics[0]:
         row = _rows.get(what)
         if row is None:
             row = _row(what)
         row.calls += 1
         if payload:
-            size = 0
-            for f in payload:  # nbytes() inlined: this runs for every call
-                t = type(f)
-                size += len(f) if t is bytes else f.nbytes if t is memoryview else memoryview(f).nbytes
-            row.request_bytes += size * n
-        if not _trace.ON:
-            return perf_counter()
+            row.request_bytes += nbytes(payload) * n
     if _trace.ON:
-        span = _trace.start("send", lambda: _send_attrs(what, n))
+        span = _trace.start("send", lambda: _send_attrs(what, n))  # attributes only for a sampled call
         if span is not None:
             return (perf_counter(), span)
-    return perf_counter() if counted else None
+    return perf_counter() if _metrics[0] else None
 
 
 def _send_attrs(what: str, n: int) -> dict[str, Any]:
@@ -156,7 +150,8 @@ def end(obs: Observation, frames: list | None, what: str) -> None:
     or None when the caller gets none (``broadcast``, replies to a port)."""
     t0: float | None
     span: Any
-    t0, span = (obs, None) if type(obs) is float else obs if isinstance(obs, tuple) else (None, None)
+    t0, span = obs if isinstance(obs, tuple) else (obs, None)
+    row = _rows.get(what) if _metrics[0] else None
     if frames is None:
         if span is not None:
             _trace.end(span, "sent")
@@ -168,10 +163,7 @@ def end(obs: Observation, frames: list | None, what: str) -> None:
             continue
         if frame[0] > worst:
             worst = frame[0]
-        for f in frame[1]:  # nbytes() inlined: this runs for every call
-            t = type(f)
-            size += len(f) if t is bytes else f.nbytes if t is memoryview else memoryview(f).nbytes
-    row = _rows.get(what) if _metrics[0] else None
+        size += nbytes(frame[1])
     if row is not None and t0 is not None:
         pending = row.pending
         pending.append(perf_counter() - t0)

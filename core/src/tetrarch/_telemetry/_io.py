@@ -72,11 +72,7 @@ def count(peer: str, frames: Sequence[Any], column: int) -> None:
     except (AttributeError, KeyError):
         row = _row(peer)
     row[column] += 1
-    n = 0
-    for f in frames:  # nbytes() inlined: this runs for every message
-        t = type(f)
-        n += len(f) if t is bytes else f.nbytes if t is memoryview else memoryview(f).nbytes
-    row[column + 1] += n
+    row[column + 1] += nbytes(frames)
 
 
 def rdma_done(backend: str, write: bool, nbytes: int, fut: CFuture[None]) -> None:
