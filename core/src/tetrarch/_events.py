@@ -17,6 +17,7 @@ A failure cascade is marked: each ``actor.failed`` event says whether it is the 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -63,8 +64,6 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record: an event's fields, or ``message`` for any other record."""
 
     def format(self, record: logging.LogRecord) -> str:
-        import json  # here: a process that never formats an event as JSON does not load it
-
         event = getattr(record, "tetrarch_event", None)
         if event is not None:
             return json.dumps(event, default=str)

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Future as CFuture
+from typing import Any
 
 from . import on_meter
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future as CFuture
 
 __all__ = ["IN", "ON", "OUT", "count", "counts", "nbytes", "rdma_counts", "rdma_done"]
 

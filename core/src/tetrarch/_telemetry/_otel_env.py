@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import urlsplit
 
 __all__ = ["problems", "sanitize"]
 
@@ -37,8 +38,6 @@ def problems(env: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, s
     for name in _ENDPOINTS:
         value = env.get(name)
         if value:
-            from urllib.parse import urlsplit  # here: most processes never look at an endpoint
-
             parts = urlsplit(value)
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 out[name] = f"{name}={value!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:4318)"

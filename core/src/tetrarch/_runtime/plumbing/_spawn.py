@@ -21,17 +21,14 @@ import ctypes
 import os
 import selectors
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..._config import ENV_SECRET_FD, ENV_SECRET_FILE
 from ._secret import secret_pipe
-
-if TYPE_CHECKING:
-    import subprocess
 
 __all__ = ["MAX_LINE", "ExitInfo", "ForkedChild", "LineSplitter", "OutputCallback", "WatchedProcess", "become_child",
            "die_with_parent", "spawn_watched"]
@@ -388,8 +385,6 @@ def spawn_watched(
     full_env = dict(env)
 
     def start() -> subprocess.Popen:  # on the spawner thread
-        import subprocess  # here: a process that forks its procs (or starts none) never loads it
-
         pass_fds: tuple[int, ...] = ()
         if secret is not None:
             read_end = secret_pipe(secret)

@@ -15,6 +15,7 @@ frame arrives in its own buffer, see :mod:`._buffers`); a ``bytearray`` gets its
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import io
 import pickle
@@ -251,27 +252,23 @@ def _reduce_code(reduce: Callable[[Any], Any], code: types.CodeType) -> Any:
     return rebuild, args
 
 
-_cloud: list[type[pickle.Pickler]] = []
-
-
+@functools.cache
 def _cloud_pickler() -> type[pickle.Pickler]:
     """cloudpickle's pickler (by-value classes and functions) plus out-of-band memoryviews and CPU
     tensors, and code objects that keep their file names (:func:`_reduce_code`); made at first
     use, since most processes never pickle anything by value (unpickling needs no pickler)."""
-    if not _cloud:
-        import cloudpickle
+    import cloudpickle
 
-        class _CloudPickler(cloudpickle.CloudPickler):
-            def reducer_override(self, obj: Any) -> Any:
-                if type(obj) is types.CodeType:
-                    return _reduce_code(self.dispatch_table[types.CodeType], obj)
-                reduced = _reduce_buffer(obj)
-                if reduced is not NotImplemented:
-                    return reduced
-                return super().reducer_override(obj)
+    class _CloudPickler(cloudpickle.CloudPickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if type(obj) is types.CodeType:
+                return _reduce_code(self.dispatch_table[types.CodeType], obj)
+            reduced = _reduce_buffer(obj)
+            if reduced is not NotImplemented:
+                return reduced
+            return super().reducer_override(obj)
 
-        _cloud.append(_CloudPickler)
-    return _cloud[0]
+    return _CloudPickler
 
 
 def _buffer_callback(out: list, inline_small: bool = True) -> Callable[[pickle.PickleBuffer], bool]:
