@@ -265,7 +265,7 @@ class ActorRunner:
 
     def _resume(self, task: asyncio.Task) -> None:
         running = self._running
-        if running is None or running[1] is not task:  # it answered, and the next message started then
+        if running is None or running[1] is not task:  # resumed already, from the end of _call_async
             return
         self._running = None
         self._busy = False
@@ -418,19 +418,16 @@ class ActorRunner:
         if method in self._concurrent:
             return
         task = asyncio.current_task()
+        assert task is not None  # a coroutine the loop runs as a task (_drain)
         while (job := self._next_chained(task)) is not None:
             await in_context(contextvars.Context(), self._run_async(*job))
-        running = self._running
-        if running is not None and running[1] is task:
-            self._running = None
-            self._busy = False
-            contextvars.Context().run(self._pump)  # not in the handler's context
+        contextvars.Context().run(self._resume, task)  # not in the handler's context
 
-    def _next_chained(self, task: asyncio.Task | None) -> tuple[Any, ...] | None:
+    def _next_chained(self, task: asyncio.Task) -> tuple[Any, ...] | None:
         """Take the next message if it is a plain async call, as the running one of ``task``; its arguments
         for :meth:`_run_async` (None: the next message is something else, or none waits)."""
         mailbox = self._mailbox
-        while mailbox and task is not None:
+        while mailbox:
             fn, args = mailbox[0]
             if fn != self._handle_call:
                 return None
