@@ -315,8 +315,12 @@ def _check_shm(session: pytest.Session) -> None:
         return
     # This process still runs: what it holds (libfabric names a segment after its pid, ``PID:0:0``) goes
     # at its exit, when its RDMA endpoints close.
-    mine = f"{os.getpid()}:"
-    left = sorted(n for n in _shm_names() - before if not n.startswith(mine))
+    # So does what CUDA IPC made for it (``cuda.shm.<n>.<pid in hex>.<n>``, ``torch_<pid>_...``), removed
+    # at its exit by torch and by tetrarch (values/_cuda.py); a proc's goes when it ends (its host agent).
+    pid = os.getpid()
+    mine = (f"{pid}:", f"torch_{pid}_")
+    left = sorted(n for n in _shm_names() - before
+                  if not n.startswith(mine) and not (n.startswith("cuda.shm.") and n.split(".")[3:4] == [f"{pid:x}"]))
     if not left:
         return
     lines = [(f"{len(left)} entr{'y' if len(left) == 1 else 'ies'} appeared in {SHM_DIR} during this test session "

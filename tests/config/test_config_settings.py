@@ -53,7 +53,8 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
         "rdma_backend", "disable_plugins", "plugins_strict", "rdma_fallback", "rdma_tcp_chunk_size",
         "rdma_tcp_window", "forward_output",
         "fork_procs", "preload", "standby", "spin_us", "relay_min", "batch_io_threads", "aggregate_window",
-        "shm_payloads", "shm_min_bytes", "shm_pool_bytes", "admin", "admin_host", "admin_port", "admin_dir",
+        "shm_payloads", "shm_min_bytes", "shm_pool_bytes", "cuda_ipc", "admin", "admin_host", "admin_port",
+        "admin_dir",
         "event_log", "metrics", "trace_sample", "trace_file", "trace_export", "telemetry_store",
         "telemetry_rows", "telemetry_dir", "telemetry_disk_mb",
     ]

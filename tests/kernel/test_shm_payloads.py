@@ -336,33 +336,3 @@ def test_a_read_only_dev_shm_does_not_matter(tmp_path):
                          capture_output=True, text=True, timeout=scaled(120))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "OK shm" in run.stdout, run.stdout + run.stderr
-
-
-@pytest.mark.transport_independent  # serialization only: no process
-def test_a_cuda_tensor_reaching_a_process_without_a_gpu_is_a_cpu_tensor_with_one_warning():
-    """The receiving end of a CUDA tensor (staged through host memory) in a process that sees no GPU."""
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("this process sees a GPU: the CPU fallback is not what it does")
-    value = torch.arange(1 << 16, dtype=torch.float32)
-    frames = _serial.dumps(value)
-    rebuilt_as_cuda = _serial._rebuild_cuda_tensor  # what the sender of a CUDA tensor names
-    _serial._cpu_warned = False
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        first = rebuilt_as_cuda(frames[1], "float32", (1 << 16,), "GPU-test", 0)
-        second = rebuilt_as_cuda(frames[1], "float32", (1 << 16,), "GPU-test", 0)
-    said = [w for w in caught if issubclass(w.category, _serial.CudaTensorOnCpuWarning)]
-    assert first.device.type == "cpu" and torch.equal(first, value) and torch.equal(second, value)
-    assert len(said) == 1 and "per_host={'gpus'" in str(said[0].message)
-
-
-def test_cuda_tensors_as_arguments_and_results(procs):
-    """On a machine with a GPU: a CUDA argument lands on the receiver's GPU, a CUDA result on the caller's."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU visible here (torch.cuda.is_available() is False)")
-    keeper = procs.slice(gpus=0).spawn("shm_cuda", Keeper)
-    value = torch.arange(16 * MIB // 4, dtype=torch.float32, device="cuda")
-    back = keeper.echo.call_one(value).get(timeout=scaled(60))
-    assert back.device.type == "cuda" and torch.equal(back, value)

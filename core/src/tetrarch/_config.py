@@ -71,6 +71,7 @@ __all__ = [
     "CLEANUP_TIMEOUT",
     "CONFIG_VARS",
     "CONNECT_TIMEOUT",
+    "CUDA_IPC",
     "DISABLE_PLUGINS",
     "ENV_ALLOC_ID",
     "ENV_ALLOC_TRANSPORT",
@@ -337,6 +338,11 @@ SHM_POOL_BYTES: Setting[int] = Setting(
     "shared memory one process keeps for payloads, idle and held by receivers (past it: the socket, warned once)",
     unit="bytes",
 )
+CUDA_IPC: Setting[bool] = Setting(
+    "cuda_ipc", "TETRARCH_CUDA_IPC", bool, True,
+    "CUDA tensors of 1 MiB and more go by CUDA IPC handle to a process of the same host that sees their GPU "
+    "(0: through host memory)",
+)
 TEST_SLOWDOWN: Setting[float] = Setting(
     "test_slowdown", "TETRARCH_TEST_SLOWDOWN", float, 1.0,
     "multiplies the time bounds of tetrarch's own test suite", propagate=False,
@@ -356,7 +362,7 @@ SETTINGS: Mapping[str, Setting[Any]] = MappingProxyType({
         RDMA_BACKEND,
         DISABLE_PLUGINS, PLUGINS_STRICT, RDMA_FALLBACK, RDMA_TCP_CHUNK_SIZE, RDMA_TCP_WINDOW, FORWARD_OUTPUT,
         FORK_PROCS, PRELOAD, STANDBY, SPIN_US, RELAY_MIN, BATCH_IO_THREADS, AGGREGATE_WINDOW, SHM_PAYLOADS,
-        SHM_MIN_BYTES, SHM_POOL_BYTES, ADMIN, ADMIN_HOST, ADMIN_PORT, ADMIN_DIR, EVENT_LOG, METRICS,
+        SHM_MIN_BYTES, SHM_POOL_BYTES, CUDA_IPC, ADMIN, ADMIN_HOST, ADMIN_PORT, ADMIN_DIR, EVENT_LOG, METRICS,
         TRACE_SAMPLE, TRACE_FILE, TRACE_EXPORT, TELEMETRY_STORE, TELEMETRY_ROWS, TELEMETRY_DIR, TELEMETRY_DISK_MB,
     )
 })

@@ -33,6 +33,7 @@ exists). A module that needs something from above takes it as an argument or a `
     ``_wire``       every message kind, declared once as a named record
     ``_buffers``    receive buffers that become ``bytes`` without a copy
     ``_serial``     pickling with out-of-band buffers
+    ``_cuda``       CUDA tensors: by IPC handle to a process that sees their GPU, else through host memory
     ``_outcome``    error records out, exceptions back
     ``_context``    context(), current_rank(), Instance (what actor code sees)
     ``_tombstones`` why the actors of a process are gone, in bounded memory

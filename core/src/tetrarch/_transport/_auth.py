@@ -10,10 +10,10 @@ never unpickles replies from an impostor listening on a reused address either.
     dialer -> listener : [MAGIC, nonce_d, HMAC(secret, "dialer" | addr | info_d | nonce_l | nonce_d), addr, info_d]
     listener -> dialer : [HMAC(secret, "listener" | info_l | nonce_d | nonce_l), info_l]
 
-``info`` is what a peer says of itself once it proved the secret (:class:`PeerInfo`): its pid
-and the key of the memory it can share (:func:`tetrarch._runtime.plumbing._segments.host_key`; empty
-where it shares none). The MACs cover it, so nobody in between can make two processes
-believe they share a host.
+``info`` is what a peer says of itself once it proved the secret (:class:`PeerInfo`): its pid,
+the key of the memory it can share (:func:`tetrarch._runtime.plumbing._segments.host_key`; empty
+where it shares none) and the GPUs whose CUDA IPC handles it opens. The MACs cover it, so nobody
+in between can make two processes believe they share a host.
 """
 
 from __future__ import annotations
@@ -53,16 +53,18 @@ class PeerInfo(NamedTuple):
     pid: int
     #: :func:`tetrarch._runtime.plumbing._segments.host_key` of the peer ("" where it shares no memory).
     host_key: str
+    #: The GPUs it opens CUDA IPC handles of (:func:`tetrarch._runtime.values._cuda.gpu_view`; "" for none).
+    gpus: str = ""
 
     def encode(self) -> bytes:
-        return f"{self.pid}/{self.host_key}".encode()
+        return f"{self.pid}/{self.host_key}/{self.gpus}".encode()
 
     @classmethod
     def decode(cls, data: bytes) -> PeerInfo:
         """Raises AuthError: ``data`` is not an encoded PeerInfo."""
         try:
-            pid, _, key = data.decode("ascii").partition("/")
-            return cls(int(pid), key)
+            pid, key, gpus = data.decode("ascii").split("/", 2)
+            return cls(int(pid), key, gpus)
         except (UnicodeDecodeError, ValueError):
             raise AuthError("peer sent a malformed self-description") from None
 

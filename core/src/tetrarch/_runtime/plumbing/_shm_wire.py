@@ -54,6 +54,7 @@ from typing import Any
 
 from ... import _config
 from ..._errors import TetrarchError
+from ..values import _cuda
 from ._cma import buffer_address
 from ._segments import FREE, HEADER, Segment, lend, new_lease, pool, tickets
 
@@ -172,12 +173,20 @@ def outgoing(frames: list, peer_pid: int) -> list:
     return out
 
 
-def prepare(frames: list, peer: Any, host_key: str, sinks: bool) -> list:
-    """``frames`` as they go to ``peer`` (a :class:`~tetrarch._transport._auth.PeerInfo`): through shared
-    memory when it has this process's ``host_key``, else with their large frames named for its receive
-    sinks (when the connection has them: ``sinks``). Never raises."""
+def prepare(frames: list, peer: Any, me: Any, sinks: bool) -> list:
+    """``frames`` as they go to ``peer`` from ``me`` (both :class:`~tetrarch._transport._auth.PeerInfo`):
+    CUDA tensors resolved for it (:func:`~.._cuda.resolve`: by IPC handle where it can open them),
+    then through shared memory when it has this process's ``host_key``, else with their large frames
+    named for its receive sinks (when the connection has them: ``sinks``).
+
+    Raises:
+        RuntimeError: torch failed to copy a CUDA tensor to host memory.
+    """
+    same_host = bool(peer.host_key) and peer.host_key == me.host_key
+    if _cuda.has_pending(frames):
+        frames = _cuda.resolve(frames, me.gpus, peer.gpus if same_host else None)
     given = frames
-    if peer.host_key and peer.host_key == host_key:
+    if same_host:
         frames = outgoing(frames, peer.pid)
     if frames is given and sinks:
         frames = mark_viewable(frames)

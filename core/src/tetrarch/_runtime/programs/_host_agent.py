@@ -53,6 +53,7 @@ from ..services._output import OutputForwarder, set_process_title
 from ..services._relay import RelayService
 from ..services._stack import StackService
 from ..values import _serial, _wire
+from ..values._cuda import remove_litter
 from ._zygote import ForkRequest, Zygote, fork_zygote
 
 __all__ = ["HostAgent", "main", "proc_visible_devices"]
@@ -143,6 +144,7 @@ class HostAgent:
                     self.procs.pop(ident, None)
                     self.owners.pop(ident, None)
                     self.monitor.remove(ident)
+                remove_litter(info.pid)  # what CUDA IPC left in /dev/shm for it (values._cuda)
                 report_exit(self.root.router, owner, ident, info.returncode, info.stderr_tail)
 
             self.output.add(ident, owner, env.get(ENV_PROC_MESH.name, ident), env.get(ENV_PROC_COORDS.name, ""),

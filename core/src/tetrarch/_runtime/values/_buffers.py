@@ -19,7 +19,7 @@ import ctypes
 import sys
 from typing import Any
 
-__all__ = ["as_bytes", "frame_buffer"]
+__all__ = ["as_bytes", "frame_buffer", "tensor_bytes", "tensor_over"]
 
 _OWNER = "_tetrarch_bytes"  # attribute of the ctypes array that names the bytes object it exposes
 
@@ -64,3 +64,21 @@ def as_bytes(buf: Any) -> bytes:
         if type(owner) is bytes and view.nbytes == len(owner) and view.c_contiguous:
             return owner
         return view.tobytes()
+
+
+def tensor_over(buf: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+    """A CPU tensor of ``dtype`` and ``shape`` over ``buf`` (a received frame): no copy unless it is read-only."""
+    import torch
+
+    view = memoryview(buf).cast("B")
+    if view.readonly:  # torch wants writable memory; small messages arrive as bytes
+        view = memoryview(bytearray(view))
+    flat = torch.frombuffer(view, dtype=torch.uint8) if len(view) else torch.empty(0, dtype=torch.uint8)
+    return flat.view(getattr(torch, dtype)).reshape(shape)
+
+
+def tensor_bytes(t: Any) -> memoryview:
+    """A zero-copy byte view of a contiguous CPU tensor that keeps the tensor alive."""
+    arr = (ctypes.c_char * t.nbytes).from_address(t.data_ptr())
+    arr._tetrarch_owner = t  # keeps the tensor alive as long as the view
+    return memoryview(arr).cast("B")

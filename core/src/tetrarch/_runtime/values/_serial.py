@@ -14,7 +14,6 @@ frame arrives in its own buffer, see :mod:`._buffers`); a ``bytearray`` gets its
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib.util
 import io
@@ -25,7 +24,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..._errors import ArgumentTypeError
+from . import _cuda
 from ._buffers import as_bytes
+from ._buffers import tensor_bytes as _tensor_bytes
+from ._buffers import tensor_over as _rebuild_tensor
+from ._cuda import CudaTensorOnCpuWarning
 
 __all__ = ["CudaTensorOnCpuWarning", "PicklingError", "arg_parts", "dumps", "dumps_checked", "loads", "type_name"]
 
@@ -33,23 +36,6 @@ PicklingError = pickle.PicklingError
 _MAIN = b"__main__"
 _PROTOCOL = 5
 _OOB_MIN = 1 << 14  # buffers smaller than this are cheaper inline
-
-
-def _rebuild_tensor(buf: Any, dtype: str, shape: tuple[int, ...]) -> Any:
-    import torch
-
-    view = memoryview(buf).cast("B")
-    if view.readonly:  # torch wants writable memory; small messages arrive as bytes
-        view = memoryview(bytearray(view))
-    flat = torch.frombuffer(view, dtype=torch.uint8) if len(view) else torch.empty(0, dtype=torch.uint8)
-    return flat.view(getattr(torch, dtype)).reshape(shape)
-
-
-def _tensor_bytes(t: Any) -> memoryview:
-    """A zero-copy byte view of a contiguous CPU tensor that keeps the tensor alive."""
-    arr = (ctypes.c_char * t.nbytes).from_address(t.data_ptr())
-    arr._tetrarch_owner = t  # keeps the tensor alive as long as the view
-    return memoryview(arr).cast("B")
 
 
 def _shared_file(t: Any) -> tuple[int, int, int] | None:
@@ -73,64 +59,9 @@ def _shared_file(t: Any) -> tuple[int, int, int] | None:
     return fd, t.data_ptr() - storage.data_ptr(), t.nbytes
 
 
-class CudaTensorOnCpuWarning(UserWarning):
-    """A CUDA tensor reached a process that sees no GPU: it is a CPU tensor there."""
-
-
-_cpu_warned = False
-
-
-def _cuda_device_for(torch: Any, uuid: str, index: int) -> int:
-    """The receiver's device index for the sender's GPU ``uuid``: the same GPU when visible, else the current one."""
-    for i in range(torch.cuda.device_count()):
-        if uuid and str(torch.cuda.get_device_properties(i).uuid) == uuid:
-            return i
-    return torch.cuda.current_device()
-
-
-def _rebuild_cuda_tensor(buf: Any, dtype: str, shape: tuple[int, ...], uuid: str, index: int) -> Any:
-    """A CUDA tensor sent through host memory, rebuilt on the receiver's GPU (the same GPU when it sees it).
-
-    Without a GPU the receiver gets the CPU tensor, with one ``CudaTensorOnCpuWarning``.
-    """
-    global _cpu_warned
-    import torch
-
-    host = _rebuild_tensor(buf, dtype, shape)
-    if torch.cuda.is_available():
-        return host.to(f"cuda:{_cuda_device_for(torch, uuid, index)}")
-    if not _cpu_warned:
-        _cpu_warned = True
-        import warnings
-
-        warnings.warn(f"a CUDA tensor (from GPU {uuid or index}) arrived in a process that sees no GPU: it is a CPU "
-                      "tensor here. Give the receiving procs GPUs (spawn_procs(per_host={'gpus': N}) on a host with "
-                      "them), or send tensor.cpu() to say so", CudaTensorOnCpuWarning, stacklevel=2)
-    return host
-
-
-def _reduce_cuda_tensor(t: Any) -> Any:
-    """A CUDA tensor, staged through pinned host memory as an out-of-band buffer (shared memory on one host)."""
-    import torch
-
-    t = t.detach()
-    try:
-        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)  # torch's caching host allocator: reused
-        host.copy_(t)
-    except RuntimeError:  # no pinned memory to be had: pageable
-        host = t.cpu()
-    host = host.contiguous()
-    try:
-        uuid = str(torch.cuda.get_device_properties(t.device).uuid)
-    except (RuntimeError, AttributeError):
-        uuid = ""
-    return (_rebuild_cuda_tensor, (pickle.PickleBuffer(_tensor_bytes(host)), str(t.dtype).removeprefix("torch."),
-                                   tuple(t.shape), uuid, t.device.index or 0))
-
-
 def _reduce_tensor(t: Any) -> Any:
     if t.device.type == "cuda" and not (t.requires_grad or t.is_sparse or t.is_quantized or t.is_nested):
-        return _reduce_cuda_tensor(t)
+        return _cuda.reduce(t)
     if (t.device.type != "cpu" or t.requires_grad or t.is_sparse or t.is_quantized or t.is_nested
             or t.nbytes < _OOB_MIN):
         return NotImplemented
@@ -273,9 +204,10 @@ def _cloud_pickler() -> type[pickle.Pickler]:
 
 def _buffer_callback(out: list, inline_small: bool = True) -> Callable[[pickle.PickleBuffer], bool]:
     def cb(buf: pickle.PickleBuffer) -> bool:
-        if inline_small and buf.raw().nbytes < _OOB_MIN:
+        raw = buf.raw()
+        if inline_small and raw.nbytes < _OOB_MIN and type(raw.obj) is not _cuda.Pending:
             return True  # serialize in band
-        out.append(buf.raw())
+        out.append(raw)
         return False
 
     return cb
