@@ -74,6 +74,29 @@ class Keeper(Actor):
         return value
 
     @endpoint
+    def pass_on(self, value: Any, other: Any, keep: bool) -> tuple[str, int]:
+        """Passes what it received on to ``other`` (its ``keep``), keeping it too or not; returns the
+        received payload's origin and this process's pool size (a copy would have taken a segment)."""
+        from tetrarch._runtime.plumbing import _segments
+
+        origin = payload_origin(value)
+        other.keep.call_one(value).get(timeout=60)
+        if keep:
+            self.kept.append(value)
+        return origin, _segments.pool().nbytes
+
+    @endpoint
+    def pool_bytes(self) -> int:
+        from tetrarch._runtime.plumbing import _segments
+
+        return _segments.pool().nbytes
+
+    @endpoint
+    def fill_kept(self, fill: int) -> None:
+        """Writes ``fill`` into the last payload it keeps."""
+        self.kept[-1][...] = fill
+
+    @endpoint
     def die(self) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 

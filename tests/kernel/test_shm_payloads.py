@@ -155,6 +155,64 @@ def test_segments_are_reused_once_receivers_drop_what_they_hold(keeper):
     assert pool.nbytes == grown, "segments freed by the receiver were not reused"
 
 
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_what_a_proc_received_is_passed_on_without_a_copy(procs, kind):
+    """An array that came through a segment goes on to a third process by reference: the forwarder's
+    pool stays empty, and the two share the memory (as for any tensor already in shared memory)."""
+    a, b = (procs.slice(gpus=g).spawn(f"shm_fwd_{g}", Keeper) for g in (2, 3))
+    b.drop.call_one().get(timeout=scaled(30))
+    value = np.arange(4 * MIB // 4, dtype=np.int32)
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        value = torch.from_numpy(value)
+    origin, pool_bytes = a.pass_on.call_one(value, b, True).get(timeout=scaled(30))
+    assert origin == "shm" and pool_bytes == 0, (origin, pool_bytes)
+    assert b.kept_crcs.call_one().get(timeout=scaled(30)) == [_crc(value)]
+    a.fill_kept.call_one(5).get(timeout=scaled(30))  # the forwarder writes: the receiver sees it
+    assert b.kept_crcs.call_one().get(timeout=scaled(30)) == [_crc(np.full(4 * MIB // 4, 5, dtype=np.int32))]
+    a.drop.call_one().get(timeout=scaled(30))
+    b.drop.call_one().get(timeout=scaled(30))
+
+
+def test_a_passed_on_array_outlives_the_forwarder_letting_go():
+    """The forwarder drops its copy at once; the segment stays held for the receiver, so later payloads
+    of the original sender never land in it; once the receiver drops it, the segment is reused."""
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        a, b = procs.slice(gpus=0).spawn("shm_fwd_a", Keeper), procs.slice(gpus=1).spawn("shm_fwd_b", Keeper)
+        _segments.release_all_for_tests()
+        pool = _segments.pool()
+        first = np.full(4 * MIB, 1, dtype=np.uint8)
+        a.pass_on.call_one(first, b, False).get(timeout=scaled(30))
+        for fill in range(2, 8):  # new payloads: the first segment is b's, each of these takes another
+            a.describe.call_one(np.full(4 * MIB, fill, dtype=np.uint8)).get(timeout=scaled(30))
+        assert b.kept_crcs.call_one().get(timeout=scaled(30)) == [_crc(first)]
+        held = pool.nbytes
+        b.die.broadcast()  # its lock goes with it
+        with pytest.raises(SupervisionError):
+            b.pid.call_one().get(timeout=scaled(30))
+        for fill in range(2, 8):
+            a.describe.call_one(np.full(4 * MIB, fill, dtype=np.uint8)).get(timeout=scaled(30))
+        assert pool.nbytes == held, "the dead receiver's forwarded segment was not reused"
+    finally:
+        procs.stop().get(timeout=scaled(30))
+
+
+def test_an_echoed_array_comes_back_without_a_copy(keeper):
+    """``echo`` returns what it received: the reply names the caller's own segment, the actor copies
+    nothing, and the segment is the caller's again once the result is dropped."""
+    _segments.release_all_for_tests()
+    pool = _segments.pool()
+    before = keeper.pool_bytes.call_one().get(timeout=scaled(30))
+    value = np.arange(4 * MIB // 4, dtype=np.int32)
+    for _ in range(5):
+        back = keeper.echo.call_one(value).get(timeout=scaled(30))
+        assert _crc(back) == _crc(value) and back.flags.writeable
+        del back
+    assert keeper.pool_bytes.call_one().get(timeout=scaled(30)) == before, "the actor copied the echoes"
+    assert pool.nbytes <= 3 * 4 * MIB, f"5 echoes took {pool.nbytes >> 20} MiB of segments"
+
+
 def test_a_full_pool_sends_through_the_socket_with_one_warning(keeper):
     _segments.release_all_for_tests()
     value = np.arange(8 * MIB // 4, dtype=np.int32)

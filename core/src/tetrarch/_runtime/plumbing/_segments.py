@@ -10,14 +10,19 @@ are gone, however the processes ended (``SIGKILL`` of any of them included).
 Layout: a page of header, then the data (page-aligned)::
 
     [0:16]   token (random; a receiver checks it against the descriptor)
-    [64]     state: FREE, BUSY (lent to one holder) or RETIRED (closed by its owner)
+    [64]     state: FREE, BUSY (lent, not yet held), HELD (holders hold locks) or RETIRED (closed)
 
 The owner takes a FREE segment, marks it BUSY for a holder (another process, or itself for
-a receive buffer), and fills it. The holder marks it FREE again when the last view of it
-dies: a finalizer on the buffer object its arrays and tensors keep alive (:func:`lend`),
-never a timer. A segment whose holder died is taken back (the holder's mappings died with
-it). Reusing segments is what makes the path fast: a page touched the first time costs
-far more than a copy into it (about 1 GB/s against 12 GB/s on the development VM).
+a receive buffer), and fills it. Each process that maps it for a message holds an open
+file description of it with a shared lock on its first byte (an OFD lock, ``F_OFD_SETLK``)
+and marks it HELD; the lock goes when the last view of that message dies (a finalizer on
+the buffer object its arrays and tensors keep alive, :func:`lend`; never a timer) or when
+the process dies (the kernel drops its locks). The owner reuses a HELD segment once no lock
+is left on it: so a holder may pass its arrays on to a third process (``_shm_wire``
+forwards them by reference), which takes a lock of its own before the holder lets go.
+A segment still BUSY whose holder died is taken back. Reusing segments is what makes the
+path fast: a page touched the first time costs far more than a copy into it (about 1 GB/s
+against 12 GB/s on the development VM).
 
 The pool is bounded (``TETRARCH_SHM_POOL_BYTES``: idle and lent segments together); past
 it, or where memfd or ``/proc`` is missing, callers fall back to the socket with one
@@ -28,25 +33,31 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import hashlib
 import logging
 import mmap
 import os
 import secrets
+import struct
 import threading
 import warnings
+import weakref
 from typing import Any
 
 from ... import _config
 
-__all__ = ["FREE", "HEADER", "Segment", "Tickets", "host_key", "lend", "pool", "release_all_for_tests", "tickets"]
+__all__ = ["FREE", "HEADER", "Segment", "Tickets", "host_key", "lease_of", "lend", "new_lease", "pool",
+           "release_all_for_tests", "tickets"]
 
 _log = logging.getLogger("tetrarch.shm")
 
 #: Bytes before a segment's data (one page: the data stays page-aligned).
 HEADER = 4096
 _STATE = 64
-FREE, BUSY, RETIRED = 0, 1, 2
+FREE, BUSY, RETIRED, HELD = 0, 1, 2, 3
+#: ``struct flock`` (Linux, 64-bit ``off_t``): type, whence, start, len, pid.
+_FLOCK = struct.Struct("@hhqqi0q")
 #: Segment sizes are multiples of this.
 _GRAIN = 1 << 20
 #: A free segment more than this many times larger than asked is not used for a small payload.
@@ -103,6 +114,13 @@ class Segment:
         self.mm[_STATE] = BUSY
         self.holder = (pid, None if pid == os.getpid() else _start_time(pid))
 
+    def reclaim(self) -> int:
+        """Its state, after taking it back (FREE) if its holder died or every holder let go."""
+        state = self.mm[_STATE]
+        if (state == BUSY and self.holder_dead()) or (state == HELD and not _held(self.fd)):
+            self.mm[_STATE] = state = FREE
+        return state
+
     def holder_dead(self) -> bool:
         """Whether the process it is lent to has ended (its mappings are gone)."""
         pid, start = self.holder
@@ -117,15 +135,50 @@ class Segment:
         os.close(self.fd)
 
 
+def _hold(fd: int) -> bool:
+    """Take a shared lock on the first byte of ``fd``'s file for ``fd``'s open file description."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, 0, 1, 0))
+        return True
+    except (OSError, AttributeError):  # no OFD locks (a kernel before 3.15)
+        return False
+
+
+def _held(fd: int) -> bool:
+    """Whether another open file description holds a lock on the first byte of ``fd``'s file."""
+    try:
+        got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0))
+    except (OSError, AttributeError):
+        return True  # cannot tell: never reuse it
+    return _FLOCK.unpack(got)[0] != fcntl.F_UNLCK
+
+
 class _Lease:
-    """Marks a segment FREE when the last buffer of one message that views it dies."""
+    """The hold of one message on a segment (or on another shared file) while views of it live.
 
-    __slots__ = ("mm",)
+    ``fd``: an open file description of the file holding a shared lock on it (a pooled
+    segment, ``locked``) or merely keeping it open (a shared tensor's file); -1 where none
+    could be had, and then a pooled segment is marked FREE when the lease dies, as its
+    only holder. ``inode``, ``base`` and ``size``: the file and where this process maps it,
+    so that arrays over it can be passed on by reference (:func:`lease_of`).
+    """
 
-    def __init__(self, mm: mmap.mmap) -> None:
-        self.mm = mm
+    __slots__ = ("mm", "fd", "inode", "base", "size", "locked", "__weakref__")
+
+    def __init__(self, mm: mmap.mmap, fd: int = -1, inode: int = 0, locked: bool = False) -> None:
+        self.mm, self.fd, self.inode, self.locked = mm, fd, inode, locked
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(mm)) if fd >= 0 else 0
+        self.size = len(mm)
+        if fd >= 0:
+            _live.add(self)
 
     def __del__(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)  # the lock goes with it
+            except OSError:
+                pass
+            return
         try:
             if self.mm[_STATE] == BUSY:
                 self.mm[_STATE] = FREE
@@ -133,19 +186,47 @@ class _Lease:
             pass
 
 
+_live: weakref.WeakSet[_Lease] = weakref.WeakSet()
+
+
 def lend(mm: mmap.mmap, offset: int, nbytes: int, lease: _Lease | None) -> memoryview:
     """A writable byte view of ``mm[offset:offset + nbytes]`` that keeps ``lease`` (and ``mm``) alive.
 
     Arrays and tensors rebuilt over the view keep it alive; when the last of them (and of
-    the other views sharing ``lease``) dies, the segment is FREE again.
+    the other views sharing ``lease``) dies, the lease lets go of the segment.
     """
     array: Any = (ctypes.c_char * nbytes).from_buffer(mm, offset)
     array._tetrarch_lease = lease if lease is not None else mm
     return memoryview(array).cast("B")
 
 
-def new_lease(mm: mmap.mmap) -> _Lease:
-    return _Lease(mm)
+def new_lease(mm: mmap.mmap, path: str | None = None, inode: int = 0, pooled: bool = True) -> _Lease:
+    """A lease on ``mm``, the mapping of the file at ``path`` (``/proc/<pid>/fd/<n>``; None: no hold).
+
+    For a pooled segment (``pooled``) it takes a shared lock and marks the segment HELD; a
+    plain shared file is only kept open. Without a file description (``path`` None, or it
+    cannot be opened or locked) the lease marks a pooled segment FREE when it dies.
+    """
+    if path is None:
+        return _Lease(mm)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return _Lease(mm)
+    if os.fstat(fd).st_ino != inode or (pooled and not _hold(fd)):
+        os.close(fd)
+        return _Lease(mm)
+    if pooled:
+        mm[_STATE] = HELD
+    return _Lease(mm, fd, inode, pooled)
+
+
+def lease_of(address: int, nbytes: int) -> _Lease | None:
+    """The live lease whose mapping holds ``[address, address + nbytes)`` and can be passed on, if any."""
+    for lease in list(_live):
+        if lease.base <= address and address + nbytes <= lease.base + lease.size:
+            return lease
+    return None
 
 
 class Pool:
@@ -202,9 +283,7 @@ class Pool:
         best = None
         for seg in self._segments:
             if seg.size >= nbytes and (best is None or seg.size < best.size):
-                state = seg.state
-                if state == BUSY and seg.holder_dead():
-                    seg.mm[_STATE] = state = FREE
+                state = seg.reclaim()
                 if state == FREE:
                     best = seg
         if best is not None and best.size > _WASTE * nbytes + _GRAIN:
@@ -218,10 +297,7 @@ class Pool:
         for seg in list(self._segments):
             if self._bytes + size <= cap:
                 break
-            state = seg.state
-            if state == BUSY and seg.holder_dead():
-                state = FREE
-            if state == FREE:
+            if seg.reclaim() == FREE:
                 self._segments.remove(seg)
                 self._bytes -= seg.size
                 seg.close()

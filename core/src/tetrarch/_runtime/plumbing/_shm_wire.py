@@ -23,8 +23,17 @@ are the receiver's own: the sender's later writes to its tensor do not reach the
 
 Receiver: maps the segment (``/proc/<pid>/fd/<fd>``, checked against inode and token;
 mappings of the pool's segments are cached, so a reused segment costs nothing to map
-again) and hands the unpickler writable views of it. The segment goes back to the
-sender's pool when the last array or tensor over those views dies (:mod:`._segments`).
+again), holds it (a lock of its own, :mod:`._segments`) and hands the unpickler writable
+views of it. The segment goes back to the sender's pool when the last array or tensor over
+those views dies, in every process that holds it.
+
+Passed on: an array or tensor this process received through shared memory (a segment,
+or a shared tensor's file) and sends to another process of the host goes by reference
+too, no copy: its entry (kind ``_FORWARDED`` for a segment, ``_SHARED`` for a file) names
+this process's own descriptor of the file and a ticket, as for shared tensors. The
+receiver takes its hold (the lock) before it clears the ticket, and only then does this
+process let go of its own; so the segment's owner never reuses it under a holder. The
+receivers then share the memory, as with any tensor already in shared memory.
 A segment that cannot be mapped (the sender died right after sending) makes the message
 undeliverable: :class:`Unreadable` says why, and the router answers the call with it.
 
@@ -56,7 +65,7 @@ from ... import _config
 from ..._errors import TetrarchError
 from ..values import _cuda
 from ._cma import buffer_address
-from ._segments import FREE, HEADER, Segment, lend, new_lease, pool, tickets
+from ._segments import FREE, HEADER, Segment, lease_of, lend, new_lease, pool, tickets
 
 __all__ = ["MARK", "VIEW_MARK", "Unreadable", "abandon", "forget", "incoming", "mark_viewable", "outgoing",
            "payload_origin", "prepare", "receive_sinks"]
@@ -68,7 +77,7 @@ _INDEX = struct.Struct("<H")
 #: A frame the receiver keeps as a view is received into the pool from this size on.
 _POOL_MIN = 1 << 20
 _ENTRY = struct.Struct("<HBiiQ16sQQiQI")
-_COPIED, _SHARED = 1, 2
+_COPIED, _SHARED, _FORWARDED = 1, 2, 3
 _ALIGN = 64
 #: Out-of-band frames smaller than this are not worth a place in a segment.
 _FRAME_MIN = 1 << 14
@@ -114,8 +123,29 @@ def _shared_origin(frame: Any) -> tuple[int, int, int] | None:
     return getattr(obj, "_tetrarch_shared", None)
 
 
+def _by_reference(frame: Any, n: int) -> tuple[int, Any, int] | None:
+    """``(kind, what keeps it, file offset)`` when ``frame`` can go by reference: it views a torch
+    tensor's shared file (``_SHARED``), or memory this process received through shared memory
+    and still holds (a pooled segment, ``_FORWARDED``; a shared file, ``_SHARED``)."""
+    shared = _shared_origin(frame)
+    if shared is not None:
+        return _SHARED, shared, -1
+    try:
+        with buffer_address(frame, writable=False) as (addr, _):
+            lease = lease_of(addr, n)
+            if lease is None:
+                return None
+            return (_FORWARDED if lease.locked else _SHARED), lease, addr - lease.base
+    except (BufferError, TypeError):
+        return None
+
+
 def outgoing(frames: list, peer_pid: int) -> list:
     """``frames`` with their large buffers moved to shared memory for ``peer_pid``, or ``frames`` as they are.
+
+    Buffers that already live in shared memory go by reference: a shared tensor's file, and
+    arrays this process received through shared memory (passed on without a copy: the
+    receiver takes its own hold on them before this process lets go).
 
     Never raises: when no segment is to be had the message goes as it is (warned once).
     """
@@ -126,17 +156,17 @@ def outgoing(frames: list, peer_pid: int) -> list:
     for i in range(2, len(frames)):
         n = _nbytes(frames[i])
         if n >= _FRAME_MIN and _viewable(frames[i]):
-            shared = _shared_origin(frames[i])
-            big.append((i, n, shared))
-            if shared is None:
+            ref = _by_reference(frames[i], n)
+            big.append((i, n, ref))
+            if ref is None:
                 total += n
-    if not big or (total < _config.SHM_MIN_BYTES() and all(s is None for _, _, s in big)):
+    if not big or (total < _config.SHM_MIN_BYTES() and all(r is None for _, _, r in big)):
         return frames
     pid = os.getpid()
     entries = []
     seg: Segment | None = None
     if total >= _config.SHM_MIN_BYTES():
-        seg = pool().take(sum(-(-n // _ALIGN) * _ALIGN for _, n, s in big if s is None), peer_pid)
+        seg = pool().take(sum(-(-n // _ALIGN) * _ALIGN for _, n, r in big if r is None), peer_pid)
     out = list(frames)
     offset = 0
     base = 0
@@ -144,15 +174,20 @@ def outgoing(frames: list, peer_pid: int) -> list:
     if seg is not None:
         base = ctypes.addressof(ctypes.c_char.from_buffer(seg.mm, HEADER))
     try:
-        for i, n, shared in big:
-            if shared is not None:
-                ticket = tickets().take(frames[i], peer_pid)
+        for i, n, ref in big:
+            if ref is not None:
+                kind, keep, at = ref
+                ticket = tickets().take(frames[i] if at < 0 else keep, peer_pid)
                 if ticket is None:
                     continue
                 table, slot = ticket
                 taken.append(slot)
-                fd, off, length = shared
-                entries.append(_ENTRY.pack(i, _SHARED, pid, fd, os.fstat(fd).st_ino, table.token, off, length,
+                if at < 0:  # a torch tensor's shared file: (fd, offset, nbytes)
+                    fd, off, length = keep
+                    inode = os.fstat(fd).st_ino
+                else:  # a lease of what this process received
+                    fd, off, length, inode = keep.fd, at, n, keep.inode
+                entries.append(_ENTRY.pack(i, kind, pid, fd, inode, table.token, off, length,
                                            table.fd, table.inode, slot))
             elif seg is not None:
                 _copy(base + offset, frames[i], n)
@@ -230,7 +265,7 @@ def receive_sinks(lead: list, sizes: list[int]) -> list[memoryview | None] | Non
     seg = pool().take(sum(-(-sizes[i] // _ALIGN) * _ALIGN for i in picked), os.getpid())
     if seg is None:
         return None
-    lease = new_lease(seg.mm)
+    lease = new_lease(seg.mm, f"/proc/self/fd/{seg.fd}", seg.inode)
     out: list[memoryview | None] = [None] * (len(sizes) - first)
     at = HEADER
     for i in picked:
@@ -256,7 +291,7 @@ def abandon(frames: list) -> None:
     for _, kind, pid, fd, inode, _, _, _, _, _, slot in entries:
         if pid != os.getpid():
             continue
-        if kind == _SHARED:
+        if kind in (_SHARED, _FORWARDED):
             tickets().give_back(slot)
         elif kind == _COPIED:
             for seg in list(p._segments):
@@ -352,6 +387,7 @@ def forget(pid: int) -> None:
     """
     _maps.forget(pid)
 _shared_maps: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # other processes' shared tensors (diagnostics)
+_held_maps: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # segments passed on to this process (diagnostics)
 
 
 def incoming(frames: list) -> list:
@@ -381,14 +417,19 @@ def incoming(frames: list) -> list:
             if kind == _COPIED:
                 lease = leases.get((pid, inode))
                 if lease is None:
-                    lease = leases[(pid, inode)] = new_lease(_maps.get(pid, fd, inode, token, ends[(pid, inode)]))
+                    mm = _maps.get(pid, fd, inode, token, ends[(pid, inode)])
+                    lease = leases[(pid, inode)] = new_lease(mm, f"/proc/{pid}/fd/{fd}", inode)
                 out[i] = lend(lease.mm, HEADER + offset, nbytes, lease)
-            elif kind == _SHARED:
+            elif kind in (_SHARED, _FORWARDED):
                 mm = _map(pid, fd, inode, offset + nbytes, None)
-                _shared_maps.add(mm)
-                out[i] = lend(mm, offset, nbytes, None)
+                held = new_lease(mm, f"/proc/{pid}/fd/{fd}", inode, pooled=kind == _FORWARDED)
+                if kind == _FORWARDED and not held.locked:
+                    raise Unreadable(f"cannot hold the shared memory that process {pid} passed on (no lock on "
+                                     "it could be taken here)")
+                (_shared_maps if kind == _SHARED else _held_maps).add(mm)
+                out[i] = lend(mm, offset, nbytes, held)
                 table = _maps.get(pid, tfd, tinode, token, HEADER + slot + 1)
-                table[HEADER + slot] = FREE  # mapped: the sender may let its file go
+                table[HEADER + slot] = FREE  # held: the sender may let go
             else:
                 raise Unreadable(f"unknown shared-memory frame kind {kind}")
     except Unreadable as exc:
@@ -421,7 +462,7 @@ def payload_origin(obj: Any) -> str:
 
 
 def _lease_origin(lease: Any) -> str:
-    if isinstance(lease, mmap.mmap):
+    if isinstance(lease, mmap.mmap) or (lease.fd >= 0 and not lease.locked):
         return "shared"
     local = any(seg.mm is lease.mm for seg in list(pool()._segments))
     return "pool" if local else "shm"
@@ -435,7 +476,7 @@ def _torch_origin(t: Any) -> str:
             return "pool"
     with _maps._lock:
         maps = list(_maps._maps.values())
-    for kind, group in (("shm", maps), ("shared", list(_shared_maps))):
+    for kind, group in (("shm", maps + list(_held_maps)), ("shared", list(_shared_maps))):
         for mm in group:
             try:
                 start = ctypes.addressof(ctypes.c_char.from_buffer(mm))
