@@ -174,6 +174,23 @@ def test_what_a_proc_received_is_passed_on_without_a_copy(procs, kind):
     b.drop.call_one().get(timeout=scaled(30))
 
 
+def test_a_relayed_broadcast_gives_every_proc_a_copy_of_its_own():
+    """A host agent relays a call to its procs: what it received is copied for each, never passed on
+    by reference, so a proc that writes into its argument changes no other proc's."""
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    try:
+        keepers = procs.spawn("shm_relayed", Keeper)
+        value = np.zeros(4 * MIB // 4, dtype=np.int32)
+        with configured(relay_min=2):
+            keepers.keep.call(value).get(timeout=scaled(30))
+        for rank in range(3):
+            keepers.slice(gpus=rank).fill_kept.call_one(rank + 1).get(timeout=scaled(30))
+        crcs = [crcs[0] for _, crcs in keepers.kept_crcs.call().get(timeout=scaled(30)).items()]
+        assert crcs == [_crc(np.full(4 * MIB // 4, r + 1, dtype=np.int32)) for r in range(3)]
+    finally:
+        procs.stop().get(timeout=scaled(30))
+
+
 def test_a_passed_on_array_outlives_the_forwarder_letting_go():
     """The forwarder drops its copy at once; the segment stays held for the receiver, so later payloads
     of the original sender never land in it; once the receiver drops it, the segment is reused."""

@@ -123,13 +123,15 @@ def _shared_origin(frame: Any) -> tuple[int, int, int] | None:
     return getattr(obj, "_tetrarch_shared", None)
 
 
-def _by_reference(frame: Any, n: int) -> tuple[int, Any, int] | None:
+def _by_reference(frame: Any, n: int, received: bool) -> tuple[int, Any, int] | None:
     """``(kind, what keeps it, file offset)`` when ``frame`` can go by reference: it views a torch
     tensor's shared file (``_SHARED``), or memory this process received through shared memory
-    and still holds (a pooled segment, ``_FORWARDED``; a shared file, ``_SHARED``)."""
+    and still holds (a pooled segment, ``_FORWARDED``; a shared file, ``_SHARED``), unless not ``received``."""
     shared = _shared_origin(frame)
     if shared is not None:
         return _SHARED, shared, -1
+    if not received:
+        return None
     try:
         with buffer_address(frame, writable=False) as (addr, _):
             lease = lease_of(addr, n)
@@ -140,7 +142,7 @@ def _by_reference(frame: Any, n: int) -> tuple[int, Any, int] | None:
         return None
 
 
-def outgoing(frames: list, peer_pid: int) -> list:
+def outgoing(frames: list, peer_pid: int, by_reference: bool = True) -> list:
     """``frames`` with their large buffers moved to shared memory for ``peer_pid``, or ``frames`` as they are.
 
     Buffers that already live in shared memory go by reference: a shared tensor's file, and
@@ -156,7 +158,7 @@ def outgoing(frames: list, peer_pid: int) -> list:
     for i in range(2, len(frames)):
         n = _nbytes(frames[i])
         if n >= _FRAME_MIN and _viewable(frames[i]):
-            ref = _by_reference(frames[i], n)
+            ref = _by_reference(frames[i], n, by_reference)
             big.append((i, n, ref))
             if ref is None:
                 total += n
@@ -208,11 +210,12 @@ def outgoing(frames: list, peer_pid: int) -> list:
     return out
 
 
-def prepare(frames: list, peer: Any, me: Any, sinks: bool) -> list:
+def prepare(frames: list, peer: Any, me: Any, sinks: bool, by_reference: bool = True) -> list:
     """``frames`` as they go to ``peer`` from ``me`` (both :class:`~tetrarch._transport._auth.PeerInfo`):
     CUDA tensors resolved for it (:func:`~.._cuda.resolve`: by IPC handle where it can open them),
-    then through shared memory when it has this process's ``host_key``, else with their large frames
-    named for its receive sinks (when the connection has them: ``sinks``).
+    then through shared memory when it has this process's ``host_key`` (received payloads passed on
+    by reference unless not ``by_reference``), else with their large frames named for its receive
+    sinks (when the connection has them: ``sinks``).
 
     Raises:
         RuntimeError: torch failed to copy a CUDA tensor to host memory.
@@ -222,7 +225,7 @@ def prepare(frames: list, peer: Any, me: Any, sinks: bool) -> list:
         frames = _cuda.resolve(frames, me.gpus, peer.gpus if same_host else None)
     given = frames
     if same_host:
-        frames = outgoing(frames, peer.pid)
+        frames = outgoing(frames, peer.pid, by_reference)
     if frames is given and sinks:
         frames = mark_viewable(frames)
     return frames

@@ -75,7 +75,7 @@ class Root:
             address = pin_host(transport.default_address(spans_hosts=True), source_ip_toward(host_of(launcher)))
         self.router = Router(transport, secret, name=name, spans_hosts=spans_hosts,
                               listen_address=native_address(transport, address) if address else None,
-                              cuda_ipc=role != "host")  # a host agent relays payloads: never IPC handles
+                              relays=role == "host")
         self.launches = LaunchTracker(self.router)
         self.supervisor = Supervisor(self.router, role)
         # before the proc service: metrics start there, and the store's reader must be in by then

@@ -95,12 +95,13 @@ class Router:
     def __init__(self, transport: Transport, secret: bytes, *, name: str, listen_address: str | None = None,
                  spans_hosts: bool = False, auth_timeout: float = _AUTH_TIMEOUT,
                  max_unauthenticated: int = _MAX_UNAUTHENTICATED, lead_waiters: bool = True,
-                 cuda_ipc: bool = True) -> None:
+                 relays: bool = False) -> None:
         """Listen on ``listen_address`` (default: the transport's local default address).
 
         Args:
-            cuda_ipc: peers of this host may send this process CUDA tensors by IPC handle (False
-                for a process that forwards payloads to others, a host agent: see ``values._cuda``).
+            relays: this process relays payloads to others (a host agent): it takes no CUDA IPC
+                handles (see ``values._cuda``), and passes nothing on by reference (each receiver
+                of a relayed call gets a copy of its own, as it would directly).
             lead_waiters: let threads waiting for a future read for this router's transport
                 loop (the process's router); False for a helper router beside it (an attach's).
             auth_timeout: seconds an accepted connection has to authenticate.
@@ -122,7 +123,8 @@ class Router:
         self.secret = secret
         self.name = name
         #: What this process says of itself in handshakes; peers with its host key share memory with it.
-        self._info = PeerInfo(os.getpid(), host_key(), gpu_view() if cuda_ipc else "")
+        self._info = PeerInfo(os.getpid(), host_key(), "" if relays else gpu_view())
+        self._by_reference = not relays
         self._routes: dict[str, Connection] = {}
         self._lock = threading.Lock()
         self._dial_locks: dict[str, threading.Lock] = {}
@@ -276,7 +278,7 @@ class Router:
             _io.count(address, frames, _io.OUT)
         if len(frames) > 2:  # out-of-band buffers: shared memory on this host, reused memory on another
             frames = _shm_wire.prepare(frames, conn.context.peer, self._info,  # type: ignore[attr-defined]
-                                      conn.supports_sinks)
+                                      conn.supports_sinks, self._by_reference)
         # A burst joins the peer's outbox (one vectored write by the flusher); an isolated message goes out now.
         if self._outboxes.offer(address, conn, frames, more):
             return
