@@ -69,3 +69,8 @@ class GpuHolder(Actor):
     @endpoint
     def echo(self, value: Any) -> Any:
         return value
+
+    @endpoint
+    def pass_on(self, value: Any, other: Any) -> tuple[str, float]:
+        """Sends what it received on to ``other`` (its ``receive``)."""
+        return other.receive.call_one(value).get(timeout=60)

@@ -179,6 +179,19 @@ def test_one_tensor_to_many_procs_directly_and_through_a_relay():
         procs.stop().get(timeout=scaled(60))
 
 
+def test_a_cuda_tensor_received_by_ipc_can_be_passed_on():
+    """A proc passes on the tensor it opened by handle (torch may refuse to share it again: then bytes)."""
+    torch = _torch_with_gpu()
+    procs = this_host().spawn_procs(per_host={"procs": 2})
+    try:
+        holders = procs.spawn("cuda_pass", GpuHolder)
+        value = torch.full((4 * MIB // 4,), 2.0, dtype=torch.float32, device="cuda")
+        got = holders.slice(procs=0).pass_on.call_one(value, holders.slice(procs=1)).get(timeout=scaled(60))
+        assert got == ("cuda", 2.0 * (4 * MIB // 4))
+    finally:
+        procs.stop().get(timeout=scaled(60))
+
+
 def test_the_callers_gpu_memory_is_freed_once_the_receiver_drops_it(procs):
     """A shared block outlives the caller's tensor while the proc keeps it, and no longer."""
     torch = _torch_with_gpu()

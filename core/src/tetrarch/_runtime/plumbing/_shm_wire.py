@@ -222,13 +222,39 @@ def prepare(frames: list, peer: Any, me: Any, sinks: bool, by_reference: bool = 
     """
     same_host = bool(peer.host_key) and peer.host_key == me.host_key
     if _cuda.has_pending(frames):
-        frames = _cuda.resolve(frames, me.gpus, peer.gpus if same_host else None)
+        stage = _stage_cuda if same_host and _config.SHM_PAYLOADS() else None
+        frames = _cuda.resolve(frames, me.gpus, peer.gpus if same_host else None, stage)
     given = frames
     if same_host:
         frames = outgoing(frames, peer.pid, by_reference)
     if frames is given and sinks:
         frames = mark_viewable(frames)
     return frames
+
+
+def _stage_cuda(pending: Any) -> memoryview | None:
+    """A CUDA tensor's bytes copied from the GPU straight into a segment of the pool registered with CUDA
+    (so the copy runs at the bus's speed), held by this process like a received payload: the message then
+    names it by reference (``_FORWARDED``) and no host copy follows. None when no segment is to be had or
+    CUDA refuses to register one (the caller stages through pinned memory instead).
+
+    Raises:
+        RuntimeError: torch failed the copy.
+    """
+    n = pending.tensor.nbytes
+    seg = pool().take(n, os.getpid())
+    if seg is None:
+        return None
+    if not seg.register_with_cuda():
+        pool().give_back(seg)
+        return None
+    view = lend(seg.mm, HEADER, n, new_lease(seg.mm, f"/proc/self/fd/{seg.fd}", seg.inode))
+    try:
+        pending.copy_into(view)
+    except BaseException:
+        del view  # its lease lets go of the segment
+        raise
+    return view
 
 
 def mark_viewable(frames: list) -> list:
