@@ -48,7 +48,7 @@ from typing import Any
 
 from ... import _config
 
-__all__ = ["FREE", "HEADER", "Segment", "Tickets", "host_key", "lease_of", "lend", "new_lease", "pool",
+__all__ = ["FREE", "HEADER", "Segment", "Tickets", "holding", "host_key", "lease_of", "lend", "new_lease", "pool",
            "release_all_for_tests", "tickets"]
 
 _log = logging.getLogger("tetrarch.shm")
@@ -219,25 +219,35 @@ def lend(mm: mmap.mmap, offset: int, nbytes: int, lease: _Lease | None) -> memor
     return memoryview(array).cast("B")
 
 
-def new_lease(mm: mmap.mmap, path: str | None = None, inode: int = 0, pooled: bool = True) -> _Lease:
-    """A lease on ``mm``, the mapping of the file at ``path`` (``/proc/<pid>/fd/<n>``; None: no hold).
+def new_lease(mm: mmap.mmap, path: str | None = None, inode: int = 0, pooled: bool = True, fd: int = -1) -> _Lease:
+    """A lease on ``mm``, the mapping of the file ``inode`` at ``path`` (``/proc/<pid>/fd/<n>``), or of
+    the one ``fd`` (a description of it the caller opened and checked; the lease owns it from now on).
 
     For a pooled segment (``pooled``) it takes a shared lock and marks the segment HELD; a
-    plain shared file is only kept open. Without a file description (``path`` None, or it
+    plain shared file is only kept open. Without a file description (neither given, or it
     cannot be opened or locked) the lease marks a pooled segment FREE when it dies.
     """
-    if path is None:
-        return _Lease(mm)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return _Lease(mm)
-    if os.fstat(fd).st_ino != inode or (pooled and not _hold(fd)):
+    if fd < 0:
+        if path is None:
+            return _Lease(mm)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return _Lease(mm)
+        if os.fstat(fd).st_ino != inode:
+            os.close(fd)
+            return _Lease(mm)
+    if pooled and not _hold(fd):
         os.close(fd)
         return _Lease(mm)
     if pooled:
         mm[_STATE] = HELD
     return _Lease(mm, fd, inode, pooled)
+
+
+def holding() -> bool:
+    """Whether this process holds any lease that can be passed on (:func:`lease_of` can find one)."""
+    return bool(_live)
 
 
 def lease_of(address: int, nbytes: int) -> _Lease | None:

@@ -65,7 +65,7 @@ from ... import _config
 from ..._errors import TetrarchError
 from ..values import _cuda
 from ._cma import buffer_address
-from ._segments import FREE, HEADER, Segment, lease_of, lend, new_lease, pool, tickets
+from ._segments import FREE, HEADER, Segment, holding, lease_of, lend, new_lease, pool, tickets
 
 __all__ = ["MARK", "VIEW_MARK", "Unreadable", "abandon", "forget", "incoming", "mark_viewable", "outgoing",
            "payload_origin", "prepare", "receive_sinks"]
@@ -130,7 +130,7 @@ def _by_reference(frame: Any, n: int, received: bool) -> tuple[int, Any, int] | 
     shared = _shared_origin(frame)
     if shared is not None:
         return _SHARED, shared, -1
-    if not received:
+    if not received or not holding():
         return None
     try:
         with buffer_address(frame, writable=False) as (addr, _):
@@ -382,6 +382,21 @@ def _map(pid: int, fd: int, inode: int, end: int, token: bytes | None) -> mmap.m
     Raises:
         Unreadable: it is gone, refused, or another file.
     """
+    mm, mine = _open_mapped(pid, fd, inode, end)
+    os.close(mine)
+    if token is not None and bytes(mm[0:16]) != token:
+        mm.close()
+        raise Unreadable(f"the shared memory that process {pid} named is another segment now: the sender ended "
+                         "or reused it before it was read")
+    return mm
+
+
+def _open_mapped(pid: int, fd: int, inode: int, end: int) -> tuple[mmap.mmap, int]:
+    """:func:`_map` without the token check, with the description it opened (the caller closes it).
+
+    Raises:
+        Unreadable: as :func:`_map`.
+    """
     try:
         mine = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
     except OSError as exc:
@@ -394,15 +409,12 @@ def _map(pid: int, fd: int, inode: int, end: int, token: bytes | None) -> mmap.m
             raise Unreadable(f"the shared memory that process {pid} named is gone (its descriptor {fd} is another "
                              "file now): the sender ended or dropped it before it was read")
         mm = mmap.mmap(mine, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    except OSError as exc:
-        raise Unreadable(f"cannot map the shared memory of process {pid}: {exc}") from None
-    finally:
+    except BaseException as exc:
         os.close(mine)
-    if token is not None and bytes(mm[0:16]) != token:
-        mm.close()
-        raise Unreadable(f"the shared memory that process {pid} named is another segment now: the sender ended "
-                         "or reused it before it was read")
-    return mm
+        if isinstance(exc, OSError):
+            raise Unreadable(f"cannot map the shared memory of process {pid}: {exc}") from None
+        raise
+    return mm, mine
 
 
 _maps = _Maps()
@@ -450,8 +462,8 @@ def incoming(frames: list) -> list:
                     lease = leases[(pid, inode)] = new_lease(mm, f"/proc/{pid}/fd/{fd}", inode)
                 out[i] = lend(lease.mm, HEADER + offset, nbytes, lease)
             elif kind in (_SHARED, _FORWARDED):
-                mm = _map(pid, fd, inode, offset + nbytes, None)
-                held = new_lease(mm, f"/proc/{pid}/fd/{fd}", inode, pooled=kind == _FORWARDED)
+                mm, mine = _open_mapped(pid, fd, inode, offset + nbytes)
+                held = new_lease(mm, inode=inode, pooled=kind == _FORWARDED, fd=mine)  # the lease keeps ``mine``
                 if kind == _FORWARDED and not held.locked:
                     raise Unreadable(f"cannot hold the shared memory that process {pid} passed on (no lock on "
                                      "it could be taken here)")

@@ -27,6 +27,7 @@ tensor of garbage. Smaller tensors are copied to host memory at once, as the byt
 from __future__ import annotations
 
 import atexit
+import math
 import mmap
 import os
 import pickle
@@ -230,17 +231,14 @@ def reduce(t: Any) -> Any:
 
 
 def _pending_of(frame: Any) -> Pending | None:
-    obj = frame
-    for _ in range(3):
-        if type(obj) is Pending:
-            return obj
-        obj = getattr(obj, "obj", None)
-    return None
+    """The placeholder a frame views (a memoryview's ``obj`` is its exporter, however many views deep)."""
+    obj = frame.obj if type(frame) is memoryview else frame
+    return obj if type(obj) is Pending else None
 
 
 def has_pending(frames: list) -> bool:
     """Whether any out-of-band frame of ``frames`` is a CUDA tensor to resolve."""
-    return any(type(f) is memoryview and type(f.obj) is Pending for f in frames[2:])
+    return any(_pending_of(f) is not None for f in frames[2:])
 
 
 def resolve(frames: list, mine: str, peer: str | None,
@@ -294,10 +292,7 @@ def rebuild(buf: Any, dtype: str, shape: tuple[int, ...], uuid: str, index: int)
     if pending is not None:  # the sender's own process: a copy, as another process would get
         return pending.tensor.clone()
     view = memoryview(buf).cast("B")
-    nbytes = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    for n in shape:
-        nbytes *= n
-    if view.nbytes != nbytes:
+    if view.nbytes != getattr(torch, dtype).itemsize * math.prod(shape):
         return _open(torch, view, uuid)
     host = tensor_over(view, dtype, shape)
     if torch.cuda.is_available():
