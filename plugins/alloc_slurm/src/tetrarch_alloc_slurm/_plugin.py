@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Sequence
 
 from tetrarch.plugins import AllocatorSpec, Capability, ProbeResult, hookimpl
@@ -28,9 +30,6 @@ def probe() -> ProbeResult:
     With no configuration the tools would look the controller up in DNS (SRV records): the probe
     says no at once instead, so a program that never uses Slurm (``this_host()`` probes every
     allocator) starts no ``scontrol`` and sends no DNS query."""
-    import shutil  # here: a process that never probes Slurm does not load it
-    import subprocess
-
     found = {tool: shutil.which(tool) for tool in ("sbatch", "srun", "scontrol")}
     missing = [tool for tool, path in found.items() if path is None]
     if missing:
