@@ -25,23 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from typing import Any
 
+from benchmarks._timing import p50
+
 MIB = 1 << 20
-
-
-def _timed(fn: Any, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _baselines(sizes: list[int], repeat: int) -> dict[str, dict[int, float]]:
@@ -61,8 +51,8 @@ def _baselines(sizes: list[int], repeat: int) -> dict[str, dict[int, float]]:
             dev.copy_(host)
             torch.cuda.synchronize()
 
-        out["d2d"][mib] = _timed(d2d, repeat)
-        out["d2h+h2d"][mib] = _timed(through_host, repeat)
+        out["d2d"][mib] = p50(d2d, repeat, warmup=1)
+        out["d2h+h2d"][mib] = p50(through_host, repeat, warmup=1)
         del dev, host
         torch.cuda.empty_cache()
     return out
@@ -80,7 +70,7 @@ def _child(sizes: list[int], repeat: int) -> None:
         rows: dict[str, dict[int, float]] = {"argument": {}, "result": {}}
         for mib in sizes:
             value = torch.ones(mib * MIB // 4, device="cuda")
-            rows["argument"][mib] = _timed(lambda v=value: actor.last.call_one(v).get(timeout=300), repeat)
+            rows["argument"][mib] = p50(lambda v=value: actor.last.call_one(v).get(timeout=300), repeat, warmup=1)
             del value
             actor.prepare.call_one(mib * MIB // 4).get(timeout=300)
 
@@ -88,7 +78,7 @@ def _child(sizes: list[int], repeat: int) -> None:
                 got = actor.payload.call_one().get(timeout=300)
                 got[-1].item()
 
-            rows["result"][mib] = _timed(result, repeat)
+            rows["result"][mib] = p50(result, repeat, warmup=1)
             actor.prepare.call_one(0).get(timeout=300)
             torch.cuda.ipc_collect()
         print("RESULT " + json.dumps(rows))
