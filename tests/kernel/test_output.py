@@ -87,7 +87,8 @@ def test_logging_option_switches_forwarding_off_and_on(run_scenario):
     res = _run(run_scenario, "toggle")
     lines = res.stdout.splitlines()
     assert "[trainers gpus=0] forwarded 1" in lines and "[trainers gpus=0] forwarded 2" in lines
-    assert "unprefixed" in lines, res.stdout  # through the host agent's own stdout: not lost, not prefixed
+    # through the host agent's own stdout: not lost, not prefixed
+    assert "unprefixed" in lines, f"{res.stdout}\n--- stderr ---\n{res.stderr[-3000:]}"
 
 
 @pytest.mark.isolated
