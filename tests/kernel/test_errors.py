@@ -56,6 +56,10 @@ def test_spawning_a_non_actor_is_a_type_error(procs):
 def test_spawn_arguments_checked_against_init(procs):
     with pytest.raises(TypeError, match=r"Counter.__init__"):
         procs.spawn("badargs", Counter, 1, 2, 3)
+    with pytest.raises(TypeError, match=r"Failing.__init__: too many arguments: it takes none"):
+        procs.spawn("badargs2", Failing, 1)  # no __init__ of its own: object's takes nothing
+    with pytest.raises(TypeError, match=r"Failing.__init__"):
+        procs.spawn("badargs3", Failing, x=1)
 
 
 def test_call_one_on_many_says_how_many(procs):

@@ -66,7 +66,8 @@ MAX_MESSAGE = 1 << 20
 WINDOW = 64 * 1024
 #: What a proc needs imported; the zygote imports it once for all of them. Every actor's
 #: spawn message carries its ProcMesh, pickled: unpickling it imports the mesh layer.
-_PROC_MODULES = ("tetrarch._runtime.programs._proc_main", "tetrarch._runtime.meshes._proc_mesh")
+_PROC_MODULES = ("tetrarch._runtime.programs._proc_main", "tetrarch._runtime.meshes._proc_mesh",
+                 "cloudpickle")  # cloudpickle: what unpickling an actor class defined in __main__ needs
 
 
 def unsafe_to_fork() -> str:
