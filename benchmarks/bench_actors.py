@@ -8,6 +8,7 @@ on ``monarch.actor`` instead of ``tetrarch``.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from _payloads import touch
@@ -22,6 +23,11 @@ class Noop(Actor):
     @endpoint
     def noop(self) -> None:
         return None
+
+    @endpoint
+    def cpu_seconds(self) -> float:
+        """This process's CPU time so far, all its threads (a benchmark's per-call cost on the actor's side)."""
+        return time.process_time()
 
 
 class AsyncNoop(Actor):

@@ -1,9 +1,11 @@
 """What telemetry costs a call (issue 35's overhead table): off, metrics on, tracing at 1 % and at 100 %.
 
 Each mode runs in its own client process (the settings are read when a process starts), with
-one actor on one proc: sequential ``call_one().get()`` (p50) and pipelined calls (calls/s). The
-modes take turns, round after round, so they share the machine's state; the table gives each
-mode's median over the rounds and its ratio to ``off`` in the same run.
+one actor on one proc: sequential ``call_one().get()`` (p50) and pipelined calls (calls/s, and
+the CPU time per call of the client's process and of the actor's). The modes take turns,
+round after round, so they share the machine's state; the table gives each mode's median over
+the rounds and, per measure, the median (and range) of its ratios to the ``off`` run of the
+same round: on a machine whose speed drifts between rounds, pairs cancel the drift.
 
 Metrics export every second to an OTLP/HTTP receiver in this process that answers 200 at
 once (a collector that keeps up); spans go to every subscriber the settings turn on (the
@@ -49,14 +51,17 @@ for _ in range({calls}):
     t0 = time.perf_counter()
     mesh.noop.call_one().get()
     times.append(time.perf_counter() - t0)
+a0 = mesh.cpu_seconds.call_one().get()
 t0, c0 = time.perf_counter(), time.process_time()
 futures = [mesh.noop.call_one() for _ in range({pipelined})]
 for f in futures:
     f.get()
 rate = {pipelined} / (time.perf_counter() - t0)
 cpu = (time.process_time() - c0) / {pipelined}
+actor_cpu = (mesh.cpu_seconds.call_one().get() - a0) / {pipelined}
 procs.stop().get()
-print("RESULT", json.dumps({{"p50": statistics.median(times), "rate": rate, "cpu": cpu}}), flush=True)
+print("RESULT", json.dumps({{"p50": statistics.median(times), "rate": rate, "cpu": cpu, "actor_cpu": actor_cpu}}),
+      flush=True)
 """
 
 
@@ -92,36 +97,43 @@ def main() -> None:
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     common = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_address[1]}",
               "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
-    results: dict[str, dict[str, list[float]]] = {m: {"p50": [], "rate": [], "cpu": []} for m in MODES}
+    keys = ("p50", "rate", "cpu", "actor_cpu")
+    results: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in MODES}
     try:
         for i in range(args.rounds):
             order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
             for mode in order:
                 r = _run(mode, {**common, **MODES[mode]}, args.calls, args.pipelined)
-                results[mode]["p50"].append(r["p50"])
-                results[mode]["rate"].append(r["rate"])
-                results[mode]["cpu"].append(r["cpu"])
+                for k in keys:
+                    results[mode][k].append(r[k])
     finally:
         sink.shutdown()
         sink.server_close()
-    base_p50 = statistics.median(results["off"]["p50"])
-    base_rate = statistics.median(results["off"]["rate"])
-    base_cpu = statistics.median(results["off"]["cpu"])
-    rows = {}
-    print(f"{'mode':<15} {'call p50':>10} {'vs off':>7} {'pipelined':>12} {'vs off':>7} {'client CPU/call':>16} "
-          f"{'vs off':>7}   [p50 range; rate range]")
-    for mode, r in results.items():
-        p50, rate, cpu = statistics.median(r["p50"]), statistics.median(r["rate"]), statistics.median(r["cpu"])
-        rows[mode] = {"p50_us": p50 * 1e6, "p50_ratio": p50 / base_p50, "rate": rate, "rate_ratio": rate / base_rate,
-                      "p50_range_us": [min(r["p50"]) * 1e6, max(r["p50"]) * 1e6], "rate_range": [min(r["rate"]),
-                                                                                                max(r["rate"])]}
-        rows[mode].update(cpu_us=cpu * 1e6, cpu_ratio=cpu / base_cpu)
-        print(f"{mode:<15} {p50 * 1e6:>8.1f}us {p50 / base_p50:>7.3f} {rate:>10,.0f}/s {rate / base_rate:>7.3f}"
-              f" {cpu * 1e6:>14.1f}us {cpu / base_cpu:>7.3f}"
-              f"   [{min(r['p50']) * 1e6:.0f}-{max(r['p50']) * 1e6:.0f} us; "
-              f"{min(r['rate']):,.0f}-{max(r['rate']):,.0f}/s]")
+    rows = {mode: _summary(r, results["off"]) for mode, r in results.items()}
+    print(f"{'mode':<15} {'call p50':>10} {'vs off':>14} {'pipelined':>11} {'vs off':>14} "
+          f"{'client CPU/call':>16} {'vs off':>14} {'actor CPU/call':>15} {'vs off':>14}")
+    for mode, row in rows.items():
+        cells = [f"{mode:<15}"]
+        for key, fmt, width in (("p50", "{:.1f}us", 10), ("rate", "{:,.0f}/s", 11), ("cpu", "{:.1f}us", 16),
+                                ("actor_cpu", "{:.1f}us", 15)):
+            value, (ratio, low, high) = row[key], row[key + "_ratio"]
+            cells.append(fmt.format(value * (1e6 if key != "rate" else 1)).rjust(width))
+            cells.append(f"{ratio:.3f} [{low:.2f}-{high:.2f}]".rjust(14))
+        print(" ".join(cells))
+    print(f"medians over {args.rounds} rounds; vs off: the median of each round's ratio to that round's off run "
+          "[its range] (pairs taken in the same round cancel the machine's drift between rounds)")
     if args.json:
         print(json.dumps(rows))
+
+
+def _summary(r: dict[str, list[float]], off: dict[str, list[float]]) -> dict[str, Any]:
+    """A mode's medians, and per measure the median and range of its per-round ratios to ``off``."""
+    row: dict[str, Any] = {}
+    for key, values in r.items():
+        ratios = [v / o for v, o in zip(values, off[key], strict=True)]
+        row[key] = statistics.median(values)
+        row[key + "_ratio"] = (statistics.median(ratios), min(ratios), max(ratios))
+    return row
 
 
 if __name__ == "__main__":
