@@ -393,7 +393,9 @@ def set_output_options(router: Router, printer: OutputPrinter, procs: Sequence[t
         tokens.append((addr, router.watch(addr, partial(done, addr))))
         try:
             router.send(addr, [_wire.sys_header(service, op, router.address, port), *payload])
-        except PeerUnreachable:
+        except PeerUnreachable as exc:
+            if addr not in router.dead_peers:  # a dead one is skipped as documented; a live one is news
+                _log.warning("logging_option could not reach %s, which is not known dead: %s", addr, exc)
             done(addr)
     return fut
 
