@@ -8,7 +8,7 @@
 #   make test-transports  tests/kernel once more per plugin transport (zmq, nng: skipped with the
 #                 reason while unavailable), side by side (about 2 minutes); TEST_TRANSPORTS=all adds
 #                 builtin tcp (tests/transport/test_every_transport.py); CI runs it after make test
-#   make test-long  the tests of 10 s or more that make test leaves out (pytest -m long; about 3
+#   make test-long  the tests of 10 s or more that make test leaves out (pytest -m long; about 4
 #                 minutes); CI runs it after make test
 #   make test-stress  the long flood and chaos runs that make test leaves out (pytest -m stress;
 #                 about 2 minutes); CI runs it after make test

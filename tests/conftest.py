@@ -132,6 +132,8 @@ LONG_TESTS = frozenset({
     "test_a_proc_stopped_for_3x_its_orphan_timeout_survives",  # a 6 s stop
     "test_a_frozen_agent_takes_its_procs_with_it_and_no_print_blocks_a_call",  # the default host timeout
     "test_dead_or_hung_client_leaves_no_orphans",  # a stopped client's default orphan timeout
+    "test_breakpoint_in_a_script_run_through_spmd_is_debugged_too",  # tetrarch spmd: 18 s, torch in each rank
+    "test_ddp_weights_equal_one_process_training_and_rank_0s_loss_goes_down",  # 16 s: examples/ddp.py, torch x 4
 })
 
 
