@@ -248,13 +248,19 @@ def _stage_cuda(pending: Any) -> memoryview | None:
     if not seg.register_with_cuda():
         pool().give_back(seg)
         return None
-    view = lend(seg.mm, HEADER, n, new_lease(seg.mm, f"/proc/self/fd/{seg.fd}", seg.inode))
+    view = lend(seg.mm, HEADER, n, _own_lease(seg))
     try:
         pending.copy_into(view)
     except BaseException:
         del view  # its lease lets go of the segment
         raise
     return view
+
+
+def _own_lease(seg: Segment) -> Any:
+    """This process's hold on its own segment for one message, through a description of its own (the lock
+    the pool's owner side looks for is then this hold's)."""
+    return new_lease(seg.mm, f"/proc/self/fd/{seg.fd}", seg.inode)
 
 
 def mark_viewable(frames: list) -> list:
@@ -294,7 +300,7 @@ def receive_sinks(lead: list, sizes: list[int]) -> list[memoryview | None] | Non
     seg = pool().take(sum(-(-sizes[i] // _ALIGN) * _ALIGN for i in picked), os.getpid())
     if seg is None:
         return None
-    lease = new_lease(seg.mm, f"/proc/self/fd/{seg.fd}", seg.inode)
+    lease = _own_lease(seg)
     out: list[memoryview | None] = [None] * (len(sizes) - first)
     at = HEADER
     for i in picked:

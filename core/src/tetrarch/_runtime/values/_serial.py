@@ -25,9 +25,7 @@ from typing import Any
 
 from ..._errors import ArgumentTypeError
 from . import _cuda
-from ._buffers import as_bytes
-from ._buffers import tensor_bytes as _tensor_bytes
-from ._buffers import tensor_over as _rebuild_tensor
+from ._buffers import as_bytes, tensor_bytes, tensor_over
 from ._cuda import CudaTensorOnCpuWarning
 
 __all__ = ["CudaTensorOnCpuWarning", "PicklingError", "arg_parts", "dumps", "dumps_checked", "loads", "type_name"]
@@ -68,11 +66,11 @@ def _reduce_tensor(t: Any) -> Any:
     t = t.detach()
     shared = _shared_file(t)
     t = t.contiguous()
-    view = _tensor_bytes(t)
+    view = tensor_bytes(t)
     if shared is not None:
         owner: Any = view.obj
         owner._tetrarch_shared = shared  # to a process of this host, the file goes instead (``_shm_wire``)
-    return (_rebuild_tensor, (pickle.PickleBuffer(view), str(t.dtype).removeprefix("torch."), tuple(t.shape)))
+    return (tensor_over, (pickle.PickleBuffer(view), str(t.dtype).removeprefix("torch."), tuple(t.shape)))
 
 
 class _BigBytes:
