@@ -44,7 +44,18 @@ def test_replace_environ_makes_it_exactly_the_procs() -> None:
 def test_warm_for_procs_loads_what_procs_need() -> None:
     why = _zygote.warm_for_procs()
     assert why == "" or why.startswith("after loading the plugin registry, Python threads run")  # this test's process
-    assert _segments._key is not None  # cached: a forked proc inherits it
+    key = _segments._key
+    assert key is not None  # cached, and a forked proc inherits it:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child only reads the module's state and leaves
+        os.write(w, repr(_segments._key).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        inherited = f.read().decode()
+    os.waitpid(pid, 0)
+    assert inherited == repr(key)
     spec = get_registry().select(BackendKind.TRANSPORT)
     module = spec.factory.partition(":")[0]
     if module.startswith("tetrarch."):

@@ -453,9 +453,10 @@ def tickets() -> Tickets:
 
 
 def _after_fork() -> None:
-    global _pool, _tickets, _key
+    global _pool, _tickets
     _pool = _tickets = None  # the child's mappings are copies of the parent's segments: never lend them
-    _key = None
+    # The host key stays: a fork keeps the boot, the user, both namespaces and the dumpable flag,
+    # so the zygote computes it once for every proc it forks (about a millisecond of CPU each).
 
 
 os.register_at_fork(after_in_child=_after_fork)
