@@ -59,3 +59,16 @@ class Relayed(Actor):
 
             await asyncio.Event().wait()
         return current_rank().rank
+
+    @endpoint
+    def agent_link(self, wait_s: float) -> tuple[str | None, bool]:
+        """``TETRARCH_RELAYED`` as this proc got it, and whether it is connected to its host agent once its
+        dial ahead (if it made one) is over."""
+        from tetrarch._runtime.process._root import get_root
+
+        for thread in threading.enumerate():
+            if thread.name == "tetrarch-dial-agent":
+                thread.join(wait_s)
+        root = get_root()
+        agent = root.host_agent_address
+        return os.environ.get("TETRARCH_RELAYED"), bool(agent) and root.router.connected(agent)

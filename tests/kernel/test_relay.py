@@ -158,6 +158,23 @@ def test_a_proc_killed_mid_call_fails_the_relayed_call_and_the_rest_keep_working
 # --------------------------------------------------------------------------- the sequencer itself
 
 
+@pytest.mark.parametrize(("relay_min", "relayed"), [(2, True), (3, False), (0, False)])
+def test_procs_that_will_be_relayed_to_connect_to_their_host_agent_when_ready(relay_min: int, relayed: bool) -> None:
+    """A relayed call would otherwise wait for the agent to dial each proc (a first call's cost, issue 33)."""
+    from tetrarch import this_host
+
+    with configured(relay_min=relay_min):
+        procs = this_host().spawn_procs(per_host={"procs": 2})
+    try:
+        links = procs.spawn("linked", Relayed).agent_link.call(scaled(30)).get(timeout=scaled(60)).values()
+        if relayed:
+            assert [tuple(link) for link in links] == [("1", True)] * 2
+        else:
+            assert [env for env, _ in links] == [None, None]
+    finally:
+        procs.stop().get(timeout=scaled(60))
+
+
 def test_the_sequencer_delivers_each_origin_in_its_order_whatever_the_arrival() -> None:
     seq = Sequencer()
     out: list[tuple[str, int]] = []

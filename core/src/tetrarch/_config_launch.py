@@ -16,7 +16,7 @@ from ._errors import ConfigError
 __all__ = [
     "ENV_ALLOC_ID", "ENV_ALLOC_TRANSPORT", "ENV_AT_DEFAULT", "ENV_CLIENT_ADDR", "ENV_HOST_AGENT_ADDR",
     "ENV_HOST_AGENT_PID", "ENV_HOST_INDEX", "ENV_OWNER_ADDR", "ENV_PROC_COORDS", "ENV_PROC_ID", "ENV_PROC_MESH",
-    "ENV_RANK_DIM",
+    "ENV_RANK_DIM", "ENV_RELAYED",
     "ENV_SECRET_FD", "ENV_SECRET_FILE", "ENV_SIZE_DIM", "ENV_SPANS_HOSTS", "ENV_SPMD_BACKEND", "ENV_SYS_PATH",
     "LAUNCH_VARS", "LaunchVar",
 ]
@@ -62,6 +62,11 @@ ENV_HOST_INDEX = LaunchVar(
 ENV_OWNER_ADDR = LaunchVar("TETRARCH_OWNER_ADDR", "address of a proc's owner, which it reports ready to and pings")
 ENV_PROC_ID = LaunchVar("TETRARCH_PROC_ID", "a proc's identity, e.g. `procs-1a2b[3]`")
 ENV_HOST_AGENT_ADDR = LaunchVar("TETRARCH_HOST_AGENT_ADDR", "address of the host agent that started a proc")
+ENV_RELAYED = LaunchVar(
+    "TETRARCH_RELAYED", "`1` for the procs of a spawn with at least `relay_min` procs on their host, whose mesh calls "
+    "come through their host agent: each connects to the agent as soon as it is ready, so the first relayed call does "
+    "not wait for the agent to dial them all"
+)
 ENV_HOST_AGENT_PID = LaunchVar(
     "TETRARCH_HOST_AGENT_PID",
     "pid of the host agent that started a proc (its parent is the host's zygote when procs start as forks)",
@@ -103,7 +108,7 @@ LAUNCH_VARS: Mapping[str, LaunchVar] = MappingProxyType({
     v.name: v
     for v in (
         ENV_SECRET_FD, ENV_SECRET_FILE, ENV_CLIENT_ADDR, ENV_ALLOC_ID, ENV_HOST_INDEX, ENV_OWNER_ADDR, ENV_PROC_ID,
-        ENV_HOST_AGENT_ADDR, ENV_HOST_AGENT_PID, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM,
+        ENV_HOST_AGENT_ADDR, ENV_RELAYED, ENV_HOST_AGENT_PID, ENV_SYS_PATH, ENV_PROC_MESH, ENV_RANK_DIM, ENV_SIZE_DIM,
         ENV_PROC_COORDS,
         ENV_SPANS_HOSTS, ENV_ALLOC_TRANSPORT, ENV_AT_DEFAULT, ENV_SPMD_BACKEND,
     )

@@ -35,12 +35,14 @@ from ..._config import (
     ENV_PROC_COORDS,
     ENV_PROC_ID,
     ENV_PROC_MESH,
+    ENV_RELAYED,
     FORK_PROCS,
     FORWARD_OUTPUT,
     FROZEN_TIMEOUT,
     HEARTBEAT_INTERVAL,
     PRELOAD,
     PROC_START_TIMEOUT,
+    RELAY_MIN,
 )
 from ..._log import get_logger
 from ..._plugins import BackendNotFound, BackendUnavailable
@@ -133,6 +135,10 @@ class HostAgent:
                         ENV_HOST_AGENT_ADDR.name: self.root.router.address, ENV_HOST_AGENT_PID.name: str(os.getpid())})
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = proc_visible_devices(gpu, host_visible)
+            if 0 < RELAY_MIN.value_in(env) <= len(request.specs):  # its mesh calls will come through us
+                env[ENV_RELAYED.name] = "1"
+            else:
+                env.pop(ENV_RELAYED.name, None)
             argv = [sys.executable, "-m", "tetrarch._runtime.programs._proc_main"]
             if command is not None:  # spawn_procs(bootstrap_command=...)
                 argv = [command.program, *command.args]

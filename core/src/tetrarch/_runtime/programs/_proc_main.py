@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from ..._config import ENV_OWNER_ADDR, ENV_PROC_COORDS, ENV_PROC_ID, ENV_PROC_MESH, STOP_TIMEOUT
+from ..._config import ENV_OWNER_ADDR, ENV_PROC_COORDS, ENV_PROC_ID, ENV_PROC_MESH, ENV_RELAYED, STOP_TIMEOUT
 from ..._log import get_logger
 from ..._plugins import BackendNotFound, BackendUnavailable
 from ..actors._proc_service import ACTORS_SHARE
@@ -31,7 +31,7 @@ from ..plumbing._preload import preload
 from ..plumbing._secret import take_secret
 from ..plumbing._stop_guard import guard_exit
 from ..process._root import adopt_client_sys_path, install_root, launched_root
-from ..router._router import PeerUnreachable
+from ..router._router import PeerUnreachable, Router
 from ..services._launch import announce_ready, start_heartbeat
 from ..services._output import set_process_title
 from ..values._context import install_log_context
@@ -87,6 +87,8 @@ def main() -> int:
         _log.error("proc %s cannot reach its owner at %s: %s", ident, owner, exc)
         return 2
     heartbeat = start_heartbeat(root.router, owner, orphan)
+    if os.environ.get(ENV_RELAYED.name) == "1" and root.host_agent_address:
+        _dial_ahead(root.router, root.host_agent_address)
     done.wait()
     heartbeat.set()  # a ping that fails from here on is our own closing, not a lost owner
     agent = root.proc_service
@@ -100,6 +102,19 @@ def main() -> int:
         os._exit(0 if orphaned else 1)  # owner or host agent gone: do not wait on actors that may be blocked
     _exit_without_teardown()
     return 0  # pragma: no cover - _exit_without_teardown does not return
+
+
+def _dial_ahead(router: Router, agent: str) -> None:
+    """Connect to our host agent now, on a thread of its own (a stop never waits for it): it relays our
+    mesh's calls, and would otherwise dial each of its procs when the first call comes."""
+
+    def dial() -> None:
+        try:
+            router.connect(agent)
+        except PeerUnreachable as exc:  # refused too: the relay dials again, and reports what fails
+            _log.debug("proc could not connect ahead to its host agent at %s: %s", agent, exc)
+
+    threading.Thread(target=dial, name="tetrarch-dial-agent", daemon=True).start()
 
 
 def _exit_without_teardown() -> None:
