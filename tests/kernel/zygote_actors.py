@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import sys
@@ -33,4 +34,5 @@ class Probe(Actor):
             "np_random": float(np.random.random()) if np is not None else None,
             "pgid": os.getpgid(0),
             "stdin": os.path.realpath("/proc/self/fd/0"),
+            "frozen": gc.get_freeze_count(),
         }
