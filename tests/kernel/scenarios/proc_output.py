@@ -51,10 +51,15 @@ def main(mode: str, *args: str) -> None:
             sys.stdout.write(f"CALL FAILED {type(exc).__name__}\n")  # one write: see docs/logging.md
             sys.stdout.flush()
     elif mode == "toggle":
+        # The client's own marks between the steps: a failure's stdout shows on which side of the
+        # switches each line arrived (the CI failure of stop 43, not reproduced since).
         talkers.say.call_one("forwarded 1").get()
         pm.logging_option(stream_to_client=False).get()
+        print("MARK forwarding off", flush=True)
         talkers.say.call_one("unprefixed").get()
+        print("MARK said unprefixed", flush=True)
         pm.logging_option(stream_to_client=True).get()
+        print("MARK forwarding on", flush=True)
         talkers.say.call_one("forwarded 2").get()
     elif mode == "aggregate":
         pm.logging_option(aggregate_window_sec=600, level=logging.INFO).get()
