@@ -17,11 +17,12 @@ from dataclasses import dataclass, field, replace
 from ..._errors import ArgumentError, ArgumentTypeError
 from ..values import _wire
 from ..values._shape import Point
+from ._spawn import PROC_MAIN_MODULE
 
 __all__ = ["PROC_MAIN", "BootstrapCommand", "default_bootstrap_cmd", "proc_command"]
 
 #: The arguments that make a Python run tetrarch's proc main.
-PROC_MAIN: tuple[str, ...] = ("-m", "tetrarch._runtime.programs._proc_main")
+PROC_MAIN: tuple[str, ...] = ("-m", PROC_MAIN_MODULE)
 
 
 @dataclass(frozen=True)

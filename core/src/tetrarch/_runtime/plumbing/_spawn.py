@@ -26,12 +26,19 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ..._config import ENV_SECRET_FD, ENV_SECRET_FILE
+from ..._config import ENV_LAUNCHER_PID, ENV_SECRET_FD, ENV_SECRET_FILE
 from ._secret import secret_pipe
 
-__all__ = ["MAX_LINE", "ExitInfo", "ForkedChild", "LineSplitter", "OutputCallback", "WatchedProcess", "become_child",
-           "die_with_parent", "spawn_watched"]
+__all__ = ["HOST_AGENT_MODULE", "MAX_LINE", "PROC_MAIN_MODULE", "ExitInfo", "ForkedChild", "LineSplitter",
+           "OutputCallback", "WatchedProcess", "become_child", "die_with_launcher", "die_with_parent", "spawn_watched"]
+
+#: Core's programs, started as ``python -m <module>``; each calls :func:`die_with_launcher` first.
+HOST_AGENT_MODULE = "tetrarch._runtime.programs._host_agent"
+PROC_MAIN_MODULE = "tetrarch._runtime.programs._proc_main"
+#: ``Popen(process_group=)`` (Python 3.11) lets a child start without Python code between fork and exec.
+_PROCESS_GROUP = sys.version_info >= (3, 11)
 
 _PR_SET_PDEATHSIG = 1
 _TAIL_LINES = 40
@@ -109,6 +116,27 @@ def die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except Exception:  # noqa: BLE001 - best effort; heartbeats cover the rest
         pass
+
+
+def die_with_launcher() -> None:
+    """First thing in a program :func:`spawn_watched` started without a pre-exec step (core's host
+    agent and procs): what that step would have done. The kernel SIGKILLs this process when its
+    launcher's spawning thread ends; if the launcher ended already, this process exits now.
+
+    Does nothing in a process started otherwise (``TETRARCH_LAUNCHER_PID`` unset); removes the
+    variable, so that processes this one starts do not inherit it.
+    """
+    launcher = os.environ.pop(ENV_LAUNCHER_PID.name, "")
+    if not launcher.isdigit():
+        return
+    die_with_parent()
+    if os.getppid() != int(launcher):
+        os._exit(0)  # reparented before the kernel knew to kill us: the launcher is gone
+
+
+def _guards_itself(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs one of core's programs directly, which calls :func:`die_with_launcher` itself."""
+    return _PROCESS_GROUP and len(argv) == 3 and argv[1] == "-m" and argv[2] in (HOST_AGENT_MODULE, PROC_MAIN_MODULE)
 
 
 def become_child() -> None:
@@ -379,10 +407,19 @@ def spawn_watched(
     inherits a pipe holding it, named by ``TETRARCH_SECRET_FD`` in its environment:
     the secret is in neither its environment nor its command line.
 
+    Core's own programs (``python -m`` the host agent or a proc) tie their life to this process
+    themselves, so they start with ``vfork`` (no Python code between fork and exec: a full fork of
+    a client holding torch costs about 14 ms); any other program gets the parent-death signal
+    between fork and exec.
+
     Raises:
         OSError: the program cannot be executed.
     """
     full_env = dict(env)
+    group: dict[str, Any] = {"preexec_fn": become_child}
+    if _guards_itself(argv):
+        group = {"process_group": 0}
+        full_env[ENV_LAUNCHER_PID.name] = str(os.getpid())
 
     def start() -> subprocess.Popen:  # on the spawner thread
         pass_fds: tuple[int, ...] = ()
@@ -399,9 +436,9 @@ def spawn_watched(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if output is not None else None,
                 stderr=subprocess.PIPE,
-                preexec_fn=become_child,
                 close_fds=True,
                 pass_fds=pass_fds,
+                **group,
             )
         finally:
             for fd in pass_fds:  # the child has its copy (or never started)

@@ -47,7 +47,7 @@ from ..._config import (
 from ..._log import get_logger
 from ..._plugins import BackendNotFound, BackendUnavailable
 from ..plumbing._secret import take_secret
-from ..plumbing._spawn import ExitInfo, WatchedProcess, spawn_watched
+from ..plumbing._spawn import PROC_MAIN_MODULE, ExitInfo, WatchedProcess, die_with_launcher, spawn_watched
 from ..process._root import Root, child_env, install_root, launched_root
 from ..router._router import PeerUnreachable
 from ..services._launch import StateMonitor, announce_ready, report_exit, report_frozen, start_heartbeat
@@ -139,7 +139,7 @@ class HostAgent:
                 env[ENV_RELAYED.name] = "1"
             else:
                 env.pop(ENV_RELAYED.name, None)
-            argv = [sys.executable, "-m", "tetrarch._runtime.programs._proc_main"]
+            argv = [sys.executable, "-m", PROC_MAIN_MODULE]
             if command is not None:  # spawn_procs(bootstrap_command=...)
                 argv = [command.program, *command.args]
                 env.update(command.env)
@@ -213,6 +213,7 @@ class HostAgent:
 
 
 def main() -> int:
+    die_with_launcher()  # before anything: its launcher's end is ours
     secret = take_secret()  # from the inherited pipe or the 0600 file; never the environment; before plugins load
     # While this process runs one thread: it loads the plugin registry, then forks the zygote,
     # which holds only the secret its procs get too. In a forked proc it raises SystemExit.

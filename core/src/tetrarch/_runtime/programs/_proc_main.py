@@ -29,6 +29,7 @@ from ..actors._proc_service import ACTORS_SHARE
 from ..plumbing import _stdio
 from ..plumbing._preload import preload
 from ..plumbing._secret import take_secret
+from ..plumbing._spawn import die_with_launcher
 from ..plumbing._stop_guard import guard_exit
 from ..process._root import adopt_client_sys_path, install_root, launched_root
 from ..router._router import PeerUnreachable, Router
@@ -42,6 +43,7 @@ _log = get_logger("proc")
 
 
 def main() -> int:
+    die_with_launcher()  # a fresh interpreter's launcher is its host agent (a forked proc's zygote did this)
     secret = take_secret()  # from the inherited pipe, closed before user code runs; never the environment
     owner = os.environ[ENV_OWNER_ADDR.name]
     ident = os.environ[ENV_PROC_ID.name]
