@@ -143,6 +143,23 @@ def _row(w: Workload, size: str, samples: dict[str, list[dict[str, Any]]]) -> di
             "what": w.what, "baseline": base, "columns": columns, "x_raw": ratios}
 
 
+def async_ratios(rows: list[dict[str, Any]], frameworks: list[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per ``*_async`` row and framework: how many times slower than the same workload on a plain
+    endpoint (>1: slower), as the median and range of per-repeat ratios (both measured in the same repeat)."""
+    by_key = {(r["workload"], r["size"]): r for r in rows}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for r in rows:
+        sync = by_key.get((r["workload"].removesuffix("_async"), r["size"]))
+        if not r["workload"].endswith("_async") or sync is None:
+            continue
+        for fw in frameworks:
+            mine, plain = (row["columns"].get(fw, {}).get("samples", []) for row in (r, sync))
+            if mine and len(mine) == len(plain):  # sample i of each is repeat i's unless one failed: then none
+                ratios = [s / a if r["better"] == "higher" else a / s for a, s in zip(mine, plain, strict=True)]
+                out.setdefault(f"{r['workload']} {r['size']}", {})[fw] = _stats(ratios)
+    return out
+
+
 def _fmt(x: float) -> str:
     return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
 
@@ -255,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, frameworks) if rows else "nothing measured")
     print("cells: median [min-max] over the repeats; x raw: per-repeat ratio to the first raw baseline "
           "(>1: slower than raw)")
+    slower = async_ratios(rows, frameworks)
+    for what, cells in slower.items():
+        print(f"{what} x sync (per-repeat ratio to the plain endpoint, >1: slower): "
+              + ", ".join(f"{fw} {_cell(cell)}" for fw, cell in cells.items()))
     for fw, why in reasons.items():
         print(f"{fw}: n/a: {why}")
     for r in rows:
@@ -264,6 +285,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         doc = {"machine": info, "options": {"repeat": repeat, "quick": args.quick, "only": only, "params": p,
                                             "peers": args.peers}, "interrupted": interrupted, "idle": idle,
-               "unavailable": reasons, "rows": rows}
+               "unavailable": reasons, "rows": rows, "async_x_sync": slower}
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 130 if interrupted else 0

@@ -30,6 +30,18 @@ class Noop(Actor):
         return time.process_time()
 
 
+class TelemetryNoop(Noop):
+    """``Noop`` whose process's telemetry can be switched while it runs (``bench_telemetry.py --paired``)."""
+
+    @endpoint
+    def telemetry(self, metrics: bool, sample: float) -> None:
+        from _telemetry_toggle import toggle
+
+        from tetrarch._runtime.actors._runner import current_actor
+
+        toggle(metrics, sample, current_actor())
+
+
 class AsyncNoop(Actor):
     """``Noop`` with an ``async def`` endpoint (a class of its own: Monarch refuses one that mixes both)."""
 

@@ -11,7 +11,14 @@ Metrics export every second to an OTLP/HTTP receiver in this process that answer
 once (a collector that keeps up); spans go to every subscriber the settings turn on (the
 host's telemetry store by default).
 
-Run: ``python benchmarks/bench_telemetry.py [--rounds 3] [--calls 2000] [--pipelined 10000] [--json]``.
+``--paired``: one client and one actor, started with every part on, switch their per-call
+telemetry between the modes round after round (``_telemetry_toggle``), so each ratio pairs
+measurements taken a second apart in the same two processes. On this 2-core VM a fresh client's
+speed alone varies by 20 % or more from one process to the next, more than the costs measured;
+paired, that spread cancels. What runs on a timer (the metric export every second, the span
+store's flush) runs in every mode, so this measures what the call path pays, not the exporter.
+
+Run: ``python benchmarks/bench_telemetry.py [--rounds 3] [--calls 2000] [--pipelined 10000] [--paired] [--json]``.
 """
 
 from __future__ import annotations
@@ -65,6 +72,60 @@ print("RESULT", json.dumps({{"p50": statistics.median(times), "rate": rate, "cpu
 """
 
 
+#: ``--paired``: each mode as ``(metrics, trace sample)``.
+PAIRED: dict[str, tuple[bool, float]] = {"off": (False, 0.0), "metrics": (True, 0.0), "tracing 1 %": (False, 0.01),
+                                         "tracing 100 %": (False, 1.0)}
+
+_PAIRED_CHILD = r"""
+import json, statistics, sys, time
+sys.path.insert(0, {here!r})
+from bench_actors import TelemetryNoop
+from _telemetry_toggle import toggle
+from tetrarch import this_host
+
+modes = {modes!r}
+procs = this_host().spawn_procs(per_host={{"gpus": 1}})
+mesh = procs.spawn("noop", TelemetryNoop)
+mesh.initialized.get()
+results = {{m: {{"p50": [], "rate": [], "cpu": [], "actor_cpu": []}} for m in modes}}
+for i in range({rounds}):
+    for mode in (list(modes) if i % 2 == 0 else list(reversed(modes))):
+        metrics, sample = modes[mode]
+        toggle(metrics, sample)
+        mesh.telemetry.call_one(metrics, sample).get()
+        for _ in range(300):
+            mesh.noop.call_one().get()
+        times = []
+        for _ in range({calls}):
+            t0 = time.perf_counter()
+            mesh.noop.call_one().get()
+            times.append(time.perf_counter() - t0)
+        a0 = mesh.cpu_seconds.call_one().get()
+        t0, c0 = time.perf_counter(), time.process_time()
+        futures = [mesh.noop.call_one() for _ in range({pipelined})]
+        for f in futures:
+            f.get()
+        r = results[mode]
+        r["rate"].append({pipelined} / (time.perf_counter() - t0))
+        r["cpu"].append((time.process_time() - c0) / {pipelined})
+        r["actor_cpu"].append((mesh.cpu_seconds.call_one().get() - a0) / {pipelined})
+        r["p50"].append(statistics.median(times))
+procs.stop().get()
+print("RESULT", json.dumps(results), flush=True)
+"""
+
+
+def _run_paired(env: dict[str, str], rounds: int, calls: int, pipelined: int) -> dict[str, dict[str, list[float]]]:
+    code = _PAIRED_CHILD.format(here=HERE, modes=PAIRED, rounds=rounds, calls=calls, pipelined=pipelined)
+    res = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env, "TETRARCH_METRICS": "1",
+                         "OTEL_METRIC_EXPORT_INTERVAL": "1000", "TETRARCH_TRACE_SAMPLE": "1"},
+                         capture_output=True, text=True, timeout=120 + rounds * 60)
+    if res.returncode != 0 or "RESULT" not in res.stdout:
+        raise SystemExit(f"the paired run failed:\n{res.stderr[-3000:]}")
+    results: dict[str, dict[str, list[float]]] = json.loads(res.stdout.split("RESULT", 1)[1])
+    return results
+
+
 class _Sink(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
@@ -92,6 +153,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--pipelined", type=int, default=10000)
     parser.add_argument("--json", action="store_true", help="print the medians as JSON too")
+    parser.add_argument("--paired", action="store_true",
+                        help="one client and actor switching modes between rounds (see the module's docstring)")
     args = parser.parse_args()
     sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
@@ -100,7 +163,9 @@ def main() -> None:
     keys = ("p50", "rate", "cpu", "actor_cpu")
     results: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in MODES}
     try:
-        for i in range(args.rounds):
+        if args.paired:
+            results = _run_paired(common, args.rounds, args.calls, args.pipelined)
+        for i in range(0 if args.paired else args.rounds):
             order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
             for mode in order:
                 r = _run(mode, {**common, **MODES[mode]}, args.calls, args.pipelined)
@@ -120,8 +185,9 @@ def main() -> None:
             cells.append(fmt.format(value * (1e6 if key != "rate" else 1)).rjust(width))
             cells.append(f"{ratio:.3f} [{low:.2f}-{high:.2f}]".rjust(14))
         print(" ".join(cells))
-    print(f"medians over {args.rounds} rounds; vs off: the median of each round's ratio to that round's off run "
-          "[its range] (pairs taken in the same round cancel the machine's drift between rounds)")
+    paired = " in one client and actor switching modes (--paired)" if args.paired else ""
+    print(f"medians over {args.rounds} rounds{paired}; vs off: the median of each round's ratio to that round's "
+          "off run [its range] (pairs taken in the same round cancel the machine's drift between rounds)")
     if args.json:
         print(json.dumps(rows))
 

@@ -1,9 +1,9 @@
 """The benchmark suite's runner (``python -m benchmarks``) works: one tiny workload, tetrarch only.
 
-Not a measurement: ``--quick --only call --repeat 1`` in a fresh interpreter, no idle
-wait, and the JSON it writes must hold the ``call`` row with a positive tetrarch median
-next to its raw baselines from the same run. The benchmarks themselves stay out of
-``make test`` (``make bench``).
+Not a measurement: ``--quick --only call,call_async --repeat 1`` in a fresh interpreter, no
+idle wait, and the JSON it writes must hold the ``call`` row with a positive tetrarch median
+next to its raw baselines from the same run, and the async endpoint's ratio to the plain one.
+The benchmarks themselves stay out of ``make test`` (``make bench``).
 """
 
 from __future__ import annotations
@@ -22,16 +22,17 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.isolated, pytest.mark.timeout(scaled(45))]
 
 
-def test_quick_call_row_has_a_positive_median_and_its_raw_baseline(
+def test_quick_call_rows_have_a_positive_median_their_raw_baseline_and_the_async_ratio(
         run_scenario: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     # `python benchmarks` runs benchmarks/__main__.py, as `python -m benchmarks` does from the root.
-    res = run_scenario(REPO / "benchmarks", "--quick", "--only", "call", "--repeat", "1", "--idle-wait", "0",
+    res = run_scenario(REPO / "benchmarks", "--quick", "--only", "call,call_async", "--repeat", "1", "--idle-wait", "0",
                        "--json", str(out), timeout=30, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["machine"]["cpus"] >= 1 and doc["options"]["repeat"] == 1
-    (row,) = doc["rows"]
+    row, async_row = doc["rows"]
+    assert async_row["workload"] == "call_async"
     assert (row["workload"], row["unit"], row["baseline"]) == ("call", "µs", "raw:zmq")
     for column in ("tetrarch", "raw:zmq", "raw:pipe"):
         cell = row["columns"][column]
@@ -39,3 +40,6 @@ def test_quick_call_row_has_a_positive_median_and_its_raw_baseline(
         assert cell["median"] > 0 and len(cell["samples"]) == 1
     assert row["x_raw"]["tetrarch"]["median"] > 0
     assert "| call" in res.stdout
+    ratio = doc["async_x_sync"][f"call_async {async_row['size']}"]["tetrarch"]
+    assert ratio["median"] == async_row["columns"]["tetrarch"]["median"] / row["columns"]["tetrarch"]["median"]
+    assert f"call_async {async_row['size']} x sync" in res.stdout
