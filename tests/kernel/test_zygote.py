@@ -60,6 +60,29 @@ def test_procs_are_forked_by_one_zygote_per_host_and_look_fresh(spawn) -> None:
     assert len({f["random"] for f in facts}) == 3, "random is reseeded in every proc"
 
 
+@pytest.mark.isolated  # a client started with metrics on
+def test_procs_that_export_metrics_inherit_the_exporter_from_the_zygote(run_isolated) -> None:
+    """With metrics on, every proc starts OpenTelemetry's OTLP exporter: imported after each fork, that was
+    about 240 ms of CPU per proc (16 procs took 2.2 s to start instead of 0.4 s)."""
+    modules = ["opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp.proto.http.metric_exporter", "requests"]
+    res = run_isolated(
+        f"""
+        import json, os, sys
+        sys.path.insert(0, os.environ["ZYGOTE_TESTS"])
+        from tetrarch import this_host
+        from zygote_actors import Probe
+        pm = this_host().spawn_procs(per_host={{"procs": 2}})
+        print(json.dumps(list(pm.spawn("probe", Probe).inherited.call({modules!r}).get(timeout=60).values())))
+        pm.stop().get(timeout=60)
+        """,
+        timeout=120,
+        env={"ZYGOTE_TESTS": HERE, "TETRARCH_METRICS": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+             "OTEL_METRIC_EXPORT_INTERVAL": "600000"},  # no export while it runs (the exit's last one fails)
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [dict.fromkeys(modules, True)] * 2
+
+
 def test_fresh_interpreters_on_request(spawn) -> None:
     with tetrarch.configured(fork_procs=False):
         facts = spawn(2)

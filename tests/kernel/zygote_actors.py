@@ -36,3 +36,11 @@ class Probe(Actor):
             "stdin": os.path.realpath("/proc/self/fd/0"),
             "frozen": gc.get_freeze_count(),
         }
+
+    @endpoint
+    def inherited(self, modules: list[str]) -> dict[str, bool]:
+        """Per module: imported before this proc's fork, in its zygote (its namespace is among the objects the
+        zygote froze out of the collector's reach, which ``gc.get_objects()`` does not list)."""
+        tracked = {id(o) for o in gc.get_objects()}
+        return {m: m in sys.modules and id(vars(sys.modules[m])) not in tracked for m in modules}
+

@@ -22,8 +22,8 @@ from .._config_launch import ENV_PROC_ID
 from .._log import get_logger
 from . import SpanRecord, subscribe_spans
 
-__all__ = ["DROPPED", "FLUSH_TIMEOUT_MS", "METRIC_PRODUCERS", "counting_exporter", "otel_resource",
-           "start_span_export", "to_readable", "with_produced"]
+__all__ = ["DROPPED", "FLUSH_TIMEOUT_MS", "METRIC_PRODUCERS", "SPAN_EXPORT_MODULES", "counting_exporter",
+           "otel_resource", "start_span_export", "to_readable", "with_produced"]
 
 _log = get_logger("telemetry")
 #: Milliseconds the exit's last export may take.
@@ -107,6 +107,12 @@ def to_readable(rec: SpanRecord, resource: Any) -> Any:
         {**rec.attrs, "thread.id": rec.tid}, kind=kind, start_time=rec.start_ns, end_time=rec.end_ns,
         status=Status(StatusCode.ERROR) if status in ("error", "dead") else Status(StatusCode.UNSET),
         instrumentation_scope=InstrumentationScope("tetrarch"))
+
+
+#: What :func:`start_span_export` imports (see ``actors._metrics.METRIC_MODULES``).
+SPAN_EXPORT_MODULES = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.sdk.trace",
+                       "opentelemetry.sdk.trace.export", "opentelemetry.trace", "opentelemetry.sdk.resources",
+                       "requests")
 
 
 def start_span_export() -> bool:

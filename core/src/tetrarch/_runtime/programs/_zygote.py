@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import importlib.util
 import json
 import os
 import selectors
@@ -46,8 +47,10 @@ from ..._config import (
     ENV_SECRET_FD,
     ENV_SECRET_FILE,
     FORK_PROCS,
+    METRICS,
     PLUGINS_STRICT,
     PRELOAD,
+    TRACE_EXPORT,
     known_settings,
 )
 from ..._log import get_logger
@@ -69,6 +72,20 @@ WINDOW = 64 * 1024
 #: spawn message carries its ProcMesh, pickled: unpickling it imports the mesh layer.
 _PROC_MODULES = ("tetrarch._runtime.programs._proc_main", "tetrarch._runtime.meshes._proc_mesh",
                  "cloudpickle")  # cloudpickle: what unpickling an actor class defined in __main__ needs
+
+
+def _exporter_modules() -> tuple[str, ...]:
+    """What this host's procs will import to export telemetry (``metrics``, ``trace_export``), when their
+    settings say so and OpenTelemetry is installed: imported here once, not in every proc after its fork."""
+    from ..._telemetry._otlp import SPAN_EXPORT_MODULES
+    from ..actors._metrics import METRIC_MODULES
+
+    try:
+        wanted = (*(METRIC_MODULES if METRICS() else ()),
+                  *(SPAN_EXPORT_MODULES if TRACE_EXPORT().strip().lower() == "otlp" else ()))
+        return wanted if wanted and importlib.util.find_spec("opentelemetry.sdk") is not None else ()
+    except (ValueError, ImportError):  # a malformed setting or no OpenTelemetry: each proc says so itself
+        return ()
 
 
 def unsafe_to_fork() -> str:
@@ -95,8 +112,9 @@ def unsafe_to_fork() -> str:
 
 def warm_for_procs() -> str:
     """Load the plugin registry and select the allocation's transport, as every proc does first, import
-    core's transport module, and compute this host's key for shared memory; why forking became unsafe
-    ('' if it did not). Never raises: each proc selects again and reports what fails."""
+    core's transport module, compute this host's key for shared memory, and import OpenTelemetry's
+    exporters when the settings export telemetry (the host agent starts them too); why forking became
+    unsafe ('' if it did not). Never raises: each proc selects again and reports what fails."""
     try:
         from ..._plugins import BackendKind, get_registry
         from ..plumbing._segments import host_key
@@ -106,6 +124,7 @@ def warm_for_procs() -> str:
         if module.startswith("tetrarch."):  # core's own transport: its module, not an instance (no thread)
             preload([module])
         host_key()  # the same in every proc of this host (boot, user, namespaces): cached
+        preload(_exporter_modules())
     except Exception as exc:  # noqa: BLE001 - each proc selects again and reports what fails
         _log.debug("could not warm the plugin registry for the procs: %s", exc)
     why = unsafe_to_fork()
@@ -406,7 +425,7 @@ class _Template:
         from ..services._output import set_process_title
 
         set_process_title(f"tetrarch zygote {os.environ.get(ENV_HOST_INDEX.name) or 0}")
-        why = self._import((*_PROC_MODULES, *PRELOAD())) or self._warm()
+        why = self._import((*_PROC_MODULES, *PRELOAD(), *_exporter_modules())) or self._warm()
         if why:
             _send(self.sock, {"op": "unsafe", "why": why})
             os._exit(0)
