@@ -69,6 +69,19 @@ def test_a_known_workload_is_counted_exactly_by_the_caller() -> None:
     assert len(last.bucket_counts) == len(last.explicit_bounds) + 1 and last.min <= last.max
 
 
+def test_a_client_that_exits_at_once_still_exports_its_metrics() -> None:
+    """A client sets its exporter up on a thread while it launches its host agents (the imports cost about
+    240 ms of CPU): one that exits before that thread is done waits for it, then makes its last export."""
+    code = "from tetrarch import this_host\nthis_host()\nprint('UP', flush=True)\n"
+    with receiving() as receiver:
+        env = {**os.environ, "TETRARCH_METRICS": "1", "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # the exit's only
+               "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             timeout=scaled(60))
+    assert res.returncode == 0 and "UP" in res.stdout, res.stderr[-3000:]
+    assert [v for n, _a, v, r in receiver.points if n == "tetrarch.proc.memory" and r.get("tetrarch.role") == "client"]
+
+
 def test_durations_fold_into_the_buckets_a_search_would_give() -> None:
     """Durations wait in a list and are folded a thousand at a time: the histogram is the one a
     bucket search per call gives (upper bounds inclusive, as OpenTelemetry's explicit buckets)."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["READER_HOOKS", "SPAN_LISTENERS", "SpanRecord", "meter_started", "notify", "on_meter", "publish_span",
-           "subscribe_spans", "unsubscribe_spans"]
+__all__ = ["READER_HOOKS", "SPAN_LISTENERS", "SpanRecord", "counting_started", "meter_started", "notify", "on_counting",
+           "on_meter", "publish_span", "subscribe_spans", "unsubscribe_spans"]
 
 
 class SpanRecord(NamedTuple):
@@ -81,8 +81,30 @@ def on_meter(fn: Callable[[Any], None]) -> None:
         fn(_meter[0])
 
 
+_count_hooks: list[Callable[[], None]] = []
+_counting: list[bool] = []
+
+
+def on_counting(fn: Callable[[], None]) -> None:
+    """Call ``fn`` (no argument) when this process starts counting for metrics, or now if it has: the
+    counters the instruments read start before the exporter exists (which may load meanwhile)."""
+    _count_hooks.append(fn)
+    if _counting:
+        fn()
+
+
+def counting_started() -> None:
+    """Metrics are on in this process (``actors._metrics``): run the counting hooks, once."""
+    if not _counting:
+        _counting.append(True)
+        for fn in list(_count_hooks):
+            fn()
+
+
 def meter_started(meter: Any) -> None:
-    """Metrics started with ``meter`` (``actors._metrics``): run the hooks registered so far."""
+    """Metrics started with ``meter`` (``actors._metrics``): counting too, if not yet; run the hooks
+    registered so far."""
+    counting_started()
     _meter.append(meter)
     for fn in list(_meter_hooks):
         fn(meter)

@@ -28,7 +28,7 @@ from time import perf_counter
 from typing import Any
 
 from .._client_hooks import on_client_start
-from . import _trace, on_meter
+from . import _trace, on_counting, on_meter
 from ._io import nbytes
 
 __all__ = ["BOUNDS", "ON", "Observation", "Row", "begin", "end", "histogram_metric", "metrics_on",
@@ -209,8 +209,14 @@ def histogram_metric() -> Any:
                   Histogram(points, AggregationTemporality.CUMULATIVE))
 
 
+def _count() -> None:
+    """Metrics are on (:func:`tetrarch._telemetry.on_counting`): count calls from now on."""
+    _metrics[0] = True
+    refresh()
+
+
 def _start_metrics(meter: Any) -> None:
-    """Metrics started (:func:`tetrarch._telemetry.on_meter`): count calls, add the instruments."""
+    """Metrics started (:func:`tetrarch._telemetry.on_meter`): add the instruments that read the counters."""
     from opentelemetry.metrics import CallbackOptions, Observation
 
     from ._otlp import METRIC_PRODUCERS
@@ -233,10 +239,9 @@ def _start_metrics(meter: Any) -> None:
     meter.create_observable_counter("tetrarch.call.reply_bytes", [column("reply_bytes")], unit="By",
                                     description="reply payload bytes received")
     METRIC_PRODUCERS.append(histogram_metric)
-    _metrics[0] = True
-    refresh()
 
 
+on_counting(_count)
 on_meter(_start_metrics)
 on_client_start(lambda _root: refresh())
 refresh()

@@ -5,7 +5,8 @@ The router counts each message it sends to, or receives from, an authenticated p
 transfer by backend, direction and outcome (:func:`rdma_done`). The call sites test
 :data:`ON` first, so with metrics off (the default) a message pays one global lookup.
 
-Once metrics start (``TETRARCH_METRICS=1``, :func:`tetrarch._telemetry.on_meter`), these
+Counting starts with metrics (``TETRARCH_METRICS=1``, :func:`tetrarch._telemetry.on_counting`); once
+the exporter exists (:func:`tetrarch._telemetry.on_meter`), these
 observable instruments read the counters at export time:
 
 * ``tetrarch.connection.messages`` (counter, ``{message}``) [peer, direction]
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future as CFuture
 from typing import Any
 
-from . import on_meter
+from . import on_counting, on_meter
 
 __all__ = ["IN", "ON", "OUT", "count", "counts", "nbytes", "rdma_counts", "rdma_done"]
 
@@ -102,11 +103,13 @@ def rdma_counts() -> dict[tuple[str, str, str], tuple[int, int]]:
         return {key: (row[0], row[1]) for key, row in _rdma.items()}
 
 
-def _instruments(meter: Any) -> None:
-    from opentelemetry.metrics import CallbackOptions, Observation
-
+def _count() -> None:
     global ON
     ON = True
+
+
+def _instruments(meter: Any) -> None:
+    from opentelemetry.metrics import CallbackOptions, Observation
 
     def conn(column: int) -> Any:
         def observe(_options: CallbackOptions) -> list[Observation]:
@@ -134,4 +137,5 @@ def _instruments(meter: Any) -> None:
                                     description="bytes moved by the RDMA transfers that succeeded")
 
 
+on_counting(_count)
 on_meter(_instruments)

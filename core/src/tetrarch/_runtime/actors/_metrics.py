@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import atexit
 import resource
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..._log import get_logger
-from ..._telemetry import READER_HOOKS, meter_started
+from ..._telemetry import READER_HOOKS, counting_started, meter_started
 from ..._telemetry._otel_env import sanitize
 from ..._telemetry._otlp import DROPPED, FLUSH_TIMEOUT_MS, counting_exporter, otel_resource
 from ..plumbing._stop_guard import class_name
@@ -44,6 +45,10 @@ METRIC_MODULES = ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "ope
 
 _log = get_logger("metrics")
 _started: list[Any] = []
+#: The thread setting up the exporter (``start_metrics(background=True)``), if one was started.
+_starting: list[threading.Thread] = []
+#: Seconds the exit waits for that thread before its last export.
+START_WAIT_S = 10.0
 #: Every actor of this process since metrics started: its attributes and counters (kept after it stops,
 #: so a short-lived actor's calls are still exported, at the latest by the exit's last export).
 _tracked: dict[tuple[str, int], tuple[dict[str, Any], Any]] = {}
@@ -59,14 +64,43 @@ def track_actor(runner: Any) -> None:
         _tracked[(runner.key, runner.instance.rank.rank)] = (_attrs(runner), runner.stats)
 
 
-def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) -> bool:
-    """Export this process's metrics through OTLP; whether it started (once per process).
+def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]], *, background: bool = False) -> bool:
+    """Export this process's metrics through OTLP; whether it started, or is starting (once per process).
 
     ``runners()`` gives the process's actor runners when the exporter asks. Missing
     OpenTelemetry packages or a malformed ``OTEL_*`` setting give one warning, never an error.
+    With ``background``, counting starts now and the exporter is set up on a thread (its
+    imports cost about 240 ms of CPU; a client launches its host agents meanwhile): what is
+    counted meanwhile is exported with the rest, and the exit waits for it.
     """
-    if _started:
+    if _started or _starting:
         return True
+    sanitize(warn=role == "client")  # now: the host agents launched meanwhile inherit the cleaned settings
+    atexit.register(_at_exit)  # the last export is ours (the provider does not register its own)
+    if not background:
+        return _start(role, name, runners)
+    counting_started()  # the counters the instruments will read start now
+    start_counting(runners())
+    thread = threading.Thread(target=_start, args=(role, name, runners), name="tetrarch-metrics-start", daemon=True)
+    _starting.append(thread)
+    _wait_at_exit(thread)
+    thread.start()
+    return True
+
+
+def _wait_at_exit(thread: threading.Thread) -> None:
+    """Have the interpreter's exit wait for ``thread`` before ``concurrent.futures`` refuses new work (which
+    the exporter's set-up uses): that refusal comes from a hook that ``threading`` runs at exit before it
+    joins threads and long before ``atexit``'s; hooks run newest first, so ours goes in after that one."""
+    import concurrent.futures.thread  # noqa: F401 - registers its hook now, before ours
+
+    register = getattr(threading, "_register_atexit", None)  # CPython 3.9+
+    if register is not None:
+        register(thread.join, START_WAIT_S)
+
+
+def _start(role: str, name: str, runners: Callable[[], Iterable[Any]]) -> bool:
+    """:func:`start_metrics`'s exporter, meter and instruments; whether they started."""
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.metrics import CallbackOptions, Observation
@@ -75,7 +109,6 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
     except ImportError as exc:
         _log.warning("TETRARCH_METRICS is on but OpenTelemetry is missing (%s): pip install \"tetrarch[otel]\"", exc)
         return False
-    sanitize(warn=role == "client")
     try:
         resource_ = otel_resource(role, name)
         exporter = counting_exporter(OTLPMetricExporter, "metrics", MetricExportResult.SUCCESS)
@@ -89,7 +122,7 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
             extra.append(make())
         except Exception as exc:  # noqa: BLE001 - one reader that cannot start leaves the others
             _log.warning("metrics: a reader could not start: %s", exc)
-    provider = MeterProvider(resource=resource_, metric_readers=[reader, *extra])
+    provider = MeterProvider(resource=resource_, metric_readers=[reader, *extra], shutdown_on_exit=False)
     meter = provider.get_meter("tetrarch")
     start_counting(runners())
     _started.append(provider)
@@ -126,14 +159,17 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]]) ->
     meter.create_observable_gauge("tetrarch.proc.memory", [memory], unit="By", description="resident memory")
     meter.create_observable_counter("tetrarch.proc.cpu_time", [cpu], unit="s", description="CPU time")
     meter_started(meter)
-    atexit.register(_shutdown, provider)
     return True
 
 
-def _shutdown(provider: Any) -> None:
-    """The exit's last export, within :data:`FLUSH_TIMEOUT_MS`: a reader that did not get its turn in time
-    (the collector was slow) is no error worth a traceback at exit."""
-    try:
-        provider.shutdown(timeout_millis=FLUSH_TIMEOUT_MS)
-    except Exception as exc:  # noqa: BLE001 - the program is ending: say it, and end
-        _log.debug("metrics: the last export did not finish: %s", exc)
+def _at_exit() -> None:
+    """The exit's last export, within :data:`FLUSH_TIMEOUT_MS` (once the exporter started in the background
+    is set up, within :data:`START_WAIT_S`): a reader that did not get its turn in time (the collector was
+    slow) is no error worth a traceback at exit."""
+    for thread in _starting:
+        thread.join(START_WAIT_S)
+    for provider in _started:
+        try:
+            provider.shutdown(timeout_millis=FLUSH_TIMEOUT_MS)
+        except Exception as exc:  # noqa: BLE001 - the program is ending: say it, and end
+            _log.debug("metrics: the last export did not finish: %s", exc)

@@ -63,8 +63,10 @@ class ProcService:
         self._owner_watches: dict[str, tuple[str, int]] = {}  # actor key -> its owner's death watch
         self._gone_hooks: list[Callable[[str], None]] = []
         router.add_service(_wire.SVC_PROC, self.service)
-        if METRICS():  # OpenTelemetry metrics of this process and its actors (actors/_metrics)
-            start_metrics("proc" if on_exit is not None else "client", router.name, lambda: self.runners.values())
+        if METRICS():  # OpenTelemetry metrics of this process and its actors (actors/_metrics); a client
+            # (or host agent) sets up its exporter while it launches and waits for its host agents (procs)
+            start_metrics("proc" if on_exit is not None else "client", router.name, lambda: self.runners.values(),
+                          background=on_exit is None)
 
     def service(self, hdr: _wire.SysHeader, payload: list, conn: Any) -> None:
         """``proc`` messages (I/O thread)."""
