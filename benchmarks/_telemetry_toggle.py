@@ -1,4 +1,5 @@
-"""Switch one process's per-call telemetry on and off while it runs (``bench_telemetry.py --paired``).
+"""What ``bench_telemetry.py``'s clients run: one measurement of a mesh, and (``--paired``) switching one
+process's per-call telemetry on and off while it runs.
 
 Benchmark-only: it sets tetrarch's private switches, the ones the call path reads. The process
 must have started with metrics on and tracing sampled (``TETRARCH_METRICS=1``,
@@ -10,7 +11,28 @@ so is not part of the difference this measures.
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from typing import Any
+
+
+def measure(mesh: Any, calls: int, pipelined: int) -> dict[str, float]:
+    """Sequential ``call_one().get()`` p50 (s), then ``pipelined`` calls in flight at once: calls/s and the CPU
+    seconds per call of this process and of the actor's (``Noop.cpu_seconds``)."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        mesh.noop.call_one().get()
+        times.append(time.perf_counter() - t0)
+    a0 = mesh.cpu_seconds.call_one().get()
+    t0, c0 = time.perf_counter(), time.process_time()
+    futures = [mesh.noop.call_one() for _ in range(pipelined)]
+    for f in futures:
+        f.get()
+    rate = pipelined / (time.perf_counter() - t0)
+    cpu = (time.process_time() - c0) / pipelined
+    actor_cpu = (mesh.cpu_seconds.call_one().get() - a0) / pipelined
+    return {"p50": statistics.median(times), "rate": rate, "cpu": cpu, "actor_cpu": actor_cpu}
 
 
 def toggle(metrics: bool, sample: float, runner: Any = None) -> None:

@@ -43,9 +43,10 @@ MODES: dict[str, dict[str, str]] = {
 }
 
 _CHILD = r"""
-import json, statistics, sys, time
+import json, sys
 sys.path.insert(0, {here!r})
 from bench_actors import Noop
+from _telemetry_toggle import measure
 from tetrarch import this_host
 
 procs = this_host().spawn_procs(per_host={{"gpus": 1}})
@@ -53,22 +54,9 @@ mesh = procs.spawn("noop", Noop)
 mesh.initialized.get()
 for _ in range(500):
     mesh.noop.call_one().get()
-times = []
-for _ in range({calls}):
-    t0 = time.perf_counter()
-    mesh.noop.call_one().get()
-    times.append(time.perf_counter() - t0)
-a0 = mesh.cpu_seconds.call_one().get()
-t0, c0 = time.perf_counter(), time.process_time()
-futures = [mesh.noop.call_one() for _ in range({pipelined})]
-for f in futures:
-    f.get()
-rate = {pipelined} / (time.perf_counter() - t0)
-cpu = (time.process_time() - c0) / {pipelined}
-actor_cpu = (mesh.cpu_seconds.call_one().get() - a0) / {pipelined}
+result = measure(mesh, {calls}, {pipelined})
 procs.stop().get()
-print("RESULT", json.dumps({{"p50": statistics.median(times), "rate": rate, "cpu": cpu, "actor_cpu": actor_cpu}}),
-      flush=True)
+print("RESULT", json.dumps(result), flush=True)
 """
 
 
@@ -77,10 +65,10 @@ PAIRED: dict[str, tuple[bool, float]] = {"off": (False, 0.0), "metrics": (True, 
                                          "tracing 100 %": (False, 1.0)}
 
 _PAIRED_CHILD = r"""
-import json, statistics, sys, time
+import json, sys
 sys.path.insert(0, {here!r})
 from bench_actors import TelemetryNoop
-from _telemetry_toggle import toggle
+from _telemetry_toggle import measure, toggle
 from tetrarch import this_host
 
 modes = {modes!r}
@@ -95,21 +83,8 @@ for i in range({rounds}):
         mesh.telemetry.call_one(metrics, sample).get()
         for _ in range(300):
             mesh.noop.call_one().get()
-        times = []
-        for _ in range({calls}):
-            t0 = time.perf_counter()
-            mesh.noop.call_one().get()
-            times.append(time.perf_counter() - t0)
-        a0 = mesh.cpu_seconds.call_one().get()
-        t0, c0 = time.perf_counter(), time.process_time()
-        futures = [mesh.noop.call_one() for _ in range({pipelined})]
-        for f in futures:
-            f.get()
-        r = results[mode]
-        r["rate"].append({pipelined} / (time.perf_counter() - t0))
-        r["cpu"].append((time.process_time() - c0) / {pipelined})
-        r["actor_cpu"].append((mesh.cpu_seconds.call_one().get() - a0) / {pipelined})
-        r["p50"].append(statistics.median(times))
+        for key, value in measure(mesh, {calls}, {pipelined}).items():
+            results[mode][key].append(value)
 procs.stop().get()
 print("RESULT", json.dumps(results), flush=True)
 """
