@@ -41,7 +41,9 @@ def test_endpoint_calls_and_process_metrics_reach_an_otlp_receiver() -> None:
     assert any(name == "tetrarch.actor.handler_time" and v > 0 for name, _, v, _ in points)
     resources = [r for name, _, _, r in points if name == "tetrarch.proc.memory"]
     assert {r["service.name"] for r in resources} == {"metrics-test"}
-    assert {r["tetrarch.role"] for r in resources} >= {"client", "proc"}
+    assert {r["tetrarch.role"] for r in resources} == {"client", "host", "proc"}
+    roles = {r["tetrarch.process"]: r["tetrarch.role"] for r in resources}
+    assert [p for p, role in roles.items() if role == "host"] == ["host0"], roles  # the host agent, as itself
     assert all(v > 0 for name, _, v, _ in points if name == "tetrarch.proc.memory")
 
 

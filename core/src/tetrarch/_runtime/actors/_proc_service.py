@@ -51,7 +51,7 @@ ACTORS_SHARE = 0.75
 class ProcService:
     """The actors of one process (any process: actors may run in the client too)."""
 
-    def __init__(self, router: Router, on_exit: Callable[[], None] | None) -> None:
+    def __init__(self, router: Router, on_exit: Callable[[], None] | None, host_agent: bool = False) -> None:
         self.router = router
         self._on_exit = on_exit
         self.stopping = False
@@ -65,8 +65,8 @@ class ProcService:
         router.add_service(_wire.SVC_PROC, self.service)
         if METRICS():  # OpenTelemetry metrics of this process and its actors (actors/_metrics); a client
             # (or host agent) sets up its exporter while it launches and waits for its host agents (procs)
-            start_metrics("proc" if on_exit is not None else "client", router.name, lambda: self.runners.values(),
-                          background=on_exit is None)
+            role = "proc" if on_exit is not None else "host" if host_agent else "client"
+            start_metrics(role, router.name, lambda: self.runners.values(), background=on_exit is None)
 
     def service(self, hdr: _wire.SysHeader, payload: list, conn: Any) -> None:
         """``proc`` messages (I/O thread)."""
