@@ -68,6 +68,8 @@ class Relayed(Actor):
 
         for thread in threading.enumerate():
             if thread.name == "tetrarch-dial-agent":
+                # enumerate() also lists a thread whose start() has not returned yet, which join() refuses
+                thread._started.wait(wait_s)  # type: ignore[attr-defined]
                 thread.join(wait_s)
         root = get_root()
         agent = root.host_agent_address
