@@ -425,7 +425,7 @@ class _Template:
         from ..services._output import set_process_title
 
         set_process_title(f"tetrarch zygote {os.environ.get(ENV_HOST_INDEX.name) or 0}")
-        why = self._import((*_PROC_MODULES, *PRELOAD(), *_exporter_modules())) or self._warm()
+        why = self._import((*_PROC_MODULES, *PRELOAD())) or self._warm()
         if why:
             _send(self.sock, {"op": "unsafe", "why": why})
             os._exit(0)
