@@ -16,15 +16,9 @@ from dataclasses import dataclass, field
 from ..._config import ENV_HOST_INDEX, ENV_SECRET_FILE
 from ..._errors import AllocatorError, ArgumentError
 from ._secret import write_secret_file
-from ._spawn import HOST_AGENT_MODULE as _HOST_AGENT_MODULE
-from ._spawn import ExitInfo
+from ._spawn import HOST_AGENT_MODULE, ExitInfo
 
 __all__ = ["HOST_AGENT_MODULE", "AgentCommand", "AllocRequest", "Allocation", "Allocator", "AllocatorError"]
-
-#: The module of core's host agent. The kernel's ``AgentCommand.argv`` runs it as
-#: ``python -m HOST_AGENT_MODULE``; an allocator that writes its own command line for
-#: another machine (a wrapper script run by ``srun``) runs the same there.
-HOST_AGENT_MODULE = _HOST_AGENT_MODULE
 
 
 @dataclass(frozen=True, slots=True)

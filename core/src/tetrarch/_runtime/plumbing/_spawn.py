@@ -34,8 +34,12 @@ from ._secret import secret_pipe
 __all__ = ["HOST_AGENT_MODULE", "MAX_LINE", "PROC_MAIN_MODULE", "ExitInfo", "ForkedChild", "LineSplitter",
            "OutputCallback", "WatchedProcess", "become_child", "die_with_launcher", "die_with_parent", "spawn_watched"]
 
-#: Core's programs, started as ``python -m <module>``; each calls :func:`die_with_launcher` first.
+#: The module of core's host agent. The kernel's ``AgentCommand.argv`` runs it as
+#: ``python -m HOST_AGENT_MODULE``; an allocator that writes its own command line for
+#: another machine (a wrapper script run by ``srun``) runs the same there. It calls
+#: :func:`die_with_launcher` first, as the proc main (:data:`PROC_MAIN_MODULE`) does.
 HOST_AGENT_MODULE = "tetrarch._runtime.programs._host_agent"
+#: The module of core's proc main, run as ``python -m PROC_MAIN_MODULE`` by a fresh interpreter.
 PROC_MAIN_MODULE = "tetrarch._runtime.programs._proc_main"
 #: ``Popen(process_group=)`` (Python 3.11) lets a child start without Python code between fork and exec.
 _PROCESS_GROUP = sys.version_info >= (3, 11)
