@@ -51,8 +51,10 @@ ACTORS_SHARE = 0.75
 class ProcService:
     """The actors of one process (any process: actors may run in the client too)."""
 
-    def __init__(self, router: Router, on_exit: Callable[[], None] | None, host_agent: bool = False) -> None:
+    def __init__(self, router: Router, on_exit: Callable[[], None] | None, role: str = "client") -> None:
+        """``role``: this process's (``client``, ``host`` or ``proc``), as its metrics say it."""
         self.router = router
+        self.role = role
         self._on_exit = on_exit
         self.stopping = False
         #: Why the owner told this process to exit at once (``exit``); empty otherwise.
@@ -65,8 +67,7 @@ class ProcService:
         router.add_service(_wire.SVC_PROC, self.service)
         if METRICS():  # OpenTelemetry metrics of this process and its actors (actors/_metrics); a client
             # (or host agent) sets up its exporter while it launches and waits for its host agents (procs)
-            role = "proc" if on_exit is not None else "host" if host_agent else "client"
-            start_metrics(role, router.name, lambda: self.runners.values(), background=on_exit is None)
+            start_metrics(role, router.name, lambda: self.runners.values(), background=role != "proc")
 
     def service(self, hdr: _wire.SysHeader, payload: list, conn: Any) -> None:
         """``proc`` messages (I/O thread)."""
@@ -83,7 +84,7 @@ class ProcService:
             else:
                 self._stop_all(raddr, rport)
         elif op == "introspect":  # the admin server asks what runs here (actors/_introspect)
-            record = process_record("proc" if self._on_exit is not None else "client", self.router.name,
+            record = process_record("proc" if self.role == "proc" else "client", self.router.name,
                                     self.router.transport.name, self.runners.values())
             self.router.reply_later(raddr, rport, 0, _wire.OK, record)
         elif op == "debug_wait":  # an actor of a mesh we own paused in breakpoint() (actors/_debug)

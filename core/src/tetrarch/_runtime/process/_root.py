@@ -80,7 +80,7 @@ class Root:
         self.supervisor = Supervisor(self.router, role)
         # before the proc service: metrics start there, and the store's reader must be in by then
         self.telemetry = start_telemetry(role, self.router, os.environ.get(ENV_HOST_AGENT_ADDR.name))
-        self.proc_service = ProcService(self.router, on_exit=on_proc_exit, host_agent=role == "host")
+        self.proc_service = ProcService(self.router, on_exit=on_proc_exit, role=role)
         link_service(self.router)
         self.output = OutputPrinter(self.router)  # the output of procs this process started
         self.host_agent_address = os.environ.get(ENV_HOST_AGENT_ADDR.name) if role == "proc" else None
