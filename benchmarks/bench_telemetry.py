@@ -90,14 +90,20 @@ print("RESULT", json.dumps(results), flush=True)
 """
 
 
+def _child(code: str, env: dict[str, str], timeout: float, what: str) -> Any:
+    """What the client ``code`` printed after ``RESULT`` (JSON), run with ``env`` added to ours."""
+    res = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=timeout)
+    if res.returncode != 0 or "RESULT" not in res.stdout:
+        raise SystemExit(f"{what} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.split("RESULT", 1)[1])
+
+
 def _run_paired(env: dict[str, str], rounds: int, calls: int, pipelined: int) -> dict[str, dict[str, list[float]]]:
     code = _PAIRED_CHILD.format(here=HERE, modes=PAIRED, rounds=rounds, calls=calls, pipelined=pipelined)
-    res = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env, "TETRARCH_METRICS": "1",
-                         "OTEL_METRIC_EXPORT_INTERVAL": "1000", "TETRARCH_TRACE_SAMPLE": "1"},
-                         capture_output=True, text=True, timeout=120 + rounds * 60)
-    if res.returncode != 0 or "RESULT" not in res.stdout:
-        raise SystemExit(f"the paired run failed:\n{res.stderr[-3000:]}")
-    results: dict[str, dict[str, list[float]]] = json.loads(res.stdout.split("RESULT", 1)[1])
+    every_part_on = {"TETRARCH_METRICS": "1", "OTEL_METRIC_EXPORT_INTERVAL": "1000", "TETRARCH_TRACE_SAMPLE": "1"}
+    results: dict[str, dict[str, list[float]]] = _child(code, {**env, **every_part_on}, 120 + rounds * 60,
+                                                        "the paired run")
     return results
 
 
@@ -113,12 +119,8 @@ class _Sink(BaseHTTPRequestHandler):
 
 
 def _run(mode: str, env: dict[str, str], calls: int, pipelined: int) -> dict[str, float]:
-    code = _CHILD.format(here=HERE, calls=calls, pipelined=pipelined)
-    res = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
-                         timeout=300)
-    if res.returncode != 0 or "RESULT" not in res.stdout:
-        raise SystemExit(f"mode {mode!r} failed:\n{res.stderr[-3000:]}")
-    result: dict[str, float] = json.loads(res.stdout.split("RESULT", 1)[1])
+    result: dict[str, float] = _child(_CHILD.format(here=HERE, calls=calls, pipelined=pipelined), env, 300,
+                                      f"mode {mode!r}")
     return result
 
 
