@@ -148,25 +148,37 @@ def trace_field(obs: Observation) -> tuple[int, int] | None:
 def end(obs: Observation, frames: list | None, what: str) -> None:
     """The call to ``what`` observed by ``obs`` is over: ``frames`` are its replies' ``(status, payload)``,
     or None when the caller gets none (``broadcast``, replies to a port)."""
-    t0: float | None
-    span: Any
-    t0, span = obs if isinstance(obs, tuple) else (obs, None)
-    row = _rows.get(what) if _metrics[0] else None
-    if frames is None:
-        if span is not None:
-            _trace.end(span, "sent")
+    if type(obs) is float:  # counted, not traced: the common case, kept to the fewest steps
+        if frames is not None:
+            row = _rows.get(what)
+            if row is not None:
+                _count_end(row, perf_counter() - obs, frames)
         return
-    worst = 0  # _wire.OK; ERR is 1, DEAD 2: the worst status of any rank
-    size = 0
+    if not isinstance(obs, tuple):  # None: nothing observed it
+        return
+    t0, span = obs  # traced: (start time, send span)
+    if frames is None:
+        _trace.end(span, "sent")
+        return
+    worst = _count_end(_rows.get(what) if _metrics[0] else None, perf_counter() - t0, frames)
+    _trace.end(span, "dead" if worst == 2 else "error" if worst == 1 else "ok")
+
+
+def _count_end(row: Row | None, seconds: float, frames: list) -> int:
+    """Add a call's outcome (its ``seconds``, its replies' ``frames``) to ``row``, if any; the worst status
+    of any rank (``_wire.OK`` 0, ``ERR`` 1, ``DEAD`` 2)."""
+    worst = size = 0
     for frame in frames:
-        if frame is None:
-            continue
-        if frame[0] > worst:
-            worst = frame[0]
-        size += nbytes(frame[1])
-    if row is not None and t0 is not None:
+        if frame is not None:
+            status, payload = frame
+            if status > worst:
+                worst = status
+            for f in payload:  # nbytes(), inlined: this runs once per reply
+                t = type(f)
+                size += len(f) if t is bytes else f.nbytes if t is memoryview else memoryview(f).nbytes
+    if row is not None:
         pending = row.pending
-        pending.append(perf_counter() - t0)
+        pending.append(seconds)
         if len(pending) >= 1024:
             row.fold()
         row.reply_bytes += size
@@ -174,8 +186,7 @@ def end(obs: Observation, frames: list | None, what: str) -> None:
             row.supervision += 1
         elif worst == 1:
             row.actor_error += 1
-    if span is not None:
-        _trace.end(span, "dead" if worst == 2 else "error" if worst == 1 else "ok")
+    return worst
 
 
 def observe_spawn(mesh: str, cls: str, n: int) -> Observation:

@@ -70,8 +70,12 @@ def count(peer: str, frames: Sequence[Any], column: int) -> None:
         row = _local.table[peer]
     except (AttributeError, KeyError):
         row = _row(peer)
+    size = 0
+    for f in frames:  # nbytes(), inlined: a third of this function's cost was the call
+        t = type(f)
+        size += len(f) if t is bytes else f.nbytes if t is memoryview else memoryview(f).nbytes
     row[column] += 1
-    row[column + 1] += nbytes(frames)
+    row[column + 1] += size
 
 
 def rdma_done(backend: str, write: bool, nbytes: int, fut: CFuture[None]) -> None:
