@@ -1,8 +1,8 @@
 """Coalescing of bursts: per-peer outboxes and the one flusher thread that writes them.
 
-A message that follows another to the same peer within ``COALESCE_S`` (or while earlier
-ones are queued or being written, or whose sender says more follow) joins that peer's
-outbox; the flusher thread writes each outbox's batch with one vectored ``send_many``. An
+A message that follows another to the same peer within ``COALESCE_S`` of that one's write
+(or while earlier ones are queued or being written, or whose sender says more follow) joins
+that peer's outbox; the flusher thread writes each outbox's batch with one vectored ``send_many``. An
 isolated message is not queued: its sender writes it at once (the router's ``send``).
 Order per peer is kept: once an outbox holds messages, every later message to that peer
 queues behind them.
@@ -72,6 +72,15 @@ class Outboxes:
                 return True
             box.last = now
             return False
+
+    def wrote(self, address: str) -> None:
+        """The isolated message to ``address`` (:meth:`offer` said False) is written: the window in which the
+        next one joins a batch starts now, not when this one was offered. A sender whose own write takes
+        longer than the window (a system call, more on a busy machine) would otherwise never see a burst,
+        and each message of a pipeline would pay a write of its own."""
+        box = self._boxes.get(address)
+        if box is not None:
+            box.last = _perf_counter()  # a float's store: no lock (a race with the flusher's only moves it)
 
     def close(self, timeout: float = 2.0) -> None:
         """End the flusher once it wrote what is queued (waits at most ``timeout`` seconds)."""

@@ -287,6 +287,7 @@ class Router:
         except ConnectionClosed as exc:
             _shm_wire.abandon(frames)
             raise PeerUnreachable(f"lost the connection to {address}: {exc}") from exc
+        self._outboxes.wrote(address)
 
     def connect(self, address: str) -> None:
         """Make sure a connection to ``address`` is up, dialing it if needed (not from the I/O thread).
