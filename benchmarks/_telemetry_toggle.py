@@ -35,6 +35,37 @@ def measure(mesh: Any, calls: int, pipelined: int) -> dict[str, float]:
     return {"p50": statistics.median(times), "rate": rate, "cpu": cpu, "actor_cpu": actor_cpu}
 
 
+def interleaved(mesh: Any, modes: dict[str, tuple[bool, float]], rounds: int, calls: int,
+                pipelined: int) -> dict[str, list[dict[str, Any]]]:
+    """``rounds`` rounds, each switching this client and ``mesh``'s actor through every mode of ``modes``
+    (``name: (metrics, trace sample)``; the order turns by one each round) and measuring ``calls``
+    sequential calls (each one's seconds) and ``pipelined`` calls in flight (their seconds and CPU): per
+    mode, one record per round. Short blocks, taken turn about, see the same machine."""
+    names = list(modes)
+    out: dict[str, list[dict[str, Any]]] = {m: [] for m in names}
+    for i in range(rounds):
+        for mode in names[i % len(names):] + names[:i % len(names)]:
+            toggle(*modes[mode])
+            mesh.telemetry.call_one(*modes[mode]).get()
+            for _ in range(20):
+                mesh.noop.call_one().get()
+            times = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                mesh.noop.call_one().get()
+                times.append(time.perf_counter() - t0)
+            a0 = mesh.cpu_seconds.call_one().get()
+            t0, c0 = time.perf_counter(), time.process_time()
+            futures = [mesh.noop.call_one() for _ in range(pipelined)]
+            for f in futures:
+                f.get()
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+            del futures
+            actor_cpu = mesh.cpu_seconds.call_one().get() - a0
+            out[mode].append({"times": times, "seconds": seconds, "cpu": cpu, "actor_cpu": actor_cpu})
+    return out
+
+
 def toggle(metrics: bool, sample: float, runner: Any = None) -> None:
     """Count calls (``metrics``) and trace this fraction of root calls (``sample``) from now on, in this
     process; ``runner``: this actor's ``ActorRunner``, whose handler counters follow ``metrics``."""

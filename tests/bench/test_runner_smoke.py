@@ -43,3 +43,19 @@ def test_quick_call_rows_have_a_positive_median_their_raw_baseline_and_the_async
     ratio = doc["async_x_sync"][f"call_async {async_row['size']}"]["tetrarch"]
     assert ratio["median"] == async_row["columns"]["tetrarch"]["median"] / row["columns"]["tetrarch"]["median"]
     assert f"call_async {async_row['size']} x sync" in res.stdout
+
+
+def test_telemetry_paired_run_gives_every_mode_a_ratio_to_off(
+        run_scenario: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    # Three rounds, so that each third of them (the ratio's range) holds one.
+    res = run_scenario(REPO / "benchmarks" / "bench_telemetry.py", "--paired", "--rounds", "3", "--calls", "5",
+                       "--pipelined", "20", "--json", timeout=40, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    assert list(rows) == ["off", "metrics", "tracing 1 %", "tracing 100 %"]
+    for key in ("p50", "rate", "cpu", "actor_cpu"):
+        assert rows["off"][key + "_ratio"] == [1.0, 1.0, 1.0]
+        for mode, row in rows.items():
+            ratio, low, high = row[key + "_ratio"]
+            assert row[key] > 0 and ratio > 0 and 0 < low <= high, (mode, key, row)
+    assert "3 rounds in one client and actor switching modes" in res.stdout
