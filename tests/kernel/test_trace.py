@@ -172,6 +172,8 @@ def test_spans_reach_an_otlp_receiver_linked_across_processes() -> None:
     spans = {span.span_id: (span, res) for span, res in receiver.spans}
     names = {span.name for span, _ in spans.values()}
     assert {"send", "receive", "handle", "spawn"} <= names
+    roles = {res["tetrarch.process"]: res["tetrarch.role"] for _, res in spans.values()}
+    assert roles.pop("client") == "client" and len(roles) >= 2 and set(roles.values()) == {"proc"}, roles
     assert {res["process.pid"] for _, res in spans.values()} and len({res["process.pid"]
                                                                       for _, res in spans.values()}) >= 3
     leaf = [s for s, _ in spans.values() if s.name == "handle"
@@ -184,6 +186,31 @@ def test_spans_reach_an_otlp_receiver_linked_across_processes() -> None:
         assert [s.name for s in chain] == ["handle", "receive", "send", "handle", "receive", "send"]
         assert len({s.trace_id for s in chain}) == 1
         assert len({spans[s.span_id][1]["process.pid"] for s in chain}) == 3
+
+
+def test_spans_finished_while_the_exporter_is_set_up_wait_for_it_within_the_queue_bound() -> None:
+    """A client sets its span exporter up on a thread while its host agents launch: what it traces meanwhile
+    waits (as many as the SDK's queue holds) and is exported once the exporter exists."""
+    code = """
+import os, time
+from tetrarch._telemetry import SpanRecord, publish_span, subscribe_spans
+from tetrarch._telemetry._otlp import _SpanExport
+export = _SpanExport()  # what start_span_export(background=True) subscribes before its thread sets it up
+subscribe_spans(export)
+now = time.time_ns()
+for i in range(1, 6):
+    publish_span(SpanRecord(7, i, 0, "send", now, now + 1000, os.getpid(), 1, {"mesh": "m"}))
+assert len(export.waiting) == 3, export.waiting  # OTEL_BSP_MAX_QUEUE_SIZE
+assert export.set_up("client", "client")
+publish_span(SpanRecord(7, 9, 0, "handle", now, now + 1000, os.getpid(), 1, {"mesh": "m"}))
+export.processor.shutdown()
+print("DONE")
+"""
+    with receiving() as receiver:
+        _run({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_MAX_QUEUE_SIZE": "3",
+              "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "3"},
+             cmd=[sys.executable, "-c", code])
+    assert sorted(int.from_bytes(span.span_id, "big") for span, _ in receiver.spans) == [1, 2, 3, 9]
 
 
 def test_a_span_collector_that_is_down_never_holds_the_program_up() -> None:

@@ -254,5 +254,12 @@ def _start_metrics(meter: Any) -> None:
 
 on_counting(_count)
 on_meter(_start_metrics)
-on_client_start(lambda _root: refresh())
+def _client_started(root: Any) -> None:
+    """The client's runtime started: read the settings again (``configure()`` may have changed them), and start
+    the span exporter they name, on a thread, while the host agents launch."""
+    refresh()
+    _trace.start_export("client", root.router.name, background=True)
+
+
+on_client_start(_client_started)
 refresh()

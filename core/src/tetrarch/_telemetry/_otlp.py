@@ -18,12 +18,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._config_launch import ENV_PROC_ID
 from .._log import get_logger
-from . import SpanRecord, subscribe_spans
+from . import SpanRecord, subscribe_spans, unsubscribe_spans
 
-__all__ = ["DROPPED", "FLUSH_TIMEOUT_MS", "METRIC_PRODUCERS", "SPAN_EXPORT_MODULES", "counting_exporter",
-           "otel_resource", "start_span_export", "to_readable", "with_produced"]
+__all__ = ["DROPPED", "FLUSH_TIMEOUT_MS", "METRIC_PRODUCERS", "SPAN_EXPORT_MODULES", "START_WAIT_S",
+           "counting_exporter", "in_background", "otel_resource", "start_span_export", "to_readable", "with_produced"]
 
 _log = get_logger("telemetry")
 #: Milliseconds the exit's last export may take.
@@ -113,41 +112,113 @@ def to_readable(rec: SpanRecord, resource: Any) -> Any:
 SPAN_EXPORT_MODULES = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.sdk.trace",
                        "opentelemetry.sdk.trace.export", "opentelemetry.trace", "opentelemetry.sdk.resources",
                        "requests")
+#: Seconds an exit waits for an exporter still being set up in the background.
+START_WAIT_S = 10.0
 
 
-def start_span_export() -> bool:
-    """Export this process's spans through OTLP from now on; whether it started (once per process).
+def in_background(target: Callable[[], Any], name: str) -> threading.Thread:
+    """Run ``target`` (an exporter's set-up: its imports cost about 240 ms of CPU) on a daemon thread that the
+    interpreter's exit waits for, :data:`START_WAIT_S` at most, before ``concurrent.futures`` refuses new work
+    (which the exporters' set-up uses): that refusal comes from a hook that ``threading`` runs at exit, before it
+    joins threads and long before ``atexit``'s; hooks run newest first, so ours goes in after that one."""
+    import concurrent.futures.thread  # noqa: F401 - registers its hook now, before ours
 
-    Missing OpenTelemetry packages or a malformed ``OTEL_*`` setting give one warning, never an error.
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    register = getattr(threading, "_register_atexit", None)  # CPython 3.9+
+    if register is not None:
+        register(thread.join, START_WAIT_S)
+    thread.start()
+    return thread
+
+
+class _SpanExport:
+    """The span subscriber of :func:`start_span_export`. Spans finished while the exporter is still being set up
+    wait here, as many as the SDK's queue holds (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048 unless set; past that they
+    are dropped, as the full queue would drop them), and go to the exporter once it exists."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting: list[SpanRecord] = []
+        self.limit = _queue_size()
+        self.resource: Any = None
+        self.processor: Any = None
+        self.failed = False
+
+    def __call__(self, rec: SpanRecord) -> None:
+        processor = self.processor
+        if processor is None:
+            with self.lock:  # against set_up's hand-over: a span either waits and is handed over, or is exported
+                processor = self.processor
+                if processor is None:
+                    if len(self.waiting) < self.limit:
+                        self.waiting.append(rec)
+                    return
+        processor.on_end(to_readable(rec, self.resource))
+
+    def set_up(self, role: str, name: str) -> bool:
+        """Build the exporter (missing packages or a malformed ``OTEL_*`` setting: one warning, and nothing is
+        exported), then export the spans that waited; whether it started."""
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+        except ImportError as exc:
+            _log.warning("TETRARCH_TRACE_EXPORT=otlp but OpenTelemetry is missing (%s): pip install "
+                         "\"tetrarch[otel]\"", exc)
+            return self._give_up()
+        try:
+            resource = otel_resource(role, name)
+            processor = BatchSpanProcessor(counting_exporter(OTLPSpanExporter, "spans", SpanExportResult.SUCCESS)())
+        except Exception as exc:  # noqa: BLE001 - a malformed OTEL_* setting: one warning, no export
+            _log.warning("TETRARCH_TRACE_EXPORT: the OTLP exporter could not be set up from the OTEL_* settings: %s",
+                         exc)
+            return self._give_up()
+        self.resource = resource
+        with self.lock:
+            self.processor = processor
+            waiting, self.waiting = self.waiting, []
+        for rec in waiting:
+            processor.on_end(to_readable(rec, resource))
+        return True
+
+    def _give_up(self) -> bool:
+        self.failed = True
+        unsubscribe_spans(self)
+        with self.lock:
+            self.waiting = []
+        return False
+
+
+def _queue_size() -> int:
+    try:
+        return max(1, int(os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE", "2048")))
+    except ValueError:  # the SDK warns about it when it builds its processor
+        return 2048
+
+
+def start_span_export(role: str, name: str, *, background: bool = False) -> bool:
+    """Export this process's spans through OTLP from now on, as those of process ``name`` in ``role``
+    (:func:`otel_resource`); whether it started, or is starting (once per process).
+
+    With ``background`` the exporter is set up on a thread (:func:`in_background`; a client launches its host
+    agents meanwhile) and the spans finished meanwhile wait for it. Missing OpenTelemetry packages or a malformed
+    ``OTEL_*`` setting give one warning, never an error.
     """
     if _started:
-        return True
-    try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
-    except ImportError as exc:
-        _log.warning("TETRARCH_TRACE_EXPORT=otlp but OpenTelemetry is missing (%s): pip install \"tetrarch[otel]\"",
-                     exc)
-        return False
-    name = os.environ.get(ENV_PROC_ID.name) or "client"
-    try:
-        resource = otel_resource("proc" if name != "client" else "client", name)
-        processor = BatchSpanProcessor(counting_exporter(OTLPSpanExporter, "spans", SpanExportResult.SUCCESS)())
-    except Exception as exc:  # noqa: BLE001 - a malformed OTEL_* setting: one warning, no export
-        _log.warning("TETRARCH_TRACE_EXPORT: the OTLP exporter could not be set up from the OTEL_* settings: %s", exc)
-        return False
-    _started.append(processor)
-
-    def export(rec: SpanRecord) -> None:
-        processor.on_end(to_readable(rec, resource))
-
+        return not _started[0].failed
+    export = _SpanExport()
+    _started.append(export)
     subscribe_spans(export)
-    atexit.register(_flush_at_exit, processor)
-    return True
+    atexit.register(_flush_at_exit, export)
+    if background:
+        in_background(lambda: export.set_up(role, name), "tetrarch-spans-start")
+        return True
+    return export.set_up(role, name)
 
 
-def _flush_at_exit(processor: Any) -> None:
+def _flush_at_exit(export: _SpanExport) -> None:
     """Export what is queued, for :data:`FLUSH_TIMEOUT_MS` at most (a slow collector does not hold the exit)."""
-    done = threading.Thread(target=processor.shutdown, name="tetrarch-span-flush", daemon=True)
+    if export.processor is None:  # never set up (or still being set up past the exit's wait)
+        return
+    done = threading.Thread(target=export.processor.shutdown, name="tetrarch-span-flush", daemon=True)
     done.start()
     done.join(FLUSH_TIMEOUT_MS / 1000)

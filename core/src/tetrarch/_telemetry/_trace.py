@@ -35,13 +35,14 @@ from .._config import TRACE_EXPORT, TRACE_FILE, TRACE_SAMPLE
 from .._log import get_logger
 from . import SpanRecord, publish_span
 
-__all__ = ["CURRENT", "ON", "OpenSpan", "arrived", "end", "handler", "rate", "refresh", "start"]
+__all__ = ["CURRENT", "ON", "OpenSpan", "arrived", "end", "handler", "rate", "refresh", "start", "start_export"]
 
 _log = get_logger("trace")
 
 #: Whether this process traces at all: the call path reads this and nothing else while it is false.
 ON = False
 _rate = [0.0]
+_export = [""]  # the exporter the settings name ('' or 'otlp'), as refresh() read them
 #: ``(trace id, span id)`` of the ``handle`` span running in this context (actor code), else None.
 CURRENT: ContextVar[tuple[int, int] | None] = ContextVar("tetrarch_trace", default=None)
 _bits = random.getrandbits
@@ -67,6 +68,7 @@ def rate() -> float:
 
 def refresh() -> bool:
     """Read the trace settings again (at import and when the client's runtime starts); whether tracing is on.
+    A trace file's writer starts here; an exporter, with the runtime (:func:`start_export`).
 
     ``trace_sample`` defaults to 1 when a trace file or an exporter is set. A rate outside 0..1
     is clamped with a warning; an unknown exporter is warned about and ignored; a variable that
@@ -96,11 +98,20 @@ def refresh() -> bool:
         from ._perfetto import start_writer
 
         start_writer(file)
-    if ON and export == "otlp":
+    _export[0] = export
+    return ON
+
+
+def start_export(role: str, name: str, *, background: bool) -> None:
+    """Start the span exporter the settings name (``TETRARCH_TRACE_EXPORT=otlp``), if tracing is on, for this
+    process (its ``role``, ``client``, ``host`` or ``proc``, and ``name``, as its spans' resource says): when its
+    runtime starts, never at import (a host agent forks its zygote first, while it runs one thread; an exporter's
+    thread would make that fork unsafe). ``background``: set it up on a thread (a client or a host agent; a
+    proc's zygote imported the exporter already). Once per process."""
+    if ON and _export[0] == "otlp":
         from ._otlp import start_span_export
 
-        start_span_export()
-    return ON
+        start_span_export(role, name, background=background)
 
 
 def start(name: str, attrs: dict[str, Any] | Callable[[], dict[str, Any]]) -> OpenSpan | None:

@@ -29,7 +29,7 @@ from typing import Any
 from ..._log import get_logger
 from ..._telemetry import READER_HOOKS, counting_started, meter_started
 from ..._telemetry._otel_env import sanitize
-from ..._telemetry._otlp import DROPPED, FLUSH_TIMEOUT_MS, counting_exporter, otel_resource
+from ..._telemetry._otlp import DROPPED, FLUSH_TIMEOUT_MS, START_WAIT_S, counting_exporter, in_background, otel_resource
 from ..plumbing._stop_guard import class_name
 from ._introspect import rss_bytes
 from ._stats import start_counting
@@ -47,8 +47,6 @@ _log = get_logger("metrics")
 _started: list[Any] = []
 #: The thread setting up the exporter (``start_metrics(background=True)``), if one was started.
 _starting: list[threading.Thread] = []
-#: Seconds the exit waits for that thread before its last export.
-START_WAIT_S = 10.0
 #: Every actor of this process since metrics started: its attributes and counters (kept after it stops,
 #: so a short-lived actor's calls are still exported, at the latest by the exit's last export).
 _tracked: dict[tuple[str, int], tuple[dict[str, Any], Any]] = {}
@@ -81,22 +79,8 @@ def start_metrics(role: str, name: str, runners: Callable[[], Iterable[Any]], *,
         return _start(role, name, runners)
     counting_started()  # the counters the instruments will read start now
     start_counting(runners())
-    thread = threading.Thread(target=_start, args=(role, name, runners), name="tetrarch-metrics-start", daemon=True)
-    _starting.append(thread)
-    _wait_at_exit(thread)
-    thread.start()
+    _starting.append(in_background(lambda: _start(role, name, runners), "tetrarch-metrics-start"))
     return True
-
-
-def _wait_at_exit(thread: threading.Thread) -> None:
-    """Have the interpreter's exit wait for ``thread`` before ``concurrent.futures`` refuses new work (which
-    the exporter's set-up uses): that refusal comes from a hook that ``threading`` runs at exit before it
-    joins threads and long before ``atexit``'s; hooks run newest first, so ours goes in after that one."""
-    import concurrent.futures.thread  # noqa: F401 - registers its hook now, before ours
-
-    register = getattr(threading, "_register_atexit", None)  # CPython 3.9+
-    if register is not None:
-        register(thread.join, START_WAIT_S)
 
 
 def _start(role: str, name: str, runners: Callable[[], Iterable[Any]]) -> bool:

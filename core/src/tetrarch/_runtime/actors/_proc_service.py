@@ -26,6 +26,7 @@ from typing import Any
 
 from ..._config import METRICS, STOP_TIMEOUT
 from ..._log import get_logger
+from ..._telemetry import _trace
 from ..plumbing import _stdio
 from ..plumbing._stop_guard import bound_stop
 from ..router._router import Router
@@ -68,6 +69,7 @@ class ProcService:
         if METRICS():  # OpenTelemetry metrics of this process and its actors (actors/_metrics); a client
             # (or host agent) sets up its exporter while it launches and waits for its host agents (procs)
             start_metrics(role, router.name, lambda: self.runners.values(), background=role != "proc")
+        _trace.start_export(role, router.name, background=role != "proc")  # spans through OTLP, if set so
 
     def service(self, hdr: _wire.SysHeader, payload: list, conn: Any) -> None:
         """``proc`` messages (I/O thread)."""
