@@ -202,6 +202,7 @@ for i in range(1, 6):
     publish_span(SpanRecord(7, i, 0, "send", now, now + 1000, os.getpid(), 1, {"mesh": "m"}))
 assert len(export.waiting) == 3, export.waiting  # OTEL_BSP_MAX_QUEUE_SIZE
 assert export.set_up("client", "client")
+assert export.processor.force_flush(5000)  # the queue holds 3: the three that waited leave first
 publish_span(SpanRecord(7, 9, 0, "handle", now, now + 1000, os.getpid(), 1, {"mesh": "m"}))
 export.processor.shutdown()
 print("DONE")
