@@ -30,6 +30,8 @@ from typing import Any
 from .._client_hooks import on_client_start
 from . import _trace, on_counting, on_meter
 from ._io import nbytes
+from ._trace import CURRENT as _CURRENT
+from ._trace import _random, _rate
 
 __all__ = ["BOUNDS", "ON", "Observation", "Row", "begin", "end", "histogram_metric", "metrics_on",
            "observe_spawn", "refresh", "rows", "timed_out", "trace_field"]
@@ -125,10 +127,10 @@ def begin(what: str, payload: list, n: int) -> Observation:
         row.calls += 1
         if payload:
             row.request_bytes += nbytes(payload) * n
-    if _trace.ON:
-        span = _trace.start("send", lambda: _send_attrs(what, n))  # attributes only for a sampled call
-        if span is not None:
-            return (perf_counter(), span)
+    if _trace.ON:  # _trace.start, inlined: an untraced call (the common case) pays a context read and a random number
+        cur = _CURRENT.get()
+        if cur is not None or _random() < _rate[0]:
+            return (perf_counter(), _trace.open_span("send", _send_attrs(what, n), cur))
     return perf_counter() if _metrics[0] else None
 
 

@@ -35,13 +35,14 @@ from .._config import TRACE_EXPORT, TRACE_FILE, TRACE_SAMPLE
 from .._log import get_logger
 from . import SpanRecord, publish_span
 
-__all__ = ["CURRENT", "ON", "OpenSpan", "arrived", "end", "handler", "rate", "refresh", "start", "start_export"]
+__all__ = ["CURRENT", "ON", "OpenSpan", "arrived", "end", "handler", "open_span", "rate", "refresh", "sampled", "start",
+           "start_export"]
 
 _log = get_logger("trace")
 
 #: Whether this process traces at all: the call path reads this and nothing else while it is false.
 ON = False
-_rate = [0.0]
+_rate = [0.0]  # the sampling rate; one list for good: ``_caller.begin`` holds it (and ``_random``)
 _export = [""]  # the exporter the settings name ('' or 'otlp'), as refresh() read them
 #: ``(trace id, span id)`` of the ``handle`` span running in this context (actor code), else None.
 CURRENT: ContextVar[tuple[int, int] | None] = ContextVar("tetrarch_trace", default=None)
@@ -114,19 +115,25 @@ def start_export(role: str, name: str, *, background: bool) -> None:
         start_span_export(role, name, background=background)
 
 
-def start(name: str, attrs: dict[str, Any] | Callable[[], dict[str, Any]]) -> OpenSpan | None:
+def start(name: str, attrs: dict[str, Any]) -> OpenSpan | None:
     """Open a span in this context: a child of the running ``handle`` span, else a new root when
-    sampled; None when not traced. ``attrs`` may be a function, called only for a traced span.
-    Call only while :data:`ON`."""
+    sampled; None when not traced. Call only while :data:`ON` (the call path decides inline, as
+    :func:`sampled` does, and builds its attributes only for a traced call)."""
     cur = CURRENT.get()
-    if cur is not None:
-        trace_id, parent = cur
-    elif _random() < _rate[0]:
-        trace_id, parent = _bits(128) or 1, 0
-    else:
+    if cur is None and _random() >= _rate[0]:
         return None
-    return (trace_id, _bits(64) or 1, parent, time_ns(), threading.get_native_id(), name,
-            attrs() if callable(attrs) else attrs)
+    return open_span(name, attrs, cur)
+
+
+def sampled(cur: tuple[int, int] | None) -> bool:
+    """Whether a span opened in a context whose running ``handle`` span is ``cur`` is traced."""
+    return cur is not None or _random() < _rate[0]
+
+
+def open_span(name: str, attrs: dict[str, Any], cur: tuple[int, int] | None) -> OpenSpan:
+    """A span traced (:func:`sampled`): a child of ``cur`` (``CURRENT.get()``), else a new trace's root."""
+    trace_id, parent = cur if cur is not None else (_bits(128) or 1, 0)
+    return (trace_id, _bits(64) or 1, parent, time_ns(), threading.get_native_id(), name, attrs)
 
 
 def end(span: OpenSpan, status: str | None = None, **more: Any) -> None:

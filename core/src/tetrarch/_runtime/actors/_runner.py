@@ -144,8 +144,8 @@ class ActorRunner:
 
     # -- delivery (any thread) ------------------------------------------------
     def deliver(self, hdr: _wire.CallHeader, payload: list) -> None:
-        if _trace.ON:
-            hdr = _trace.arrived(hdr)  # a traced call's receive span starts now
+        if _trace.ON and len(hdr) > 10:  # only a traced call's header has its 11th field
+            hdr = _trace.arrived(hdr)  # its receive span starts now
         if hdr.method == CANCEL:  # the caller gave up on one of its calls (it names the call, see _key)
             try:
                 self._loop.call_soon_threadsafe(self._cancel_call, call_key(hdr))
@@ -376,7 +376,8 @@ class ActorRunner:
             self.router.reply(raddr, rport, rank, _wire.ERR, error_record(err, self.display, method, skip=0))
             return None
         info = _MessageInfo(self.instance, rank, hdr.labels, hdr.sizes)
-        fn = _trace.handler(ep.fn, hdr, ep.is_async, self.instance.name) if _trace.ON else ep.fn  # its spans
+        traced = _trace.ON and len(hdr) > 10  # only a traced call's header has its 11th field
+        fn = _trace.handler(ep.fn, hdr, ep.is_async, self.instance.name) if traced else ep.fn  # its spans
         explicit = ep.explicit_response_port
         if explicit:
             # The body answers through this port (bound to the caller's reply port, or
