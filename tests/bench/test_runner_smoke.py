@@ -52,7 +52,7 @@ def test_telemetry_paired_run_gives_every_mode_a_ratio_to_off(
                        "--pipelined", "20", "--json", timeout=40, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = json.loads(res.stdout.strip().splitlines()[-1])
-    assert list(rows) == ["off", "metrics", "tracing 1 %", "tracing 100 %"]
+    assert list(rows) == ["off", "metrics", "tracing 1 %", "tracing 100 %", "off, again"]
     for key in ("p50", "rate", "cpu", "actor_cpu"):
         assert rows["off"][key + "_ratio"] == [1.0, 1.0, 1.0]
         for mode, row in rows.items():
