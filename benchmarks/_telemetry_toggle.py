@@ -19,6 +19,32 @@ from typing import Any
 def measure(mesh: Any, calls: int, pipelined: int) -> dict[str, float]:
     """Sequential ``call_one().get()`` p50 (s), then ``pipelined`` calls in flight at once: calls/s and the CPU
     seconds per call of this process and of the actor's (``Noop.cpu_seconds``)."""
+    block = _block(mesh, calls, pipelined)
+    return {"p50": statistics.median(block["times"]), "rate": pipelined / block["seconds"],
+            "cpu": block["cpu"] / pipelined, "actor_cpu": block["actor_cpu"] / pipelined}
+
+
+def interleaved(mesh: Any, modes: dict[str, tuple[bool, float]], rounds: int, calls: int,
+                pipelined: int) -> dict[str, list[dict[str, Any]]]:
+    """``rounds`` rounds, each switching this client and ``mesh``'s actor through every mode of ``modes``
+    (``name: (metrics, trace sample)``; the order turns by one each round) and measuring a block in each
+    (:func:`_block`): per mode, one block per round. Short blocks, taken turn about, see the same machine."""
+    names = list(modes)
+    out: dict[str, list[dict[str, Any]]] = {m: [] for m in names}
+    for i in range(rounds):
+        for mode in names[i % len(names):] + names[:i % len(names)]:
+            toggle(*modes[mode])
+            mesh.telemetry.call_one(*modes[mode]).get()
+            for _ in range(20):
+                mesh.noop.call_one().get()
+            out[mode].append(_block(mesh, calls, pipelined))
+    return out
+
+
+def _block(mesh: Any, calls: int, pipelined: int) -> dict[str, Any]:
+    """``calls`` sequential calls (``times``: each one's seconds), then ``pipelined`` calls in flight at once
+    (``seconds`` until the last answered; ``cpu`` and ``actor_cpu``: the CPU seconds of this process and of the
+    actor's meanwhile)."""
     times = []
     for _ in range(calls):
         t0 = time.perf_counter()
@@ -29,41 +55,9 @@ def measure(mesh: Any, calls: int, pipelined: int) -> dict[str, float]:
     futures = [mesh.noop.call_one() for _ in range(pipelined)]
     for f in futures:
         f.get()
-    rate = pipelined / (time.perf_counter() - t0)
-    cpu = (time.process_time() - c0) / pipelined
-    actor_cpu = (mesh.cpu_seconds.call_one().get() - a0) / pipelined
-    return {"p50": statistics.median(times), "rate": rate, "cpu": cpu, "actor_cpu": actor_cpu}
-
-
-def interleaved(mesh: Any, modes: dict[str, tuple[bool, float]], rounds: int, calls: int,
-                pipelined: int) -> dict[str, list[dict[str, Any]]]:
-    """``rounds`` rounds, each switching this client and ``mesh``'s actor through every mode of ``modes``
-    (``name: (metrics, trace sample)``; the order turns by one each round) and measuring ``calls``
-    sequential calls (each one's seconds) and ``pipelined`` calls in flight (their seconds and CPU): per
-    mode, one record per round. Short blocks, taken turn about, see the same machine."""
-    names = list(modes)
-    out: dict[str, list[dict[str, Any]]] = {m: [] for m in names}
-    for i in range(rounds):
-        for mode in names[i % len(names):] + names[:i % len(names)]:
-            toggle(*modes[mode])
-            mesh.telemetry.call_one(*modes[mode]).get()
-            for _ in range(20):
-                mesh.noop.call_one().get()
-            times = []
-            for _ in range(calls):
-                t0 = time.perf_counter()
-                mesh.noop.call_one().get()
-                times.append(time.perf_counter() - t0)
-            a0 = mesh.cpu_seconds.call_one().get()
-            t0, c0 = time.perf_counter(), time.process_time()
-            futures = [mesh.noop.call_one() for _ in range(pipelined)]
-            for f in futures:
-                f.get()
-            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-            del futures
-            actor_cpu = mesh.cpu_seconds.call_one().get() - a0
-            out[mode].append({"times": times, "seconds": seconds, "cpu": cpu, "actor_cpu": actor_cpu})
-    return out
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    del futures
+    return {"times": times, "seconds": seconds, "cpu": cpu, "actor_cpu": mesh.cpu_seconds.call_one().get() - a0}
 
 
 def toggle(metrics: bool, sample: float, runner: Any = None) -> None:
