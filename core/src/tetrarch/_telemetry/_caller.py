@@ -254,8 +254,6 @@ def _start_metrics(meter: Any) -> None:
     METRIC_PRODUCERS.append(histogram_metric)
 
 
-on_counting(_count)
-on_meter(_start_metrics)
 def _client_started(root: Any) -> None:
     """The client's runtime started: read the settings again (``configure()`` may have changed them), and start
     the span exporter they name, on a thread, while the host agents launch."""
@@ -263,5 +261,7 @@ def _client_started(root: Any) -> None:
     _trace.start_export("client", root.router.name, background=True)
 
 
+on_counting(_count)
+on_meter(_start_metrics)
 on_client_start(_client_started)
 refresh()

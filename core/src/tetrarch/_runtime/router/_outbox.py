@@ -2,8 +2,9 @@
 
 A message that follows another to the same peer within ``COALESCE_S`` of that one's write
 (or while earlier ones are queued or being written, or whose sender says more follow) joins
-that peer's outbox; the flusher thread writes each outbox's batch with one vectored ``send_many``. An
-isolated message is not queued: its sender writes it at once (the router's ``send``).
+that peer's outbox; the flusher thread writes each outbox's batch with one vectored
+``send_many``. An isolated message is not queued: its sender writes it at once (the router's
+``send``, which then tells :meth:`Outboxes.wrote`).
 Order per peer is kept: once an outbox holds messages, every later message to that peer
 queues behind them.
 """
