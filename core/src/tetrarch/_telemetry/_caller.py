@@ -175,9 +175,7 @@ def _count_end(row: Row | None, seconds: float, frames: list) -> int:
             status, payload = frame
             if status > worst:
                 worst = status
-            for f in payload:  # nbytes(), inlined: this runs once per reply
-                t = type(f)
-                size += len(f) if t is bytes else f.nbytes if t is memoryview else memoryview(f).nbytes
+            size += nbytes(payload)
     if row is not None:
         pending = row.pending
         pending.append(seconds)

@@ -35,8 +35,8 @@ from .._config import TRACE_EXPORT, TRACE_FILE, TRACE_SAMPLE
 from .._log import get_logger
 from . import SpanRecord, publish_span
 
-__all__ = ["CURRENT", "ON", "OpenSpan", "arrived", "end", "handler", "open_span", "rate", "refresh", "sampled", "start",
-           "start_export"]
+__all__ = ["CURRENT", "ON", "OpenSpan", "arrived", "end", "exporting", "handler", "open_span", "rate", "refresh",
+           "start", "start_export"]
 
 _log = get_logger("trace")
 
@@ -103,13 +103,19 @@ def refresh() -> bool:
     return ON
 
 
+def exporting() -> bool:
+    """Whether this process's spans go to OTLP (``TETRARCH_TRACE_EXPORT=otlp`` and tracing on), as
+    :func:`refresh` last read the settings."""
+    return ON and _export[0] == "otlp"
+
+
 def start_export(role: str, name: str, *, background: bool) -> None:
     """Start the span exporter the settings name (``TETRARCH_TRACE_EXPORT=otlp``), if tracing is on, for this
     process (its ``role``, ``client``, ``host`` or ``proc``, and ``name``, as its spans' resource says): when its
     runtime starts, never at import (a host agent forks its zygote first, while it runs one thread; an exporter's
     thread would make that fork unsafe). ``background``: set it up on a thread (a client or a host agent; a
     proc's zygote imported the exporter already). Once per process."""
-    if ON and _export[0] == "otlp":
+    if exporting():
         from ._otlp import start_span_export
 
         start_span_export(role, name, background=background)
@@ -118,20 +124,15 @@ def start_export(role: str, name: str, *, background: bool) -> None:
 def start(name: str, attrs: dict[str, Any]) -> OpenSpan | None:
     """Open a span in this context: a child of the running ``handle`` span, else a new root when
     sampled; None when not traced. Call only while :data:`ON` (the call path decides inline, as
-    :func:`sampled` does, and builds its attributes only for a traced call)."""
+    this does, and builds its attributes only for a traced call)."""
     cur = CURRENT.get()
     if cur is None and _random() >= _rate[0]:
         return None
     return open_span(name, attrs, cur)
 
 
-def sampled(cur: tuple[int, int] | None) -> bool:
-    """Whether a span opened in a context whose running ``handle`` span is ``cur`` is traced."""
-    return cur is not None or _random() < _rate[0]
-
-
 def open_span(name: str, attrs: dict[str, Any], cur: tuple[int, int] | None) -> OpenSpan:
-    """A span traced (:func:`sampled`): a child of ``cur`` (``CURRENT.get()``), else a new trace's root."""
+    """A span that is traced: a child of ``cur`` (``CURRENT.get()``), else a new trace's root."""
     trace_id, parent = cur if cur is not None else (_bits(128) or 1, 0)
     return (trace_id, _bits(64) or 1, parent, time_ns(), threading.get_native_id(), name, attrs)
 

@@ -50,7 +50,6 @@ from ..._config import (
     METRICS,
     PLUGINS_STRICT,
     PRELOAD,
-    TRACE_EXPORT,
     known_settings,
 )
 from ..._log import get_logger
@@ -77,12 +76,12 @@ _PROC_MODULES = ("tetrarch._runtime.programs._proc_main", "tetrarch._runtime.mes
 def _exporter_modules() -> tuple[str, ...]:
     """What this host's procs will import to export telemetry (``metrics``, ``trace_export``), when their
     settings say so and OpenTelemetry is installed: imported here once, not in every proc after its fork."""
+    from ..._telemetry import _trace
     from ..._telemetry._otlp import SPAN_EXPORT_MODULES
     from ..actors._metrics import METRIC_MODULES
 
     try:
-        wanted = (*(METRIC_MODULES if METRICS() else ()),
-                  *(SPAN_EXPORT_MODULES if TRACE_EXPORT().strip().lower() == "otlp" else ()))
+        wanted = (*(METRIC_MODULES if METRICS() else ()), *(SPAN_EXPORT_MODULES if _trace.exporting() else ()))
         return wanted if wanted and importlib.util.find_spec("opentelemetry.sdk") is not None else ()
     except (ValueError, ImportError):  # a malformed setting or no OpenTelemetry: each proc says so itself
         return ()
