@@ -49,19 +49,21 @@ MODES: dict[str, dict[str, str]] = {
     "tracing 100 %": {"TETRARCH_TRACE_SAMPLE": "1"},
 }
 
+#: A client's program: ``{actor}`` (a ``bench_actors`` class) on one proc, warmed up, then ``{measurement}``
+#: (a call of ``_telemetry_toggle``'s) printed as JSON.
 _CHILD = r"""
 import json, sys
 sys.path.insert(0, {here!r})
-from bench_actors import Noop
-from _telemetry_toggle import measure
+from bench_actors import {actor}
+from _telemetry_toggle import interleaved, measure
 from tetrarch import this_host
 
 procs = this_host().spawn_procs(per_host={{"gpus": 1}})
-mesh = procs.spawn("noop", Noop)
+mesh = procs.spawn("noop", {actor})
 mesh.initialized.get()
 for _ in range(500):
     mesh.noop.call_one().get()
-result = measure(mesh, {calls}, {pipelined})
+result = {measurement}
 procs.stop().get()
 print("RESULT", json.dumps(result), flush=True)
 """
@@ -70,23 +72,6 @@ print("RESULT", json.dumps(result), flush=True)
 #: ``--paired``: each mode as ``(metrics, trace sample)``.
 PAIRED: dict[str, tuple[bool, float]] = {"off": (False, 0.0), "metrics": (True, 0.0), "tracing 1 %": (False, 0.01),
                                          "tracing 100 %": (False, 1.0), "off, again": (False, 0.0)}
-
-_PAIRED_CHILD = r"""
-import json, sys
-sys.path.insert(0, {here!r})
-from bench_actors import TelemetryNoop
-from _telemetry_toggle import interleaved
-from tetrarch import this_host
-
-procs = this_host().spawn_procs(per_host={{"gpus": 1}})
-mesh = procs.spawn("noop", TelemetryNoop)
-mesh.initialized.get()
-for _ in range(500):
-    mesh.noop.call_one().get()
-results = interleaved(mesh, {modes!r}, {rounds}, {calls}, {pipelined})
-procs.stop().get()
-print("RESULT", json.dumps(results), flush=True)
-"""
 
 
 def _child(code: str, env: dict[str, str], timeout: float, what: str) -> Any:
@@ -100,7 +85,8 @@ def _child(code: str, env: dict[str, str], timeout: float, what: str) -> Any:
 
 def _run_paired(env: dict[str, str], rounds: int, calls: int, pipelined: int) -> dict[str, dict[str, Any]]:
     """The paired run's rows (:func:`_pooled`)."""
-    code = _PAIRED_CHILD.format(here=HERE, modes=PAIRED, rounds=rounds, calls=calls, pipelined=pipelined)
+    code = _CHILD.format(here=HERE, actor="TelemetryNoop",
+                         measurement=f"interleaved(mesh, {PAIRED!r}, {rounds}, {calls}, {pipelined})")
     every_part_on = {"TETRARCH_METRICS": "1", "OTEL_METRIC_EXPORT_INTERVAL": "1000", "TETRARCH_TRACE_SAMPLE": "1"}
     raw = _child(code, {**env, **every_part_on}, 120 + rounds * 10, "the paired run")
     return {mode: _pooled(records, raw["off"], pipelined) for mode, records in raw.items()}
@@ -139,8 +125,8 @@ class _Sink(BaseHTTPRequestHandler):
 
 
 def _run(mode: str, env: dict[str, str], calls: int, pipelined: int) -> dict[str, float]:
-    result: dict[str, float] = _child(_CHILD.format(here=HERE, calls=calls, pipelined=pipelined), env, 300,
-                                      f"mode {mode!r}")
+    code = _CHILD.format(here=HERE, actor="Noop", measurement=f"measure(mesh, {calls}, {pipelined})")
+    result: dict[str, float] = _child(code, env, 300, f"mode {mode!r}")
     return result
 
 
